@@ -1,0 +1,335 @@
+"""Functions and classes related to optimization (weight updates).
+
+Same schedule and update rule as Google's original BERT ``optimization.py``:
+linear warm-up to ``init_lr``, then linear (polynomial power 1.0) decay to 0
+at ``num_train_steps``; Adam without bias correction and with decoupled
+weight decay (0.01, not applied to LayerNorm and bias variables); gradients
+clipped to a global norm of 1.0.
+
+Differences, all deliberate:
+
+* The update of step t always uses the learning rate of step t: the global
+  step is incremented only after every variable update ran (the original did
+  not order the two, so a step used lr(t) or lr(t+1) at random).
+* Resource variables are updated in place with TensorFlow's fused Adam kernel
+  (bias correction disabled by passing beta powers of 0, which makes it the
+  very same update), which saves several model-sized temporaries a step.
+* ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
+  of several micro-batches before one update.
+"""
+
+import re
+
+import tensorflow.compat.v1 as tf
+
+from tensorflow.python.ops import resource_variable_ops
+
+
+def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps):
+    """The learning rate at `global_step` (a scalar integer tensor).
+
+    Linear warm-up from 0 to `init_lr` over `num_warmup_steps`, then linear
+    decay from `init_lr` to 0 at `num_train_steps` (both counted in optimizer
+    updates). Exactly the original's formula: during warm-up
+    ``init_lr * step / num_warmup_steps``, after it
+    ``init_lr * (1 - min(step, num_train_steps) / num_train_steps)``.
+
+    Returns:
+      float32 scalar tensor.
+    """
+    if num_train_steps <= 0:
+        raise ValueError("num_train_steps must be positive, got %r" % (num_train_steps,))
+    step = tf.cast(global_step, tf.float32)
+    decayed = init_lr * (1.0 - tf.minimum(step, float(num_train_steps)) / float(num_train_steps))
+    if not num_warmup_steps:
+        return decayed
+    warmup = init_lr * (step / float(num_warmup_steps))
+    is_warmup = tf.cast(tf.cast(global_step, tf.int32) < int(num_warmup_steps), tf.float32)
+    return (1.0 - is_warmup) * decayed + is_warmup * warmup
+
+
+def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
+                     gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None):
+    """Creates an optimizer training op.
+
+    Args:
+      loss: float32 scalar loss tensor.
+      init_lr: peak learning rate (float).
+      num_train_steps: number of optimizer updates of the whole run; the
+        learning rate reaches 0 there.
+      num_warmup_steps: number of updates of linear warm-up (0 or None: none).
+      use_tpu: wrap the optimizer in `tf.tpu.CrossShardOptimizer`.
+      gradient_accumulation_steps: sum the gradients of this many calls
+        (micro-batches) and apply them once. `global_step` counts optimizer
+        updates, so it advances once every `gradient_accumulation_steps`
+        calls; the schedule above is in the same units. The loss should be
+        the mean over one micro-batch: the accumulated sum is divided by the
+        number of micro-batches, so one update equals one update on the
+        concatenated batch.
+      loss_scale_manager: optional `mixed_precision.DynamicLossScale` for
+        float16 training: the loss is scaled before differentiation, gradients
+        unscaled, and a step with non-finite gradients is skipped (its
+        learning-rate step is not consumed).
+      tvars: variables to train (default: all trainable variables).
+
+    Returns:
+      The train op. Running it once performs one forward/backward pass and,
+      when due, one update and one increment of the global step.
+    """
+    global_step = tf.train.get_or_create_global_step()
+
+    learning_rate = learning_rate_schedule(global_step, init_lr, num_train_steps,
+                                           num_warmup_steps)
+
+    # It is recommended that you use this optimizer for fine tuning, since this
+    # is how the model was trained (note that the Adam m/v variables are NOT
+    # loaded from init_checkpoint.)
+    optimizer = AdamWeightDecayOptimizer(
+        learning_rate=learning_rate,
+        weight_decay_rate=0.01,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+
+    if use_tpu:
+        optimizer = tf.tpu.CrossShardOptimizer(optimizer)
+
+    if tvars is None:
+        tvars = tf.trainable_variables()
+
+    if loss_scale_manager is not None:
+        scale = loss_scale_manager.scale
+        grads = tf.gradients(loss * scale, tvars)
+        grads = [None if g is None else _to_dense(g) / scale for g in grads]
+    else:
+        grads = tf.gradients(loss, tvars)
+
+    if gradient_accumulation_steps and gradient_accumulation_steps > 1:
+        return _accumulating_train_op(optimizer, grads, tvars, global_step,
+                                      gradient_accumulation_steps, loss_scale_manager)
+
+    all_finite = None
+    if loss_scale_manager is not None:
+        all_finite = _all_finite(grads)
+        grads = [None if g is None else tf.where(all_finite, g, tf.zeros_like(g))
+                 for g in grads]
+
+    # This is how the model was pre-trained.
+    (grads, _) = tf.clip_by_global_norm(grads, clip_norm=1.0)
+
+    if all_finite is None:
+        train_op = optimizer.apply_gradients(zip(grads, tvars), global_step=global_step)
+        # Increment only after every update ran, so step t uses lr(t).
+        with tf.control_dependencies([train_op]):
+            return tf.group(global_step.assign_add(1), name="train_op")
+
+    def apply_step():
+        with tf.control_dependencies([optimizer.apply_gradients(zip(grads, tvars))]):
+            return tf.identity(global_step.assign_add(1))
+
+    step_op = tf.cond(all_finite, apply_step, lambda: tf.identity(global_step))
+    with tf.control_dependencies([step_op]):
+        return tf.group(loss_scale_manager.update(all_finite), name="train_op")
+
+
+def _to_dense(grad):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.convert_to_tensor(grad)
+    return grad
+
+
+def _all_finite(grads):
+    """Scalar bool tensor: every gradient is finite."""
+    checks = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None]
+    return tf.reduce_all(tf.stack(checks))
+
+
+def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batches,
+                           loss_scale_manager):
+    """Adds gradients to accumulators; every `num_micro_batches` calls applies
+    their mean (clipped as usual), zeroes them and increments `global_step`.
+
+    The accumulators and the micro-batch counter are non-trainable variables,
+    saved in checkpoints, so a restart in the middle of an accumulation cycle
+    resumes it exactly.
+    """
+    pairs = [(g, v) for g, v in zip(grads, tvars) if g is not None]
+    accumulators = []
+    for _, var in pairs:
+        name = _variable_name(var.name)
+        accumulators.append(tf.get_variable(
+            name=name + "/grad_accum", shape=var.shape.as_list(), dtype=tf.float32,
+            trainable=False, initializer=tf.zeros_initializer(),
+            collections=[tf.GraphKeys.GLOBAL_VARIABLES]))
+    micro_step = tf.get_variable(
+        "gradient_accumulation/micro_step", shape=[], dtype=tf.int64, trainable=False,
+        initializer=tf.zeros_initializer(), collections=[tf.GraphKeys.GLOBAL_VARIABLES])
+
+    finite = _all_finite([g for g, _ in pairs]) if loss_scale_manager is not None else None
+    add_ops = []
+    for (grad, _), acc in zip(pairs, accumulators):
+        grad = _to_dense(grad)
+        if finite is not None:
+            grad = tf.where(finite, grad, tf.zeros_like(grad))
+        add_ops.append(acc.assign_add(grad, read_value=False))
+    with tf.control_dependencies(add_ops):
+        new_micro_step = micro_step.assign_add(1)
+
+    def apply_step():
+        mean_grads = [acc.read_value() / float(num_micro_batches) for acc in accumulators]
+        (clipped, _) = tf.clip_by_global_norm(mean_grads, clip_norm=1.0)
+        update = optimizer.apply_gradients(zip(clipped, [v for _, v in pairs]))
+        with tf.control_dependencies([update]):
+            resets = [acc.assign(tf.zeros_like(acc), read_value=False) for acc in accumulators]
+            resets.append(micro_step.assign(0, read_value=False))
+            with tf.control_dependencies(resets):
+                return tf.identity(global_step.assign_add(1))
+
+    with tf.control_dependencies(add_ops):
+        step_op = tf.cond(tf.equal(new_micro_step % num_micro_batches, 0),
+                          apply_step, lambda: tf.identity(global_step))
+    ops = [step_op]
+    if loss_scale_manager is not None:
+        with tf.control_dependencies([step_op]):
+            ops.append(loss_scale_manager.update(finite))
+    return tf.group(*ops, name="train_op")
+
+
+def _variable_name(param_name):
+    """Get the variable name from the tensor name."""
+    m = re.match("^(.*):\\d+$", param_name)
+    if m is not None:
+        param_name = m.group(1)
+    return param_name
+
+
+class AdamWeightDecayOptimizer(tf.train.Optimizer):
+    """A basic Adam optimizer that includes "correct" L2 weight decay.
+
+    Adam without bias correction: for each variable p with gradient g,
+    ``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g^2``,
+    ``p = p - lr * (m / (sqrt(v) + eps) + wd * p)`` where the decay term is
+    left out for variables matched by `exclude_from_weight_decay`. The slots
+    are the variables ``<name>/adam_m`` and ``<name>/adam_v``, as in Google's
+    checkpoints.
+    """
+
+    def __init__(self,
+                 learning_rate,
+                 weight_decay_rate=0.0,
+                 beta_1=0.9,
+                 beta_2=0.999,
+                 epsilon=1e-6,
+                 exclude_from_weight_decay=None,
+                 name="AdamWeightDecayOptimizer"):
+        """Constructs a AdamWeightDecayOptimizer."""
+        super(AdamWeightDecayOptimizer, self).__init__(False, name)
+
+        self.learning_rate = learning_rate
+        self.weight_decay_rate = weight_decay_rate
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.exclude_from_weight_decay = exclude_from_weight_decay
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Applies one update to every (gradient, variable) pair.
+
+        As in the original, `global_step` is NOT incremented here (the caller
+        does it, after this op).
+
+        Returns:
+          An op grouping all the variable and slot updates.
+        """
+        assignments = []
+        learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
+        for (grad, param) in grads_and_vars:
+            if grad is None or param is None:
+                continue
+
+            param_name = self._get_variable_name(param.name)
+            grad = _to_dense(grad)
+
+            m = tf.get_variable(
+                name=param_name + "/adam_m",
+                shape=param.shape.as_list(),
+                dtype=tf.float32,
+                trainable=False,
+                initializer=tf.zeros_initializer())
+            v = tf.get_variable(
+                name=param_name + "/adam_v",
+                shape=param.shape.as_list(),
+                dtype=tf.float32,
+                trainable=False,
+                initializer=tf.zeros_initializer())
+
+            use_decay = self._do_use_weight_decay(param_name)
+            if all(isinstance(x, resource_variable_ops.BaseResourceVariable)
+                   for x in (param, m, v)):
+                assignments.append(self._fused_update(param, m, v, grad, learning_rate,
+                                                      use_decay))
+                continue
+
+            # Standard Adam update (reference-variable fallback).
+            next_m = (tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad))
+            next_v = (tf.multiply(self.beta_2, v) +
+                      tf.multiply(1.0 - self.beta_2, tf.square(grad)))
+
+            update = next_m / (tf.sqrt(next_v) + self.epsilon)
+
+            # Just adding the square of the weights to the loss function is
+            # *not* the correct way of using L2 regularization/weight decay
+            # with Adam, since that will interact with the m and v parameters
+            # in strange ways.
+            #
+            # Instead we want to decay the weights in a manner that doesn't
+            # interact with the m/v parameters. This is equivalent to adding
+            # the square of the weights to the loss with plain (non-momentum)
+            # SGD.
+            if use_decay:
+                update += self.weight_decay_rate * param
+
+            update_with_lr = learning_rate * update
+
+            next_param = param - update_with_lr
+
+            assignments.extend(
+                [param.assign(next_param),
+                 m.assign(next_m),
+                 v.assign(next_v)])
+        return tf.group(*assignments, name=name)
+
+    def _fused_update(self, param, m, v, grad, learning_rate, use_decay):
+        """In-place update with the fused kernel; same math as above.
+
+        ResourceApplyAdam computes ``lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)``;
+        passing beta powers of 0 gives ``lr_t = lr``: no bias correction. The
+        decoupled decay uses the pre-update weights, so it runs first.
+        """
+        deps = []
+        if use_decay:
+            deps.append(param.assign_sub(learning_rate * self.weight_decay_rate * param,
+                                         read_value=False))
+        with tf.control_dependencies(deps):
+            return tf.raw_ops.ResourceApplyAdam(
+                var=param.handle, m=m.handle, v=v.handle,
+                beta1_power=tf.constant(0.0), beta2_power=tf.constant(0.0),
+                lr=learning_rate, beta1=tf.constant(self.beta_1, tf.float32),
+                beta2=tf.constant(self.beta_2, tf.float32),
+                epsilon=tf.constant(self.epsilon, tf.float32),
+                grad=grad, use_locking=False)
+
+    def _do_use_weight_decay(self, param_name):
+        """Whether to use L2 weight decay for `param_name`."""
+        if not self.weight_decay_rate:
+            return False
+        if self.exclude_from_weight_decay:
+            for r in self.exclude_from_weight_decay:
+                if re.search(r, param_name) is not None:
+                    return False
+        return True
+
+    def _get_variable_name(self, param_name):
+        """Get the variable name from the tensor name."""
+        return _variable_name(param_name)

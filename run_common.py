@@ -1,0 +1,566 @@
+"""What every BERT script repeats: shared flags, run configuration, estimator
+construction, checkpoint initialisation, training options, logging and file
+output.
+
+Flags shared by several scripts are defined here, once, so that scripts can
+be imported side by side (as the tests do) without absl's duplicate-flag
+error. A script lists the shared flags it uses with `define_flags`, and
+defines its own flags with plain ``flags.DEFINE_*``.
+
+When several scripts are imported into one process, the first one to define a
+shared flag sets its default (only ``max_seq_length`` differs: 384 for SQuAD,
+128 elsewhere); a script run from the shell always gets its own default.
+"""
+
+import contextlib
+import os
+import sys
+import time
+
+import tensorflow.compat.v1 as tf
+from absl import app, flags
+
+import modeling
+import optimization
+
+FLAGS = flags.FLAGS
+
+
+class InputError(ValueError):
+    """Bad user input (a flag, a file, a line): reported without a traceback."""
+
+
+# name -> (define function, default, help[, enum values]). Help texts are the
+# original's where the flag is the original's.
+_SHARED_FLAGS = {
+    "bert_config_file": (
+        flags.DEFINE_string, None,
+        "The config json file corresponding to the pre-trained BERT model. "
+        "This specifies the model architecture."),
+    "vocab_file": (
+        flags.DEFINE_string, None,
+        "The vocabulary file that the BERT model was trained on."),
+    "output_dir": (
+        flags.DEFINE_string, None,
+        "The output directory where the model checkpoints will be written."),
+    "init_checkpoint": (
+        flags.DEFINE_string, None,
+        "Initial checkpoint (usually from a pre-trained BERT model)."),
+    "input_file": (
+        flags.DEFINE_string, None,
+        "Input file(s): a file, a comma-separated list of files, or globs."),
+    "output_file": (flags.DEFINE_string, None, "Output file(s)."),
+    "do_lower_case": (
+        flags.DEFINE_bool, True,
+        "Whether to lower case the input text. Should be True for uncased "
+        "models and False for cased models."),
+    "max_seq_length": (
+        flags.DEFINE_integer, 128,
+        "The maximum total input sequence length after WordPiece tokenization. "
+        "Sequences longer than this will be truncated, and sequences shorter "
+        "than this will be padded."),
+    "max_predictions_per_seq": (
+        flags.DEFINE_integer, 20,
+        "Maximum number of masked LM predictions per sequence."),
+    "do_train": (flags.DEFINE_bool, False, "Whether to run training."),
+    "do_eval": (flags.DEFINE_bool, False, "Whether to run eval on the dev set."),
+    "do_predict": (
+        flags.DEFINE_bool, False,
+        "Whether to run the model in inference mode on the test set."),
+    "train_batch_size": (flags.DEFINE_integer, 32, "Total batch size for training."),
+    "eval_batch_size": (flags.DEFINE_integer, 8, "Total batch size for eval."),
+    "predict_batch_size": (flags.DEFINE_integer, 8, "Total batch size for predict."),
+    "learning_rate": (flags.DEFINE_float, 5e-5, "The initial learning rate for Adam."),
+    "num_train_epochs": (
+        flags.DEFINE_float, 3.0, "Total number of training epochs to perform."),
+    "warmup_proportion": (
+        flags.DEFINE_float, 0.1,
+        "Proportion of training to perform linear learning rate warmup for. "
+        "E.g., 0.1 = 10% of training."),
+    "save_checkpoints_steps": (
+        flags.DEFINE_integer, 1000, "How often to save the model checkpoint."),
+    "iterations_per_loop": (
+        flags.DEFINE_integer, 1000, "How many steps to make in each estimator call."),
+    "use_tpu": (flags.DEFINE_bool, False, "Whether to use TPU or GPU/CPU."),
+    "tpu_name": (
+        flags.DEFINE_string, None,
+        "The Cloud TPU to use for training. This should be either the name "
+        "used when creating the Cloud TPU, or a grpc://ip.address.of.tpu:8470 "
+        "url."),
+    "tpu_zone": (
+        flags.DEFINE_string, None,
+        "[Optional] GCE zone where the Cloud TPU is located in. If not "
+        "specified, we will attempt to automatically detect the GCE project "
+        "from metadata."),
+    "gcp_project": (
+        flags.DEFINE_string, None,
+        "[Optional] Project name for the Cloud TPU-enabled project. If not "
+        "specified, we will attempt to automatically detect the GCE project "
+        "from metadata."),
+    "master": (flags.DEFINE_string, None, "[Optional] TensorFlow master URL."),
+    "num_tpu_cores": (
+        flags.DEFINE_integer, 8,
+        "Only used if `use_tpu` is True. Total number of TPU cores to use."),
+    "use_one_hot_embeddings": (
+        flags.DEFINE_bool, False,
+        "If True, tf.one_hot will be used for embedding lookups, otherwise "
+        "tf.nn.embedding_lookup will be used. On TPUs, this should be True "
+        "since it is much faster."),
+    # Options beyond the original (memory, speed, several devices); all off
+    # by default, so default behaviour stays the original's.
+    "gradient_accumulation_steps": (
+        flags.DEFINE_integer, 1,
+        "Sum the gradients of this many micro-batches of --train_batch_size "
+        "before one optimizer update (effective batch = N * train_batch_size). "
+        "global_step, num_train_steps and warm-up count optimizer updates."),
+    "recompute_grad": (
+        flags.DEFINE_bool, False,
+        "Recompute each Transformer layer's activations in the backward pass "
+        "instead of storing them (gradient checkpointing): much less memory "
+        "for about a third more compute."),
+    "use_xla": (flags.DEFINE_bool, False, "Compile the model with XLA (CPU/GPU)."),
+    "precision": (
+        flags.DEFINE_enum, "fp32",
+        "Compute precision of the Transformer: fp32 (the original), fp16 "
+        "(GPUs; dynamic loss scaling) or bf16 (TPUs, and CPUs with AVX512_BF16). "
+        "Variables, optimizer state and checkpoints stay float32.",
+        ["fp32", "fp16", "bf16"]),
+    "distribution_strategy": (
+        flags.DEFINE_enum, "none",
+        "Without --use_tpu: train with tf.distribute. 'mirrored' uses every "
+        "local GPU (or --num_gpus of them); 'multi_worker_mirrored' spans the "
+        "machines named in the TF_CONFIG environment variable.",
+        ["none", "mirrored", "multi_worker_mirrored"]),
+    "num_gpus": (
+        flags.DEFINE_integer, 0,
+        "With --distribution_strategy=mirrored: number of GPUs to use (0: all "
+        "visible GPUs, or the CPU if there are none)."),
+}
+
+TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
+TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_xla",
+                         "precision", "distribution_strategy", "num_gpus")
+
+
+def define_flags(*names, **default_overrides):
+    """Defines the named shared flags unless already defined in this process.
+
+    Args:
+      *names: flag names from `_SHARED_FLAGS` (or tuples of them, such as
+        `TPU_FLAGS`).
+      **default_overrides: name=default for flags whose default differs in
+        this script (e.g. max_seq_length=384 for SQuAD).
+    """
+    expanded = []
+    for name in names:
+        expanded.extend(name if isinstance(name, (tuple, list)) else [name])
+    for name in list(expanded) + [n for n in default_overrides if n not in expanded]:
+        if name in FLAGS:
+            continue
+        define_fn, default, help_text = _SHARED_FLAGS[name][:3]
+        default = default_overrides.get(name, default)
+        if define_fn is flags.DEFINE_enum:
+            define_fn(name, default, _SHARED_FLAGS[name][3], help_text)
+        else:
+            define_fn(name, default, help_text)
+
+
+def run_script(main):
+    """`absl.app.run(main)`, turning `InputError` into a one-line error and
+    exit status 1 instead of a traceback."""
+    def wrapped(argv):
+        try:
+            return main(argv)
+        except InputError as e:
+            tf.logging.error("%s", e)
+            sys.stderr.write("ERROR: %s\n" % e)
+            sys.exit(1)
+    app.run(wrapped)
+
+
+# ---------------------------------------------------------------------------
+# Input validation.
+
+def require_flags(*names):
+    """Raises InputError naming every listed flag that is unset."""
+    missing = [n for n in names if getattr(FLAGS, n) in (None, "")]
+    if missing:
+        raise InputError("Missing required flag(s): %s" % ", ".join("--" + n for n in missing))
+
+
+def require_file(flag_name, path):
+    """Raises InputError if `path` (the value of --flag_name) does not exist."""
+    if not path:
+        raise InputError("--%s is required" % flag_name)
+    if not tf.io.gfile.exists(path):
+        raise InputError("--%s: file not found: %s" % (flag_name, path))
+
+
+def expand_file_patterns(flag_name, patterns):
+    """Comma-separated files or globs -> sorted list of existing files.
+
+    Raises:
+      InputError: a pattern matches nothing (names the flag and the pattern).
+    """
+    files = []
+    for pattern in patterns.split(","):
+        pattern = pattern.strip()
+        if not pattern:
+            continue
+        matched = tf.io.gfile.glob(pattern)
+        if not matched:
+            raise InputError("--%s: no file matches %s" % (flag_name, pattern))
+        files.extend(sorted(matched))
+    if not files:
+        raise InputError("--%s is required" % flag_name)
+    return files
+
+
+def load_bert_config(bert_config_file, max_seq_length=None, vocab=None,
+                     vocab_file=None):
+    """Reads and checks a BERT config against the other inputs.
+
+    Args:
+      bert_config_file: path of bert_config.json.
+      max_seq_length: if given, must not exceed max_position_embeddings.
+      vocab: if given (token -> id), its size must not exceed vocab_size.
+      vocab_file: its path, for the message.
+
+    Returns:
+      modeling.BertConfig.
+
+    Raises:
+      InputError: naming the flag at fault.
+    """
+    require_file("bert_config_file", bert_config_file)
+    try:
+        config = modeling.BertConfig.from_json_file(bert_config_file)
+        modeling._validate_config(config)
+    except ValueError as e:
+        raise InputError("--bert_config_file: %s" % e)
+    if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
+        raise InputError(
+            "Cannot use sequence length %d because the BERT model was only trained "
+            "up to sequence length %d (--max_seq_length vs max_position_embeddings "
+            "in %s)" % (max_seq_length, config.max_position_embeddings, bert_config_file))
+    if vocab is not None and len(vocab) > config.vocab_size:
+        raise InputError(
+            "--vocab_file %s has %d tokens but vocab_size in --bert_config_file %s is "
+            "%d: the vocabulary does not belong to this model"
+            % (vocab_file, len(vocab), bert_config_file, config.vocab_size))
+    return config
+
+
+def load_tokenizer(vocab_file, do_lower_case, init_checkpoint=None):
+    """A FullTokenizer, after checking the casing against a Google checkpoint
+    name. Raises InputError for a missing vocabulary or a casing mismatch."""
+    import tokenization
+    require_file("vocab_file", vocab_file)
+    try:
+        tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
+        return tokenization.FullTokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case)
+    except ValueError as e:
+        raise InputError(str(e))
+
+
+# ---------------------------------------------------------------------------
+# Model building blocks shared by the model_fns.
+
+def model_options():
+    """Keyword arguments for `modeling.BertModel` from the option flags
+    (compute_type from --precision, recompute_grad)."""
+    compute_type = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}[
+        _flag("precision", "fp32")]
+    return {"compute_type": compute_type,
+            "recompute_grad": bool(_flag("recompute_grad", False))}
+
+
+def _flag(name, default):
+    """Value of a shared flag, or `default` if this script did not define it."""
+    if name in FLAGS:
+        return getattr(FLAGS, name)
+    return default
+
+
+def init_from_checkpoint(init_checkpoint, use_tpu):
+    """Initialises the graph's variables from `init_checkpoint` where names
+    match, and logs every trainable variable.
+
+    Returns:
+      scaffold_fn for TPUEstimatorSpec (None unless use_tpu and a checkpoint
+      was given).
+    """
+    tvars = tf.trainable_variables()
+    initialized_variable_names = {}
+    scaffold_fn = None
+    if init_checkpoint:
+        (assignment_map, initialized_variable_names
+         ) = modeling.get_assignment_map_from_checkpoint(tf.global_variables(),
+                                                         init_checkpoint)
+        if use_tpu:
+            def tpu_scaffold():
+                tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
+                return tf.train.Scaffold()
+
+            scaffold_fn = tpu_scaffold
+        else:
+            tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
+
+    tf.logging.info("**** Trainable Variables ****")
+    for var in tvars:
+        init_string = ""
+        if var.name in initialized_variable_names:
+            init_string = ", *INIT_FROM_CKPT*"
+        tf.logging.info("  name = %s, shape = %s%s", var.name, var.shape, init_string)
+    return scaffold_fn
+
+
+def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu):
+    """`optimization.create_optimizer` with the option flags applied
+    (--gradient_accumulation_steps, dynamic loss scaling for --precision=fp16).
+    """
+    loss_scale = None
+    if _flag("precision", "fp32") == "fp16":
+        import mixed_precision
+        loss_scale = mixed_precision.DynamicLossScale()
+    return optimization.create_optimizer(
+        loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
+        gradient_accumulation_steps=_flag("gradient_accumulation_steps", 1),
+        loss_scale_manager=loss_scale)
+
+
+class ThroughputHook(tf.train.SessionRunHook):
+    """Logs loss, examples/s and (optionally) tokens/s every N steps."""
+
+    def __init__(self, loss, examples_per_step, tokens_per_step=None, every_n_steps=None):
+        self._loss = loss
+        self._examples_per_step = examples_per_step
+        self._tokens_per_step = tokens_per_step
+        self._every_n = every_n_steps or 10
+        self._step = 0
+        self._start = None
+        self._losses = []
+
+    def before_run(self, run_context):
+        if self._start is None:
+            self._start = time.time()
+        return tf.train.SessionRunArgs({"loss": self._loss,
+                                        "step": tf.train.get_global_step()})
+
+    def after_run(self, run_context, run_values):
+        self._step += 1
+        self._losses.append(float(run_values.results["loss"]))
+        if self._step % self._every_n == 0:
+            elapsed = max(time.time() - self._start, 1e-9)
+            examples = self._examples_per_step * self._every_n / elapsed
+            message = "step %d: loss = %.4f, %.2f examples/s" % (
+                run_values.results["step"], sum(self._losses) / len(self._losses), examples)
+            if self._tokens_per_step:
+                message += ", %.0f tokens/s" % (self._tokens_per_step * self._every_n / elapsed)
+            tf.logging.info(message)
+            self._losses = []
+            self._start = time.time()
+
+
+def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
+                   every_n_steps=None):
+    """Hooks logging the training loss and throughput on CPU/GPU.
+
+    On TPU, device tensors cannot be read by host hooks, so none are added
+    (TPUEstimator logs loss and examples/s itself there).
+    """
+    if use_tpu:
+        return []
+    return [ThroughputHook(loss, examples_per_step, tokens_per_step,
+                           every_n_steps=every_n_steps)]
+
+
+# ---------------------------------------------------------------------------
+# Run configuration and estimators.
+
+def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000,
+                    use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
+                    master=None, num_tpu_cores=8, keep_checkpoint_max=5):
+    """A `tf.estimator.tpu.RunConfig` for TPU, GPU or CPU.
+
+    Applies --use_xla (global JIT) and, without --use_tpu,
+    --distribution_strategy.
+    """
+    tpu_cluster_resolver = None
+    if use_tpu and tpu_name:
+        tpu_cluster_resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu_name, zone=tpu_zone, project=gcp_project)
+
+    session_config = None
+    if _flag("use_xla", False) and not use_tpu:
+        session_config = tf.ConfigProto()
+        session_config.graph_options.optimizer_options.global_jit_level = (
+            tf.OptimizerOptions.ON_1)
+
+    strategy = None if use_tpu else _distribution_strategy()
+    is_per_host = tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2
+    return tf.estimator.tpu.RunConfig(
+        cluster=tpu_cluster_resolver,
+        master=master,
+        model_dir=output_dir,
+        save_checkpoints_steps=save_checkpoints_steps,
+        keep_checkpoint_max=keep_checkpoint_max,
+        session_config=session_config,
+        train_distribute=strategy,
+        tpu_config=tf.estimator.tpu.TPUConfig(
+            iterations_per_loop=iterations_per_loop,
+            num_shards=num_tpu_cores,
+            per_host_input_for_training=is_per_host))
+
+
+def _distribution_strategy():
+    name = _flag("distribution_strategy", "none")
+    if name == "none":
+        return None
+    if name == "mirrored":
+        num_gpus = _flag("num_gpus", 0)
+        devices = None
+        if num_gpus:
+            devices = ["/gpu:%d" % i for i in range(num_gpus)]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if name == "multi_worker_mirrored":
+        return tf.distribute.experimental.MultiWorkerMirroredStrategy()
+    raise InputError("--distribution_strategy: unknown value %r" % name)
+
+
+def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
+                   eval_batch_size=None, predict_batch_size=None):
+    """TPUEstimator (TPU, or one CPU/GPU as in the original) or, when a
+    tf.distribute strategy is configured, a plain Estimator running the same
+    TPUEstimator-style `model_fn` and `input_fn`s.
+
+    The returned object has `train`, `evaluate`, `predict` and
+    `export_saved_model`, and passes `params["batch_size"]` to model_fn and
+    input_fn exactly as TPUEstimator does.
+    """
+    if run_config.train_distribute is None:
+        return tf.estimator.tpu.TPUEstimator(
+            use_tpu=use_tpu,
+            model_fn=model_fn,
+            config=run_config,
+            train_batch_size=train_batch_size,
+            eval_batch_size=eval_batch_size,
+            predict_batch_size=predict_batch_size)
+    return _DistributedEstimator(model_fn, run_config, train_batch_size,
+                                 eval_batch_size, predict_batch_size)
+
+
+class _DistributedEstimator(object):
+    """Runs a TPUEstimator-style model_fn under tf.distribute.
+
+    Each input_fn gets the per-replica batch size (the global batch divided
+    by the number of replicas in sync), so one step consumes
+    `train_batch_size` examples in all, as with a single device.
+    """
+
+    def __init__(self, model_fn, run_config, train_batch_size, eval_batch_size,
+                 predict_batch_size):
+        self._batch_sizes = {
+            tf.estimator.ModeKeys.TRAIN: train_batch_size,
+            tf.estimator.ModeKeys.EVAL: eval_batch_size,
+            tf.estimator.ModeKeys.PREDICT: predict_batch_size,
+        }
+        self._replicas = run_config.train_distribute.num_replicas_in_sync
+        if train_batch_size and train_batch_size % self._replicas:
+            raise InputError("--train_batch_size=%d must be divisible by the %d replicas"
+                             % (train_batch_size, self._replicas))
+
+        def estimator_model_fn(features, labels, mode, params, config):
+            params = dict(params or {})
+            params["batch_size"] = self._per_replica(mode)
+            spec = model_fn(features, labels, mode, params)
+            if hasattr(spec, "as_estimator_spec"):
+                if spec.scaffold_fn is not None:
+                    spec.scaffold_fn()
+                spec = spec._replace(scaffold_fn=None).as_estimator_spec()
+            return spec
+
+        plain_config = tf.estimator.RunConfig(
+            model_dir=run_config.model_dir,
+            save_checkpoints_steps=run_config.save_checkpoints_steps,
+            keep_checkpoint_max=run_config.keep_checkpoint_max,
+            session_config=run_config.session_config,
+            train_distribute=run_config.train_distribute,
+            log_step_count_steps=run_config.log_step_count_steps)
+        self._estimator = tf.estimator.Estimator(model_fn=estimator_model_fn,
+                                                 config=plain_config)
+
+    def _per_replica(self, mode):
+        batch = self._batch_sizes.get(mode)
+        if mode == tf.estimator.ModeKeys.TRAIN and batch:
+            return batch // self._replicas
+        return batch
+
+    def _wrap(self, input_fn, mode):
+        batch = self._per_replica(mode)
+
+        def wrapped(params=None, input_context=None):
+            params = dict(params or {})
+            params["batch_size"] = batch
+            return input_fn(params)
+        return wrapped
+
+    def train(self, input_fn, max_steps=None, hooks=None, steps=None):
+        return self._estimator.train(self._wrap(input_fn, tf.estimator.ModeKeys.TRAIN),
+                                     max_steps=max_steps, steps=steps, hooks=hooks)
+
+    def evaluate(self, input_fn, steps=None, checkpoint_path=None, name=None, hooks=None):
+        return self._estimator.evaluate(self._wrap(input_fn, tf.estimator.ModeKeys.EVAL),
+                                        steps=steps, checkpoint_path=checkpoint_path,
+                                        name=name, hooks=hooks)
+
+    def predict(self, input_fn, yield_single_examples=True, checkpoint_path=None):
+        return self._estimator.predict(self._wrap(input_fn, tf.estimator.ModeKeys.PREDICT),
+                                       yield_single_examples=yield_single_examples,
+                                       checkpoint_path=checkpoint_path)
+
+    def export_saved_model(self, *args, **kwargs):
+        return self._estimator.export_saved_model(*args, **kwargs)
+
+    @property
+    def model_dir(self):
+        return self._estimator.model_dir
+
+
+# ---------------------------------------------------------------------------
+# Output files (through tf.io.gfile, so gs:// paths work).
+
+@contextlib.contextmanager
+def atomic_output(path, mode="w"):
+    """Writes `path` through a temporary file renamed into place on success,
+    so a failure never leaves a half-written file looking complete.
+
+    Yields:
+      A writable tf.io.gfile.GFile.
+    """
+    tmp_path = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        with tf.io.gfile.GFile(tmp_path, mode) as writer:
+            yield writer
+        tf.io.gfile.rename(tmp_path, path, overwrite=True)
+    except BaseException:
+        if tf.io.gfile.exists(tmp_path):
+            tf.io.gfile.remove(tmp_path)
+        raise
+
+
+def write_eval_results(result, output_dir, file_name="eval_results.txt",
+                       header="***** Eval results *****"):
+    """Logs `result` (name -> value) under `header` and writes it as
+    "key = value" lines, sorted by key, to output_dir/file_name.
+
+    Returns:
+      The path written.
+    """
+    path = os.path.join(output_dir, file_name)
+    with atomic_output(path) as writer:
+        tf.logging.info(header)
+        for key in sorted(result.keys()):
+            tf.logging.info("  %s = %s", key, str(result[key]))
+            writer.write("%s = %s\n" % (key, str(result[key])))
+    return path
