@@ -329,6 +329,17 @@ def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_
         loss_scale_manager=loss_scale)
 
 
+def num_train_steps(num_examples, train_batch_size, num_train_epochs):
+    """Number of optimizer updates for `num_train_epochs` over `num_examples`.
+
+    One update consumes `train_batch_size * --gradient_accumulation_steps`
+    examples, so with accumulation the schedule (warm-up, decay, max_steps)
+    stays in optimizer updates while covering the same epochs.
+    """
+    accumulation = max(1, _flag("gradient_accumulation_steps", 1) or 1)
+    return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
+
+
 class ThroughputHook(tf.train.SessionRunHook):
     """Logs loss, examples/s and (optionally) tokens/s every N steps."""
 
