@@ -18,6 +18,7 @@ the training scripts' memory and speed options:
 """
 
 import collections
+import contextlib
 import copy
 import json
 import math
@@ -418,6 +419,29 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
     return (assignment_map, initialized_variable_names)
 
 
+# Seeds for stateless dropout, innermost last: see `stateless_dropout_seed`.
+_DROPOUT_SEEDS = []
+
+
+@contextlib.contextmanager
+def stateless_dropout_seed(seed):
+    """Within this context, `dropout` draws its masks from `seed`.
+
+    The k-th `dropout` call inside the context uses the stateless seed
+    ``seed + [0, k]``, so building the same layer twice from the same seed
+    tensor reproduces the same masks. Recomputation (`recompute.py`) relies
+    on this to recompute a layer exactly in the backward pass.
+
+    Args:
+      seed: int32 Tensor of shape [2].
+    """
+    _DROPOUT_SEEDS.append([seed, 0])
+    try:
+        yield
+    finally:
+        _DROPOUT_SEEDS.pop()
+
+
 def dropout(input_tensor, dropout_prob):
     """Perform dropout.
 
@@ -431,6 +455,14 @@ def dropout(input_tensor, dropout_prob):
     """
     if dropout_prob is None or dropout_prob == 0.0:
         return input_tensor
+
+    if _DROPOUT_SEEDS:
+        state = _DROPOUT_SEEDS[-1]
+        seed = state[0] + tf.constant([0, state[1]], dtype=state[0].dtype)
+        state[1] += 1
+        keep = tf.random.stateless_uniform(tf.shape(input_tensor), seed=seed) >= dropout_prob
+        scale = tf.cast(1.0 / (1.0 - dropout_prob), input_tensor.dtype)
+        return input_tensor * tf.cast(keep, input_tensor.dtype) * scale
 
     return tf.nn.dropout(input_tensor, rate=dropout_prob)
 

@@ -22,8 +22,6 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-from tensorflow.python.ops import resource_variable_ops
-
 
 def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps):
     """The learning rate at `global_step` (a scalar integer tensor).
@@ -103,7 +101,23 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         grads = tf.gradients(loss * scale, tvars)
         grads = [None if g is None else _to_dense(g) / scale for g in grads]
     else:
-        grads = tf.gradients(loss, tvars)
+        grads = [None if g is None else _to_dense(g) for g in tf.gradients(loss, tvars)]
+
+    replica_context = tf.distribute.get_replica_context()
+    if (tf.distribute.has_strategy() and replica_context is not None
+            and replica_context.num_replicas_in_sync > 1):
+        if gradient_accumulation_steps and gradient_accumulation_steps > 1:
+            raise ValueError("gradient_accumulation_steps > 1 is not supported together "
+                             "with a tf.distribute strategy: use a larger per-replica "
+                             "batch or more replicas instead")
+        # Average over replicas before clipping, so that clipping sees the
+        # gradient of the global batch, exactly as on a single device. (The
+        # optimizer's own cross-replica mean of identical values is a no-op.)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.MEAN,
+                                             [grads[i] for i in present])
+        for i, g in zip(present, reduced):
+            grads[i] = g
 
     if gradient_accumulation_steps and gradient_accumulation_steps > 1:
         return _accumulating_train_op(optimizer, grads, tvars, global_step,
@@ -119,7 +133,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
     (grads, _) = tf.clip_by_global_norm(grads, clip_norm=1.0)
 
     if all_finite is None:
-        train_op = optimizer.apply_gradients(zip(grads, tvars), global_step=global_step)
+        train_op = optimizer.apply_gradients(zip(grads, tvars))
         # Increment only after every update ran, so step t uses lr(t).
         with tf.control_dependencies([train_op]):
             return tf.group(global_step.assign_add(1), name="train_op")
@@ -213,6 +227,12 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     left out for variables matched by `exclude_from_weight_decay`. The slots
     are the variables ``<name>/adam_m`` and ``<name>/adam_v``, as in Google's
     checkpoints.
+
+    Written against the standard `tf.compat.v1.train.Optimizer` hooks (slots,
+    `_resource_apply_dense`), so `tf.distribute` strategies and
+    `CrossShardOptimizer` aggregate gradients as for any built-in optimizer.
+    As in the original, `apply_gradients` is called without `global_step`:
+    `create_optimizer` increments it after the update.
     """
 
     def __init__(self,
@@ -224,7 +244,7 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
                  exclude_from_weight_decay=None,
                  name="AdamWeightDecayOptimizer"):
         """Constructs a AdamWeightDecayOptimizer."""
-        super(AdamWeightDecayOptimizer, self).__init__(False, name)
+        super().__init__(False, name)
 
         self.learning_rate = learning_rate
         self.weight_decay_rate = weight_decay_rate
@@ -233,92 +253,69 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         self.epsilon = epsilon
         self.exclude_from_weight_decay = exclude_from_weight_decay
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Applies one update to every (gradient, variable) pair.
+    def _create_slots(self, var_list):
+        for var in var_list:
+            for slot_name in ("m", "v"):
+                self._get_or_make_slot_with_initializer(
+                    var, tf.zeros_initializer(), var.shape, tf.float32, slot_name,
+                    "adam_" + slot_name)
 
-        As in the original, `global_step` is NOT incremented here (the caller
-        does it, after this op).
+    def _prepare(self):
+        self._lr_t = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32,
+                                          name="learning_rate")
 
-        Returns:
-          An op grouping all the variable and slot updates.
-        """
-        assignments = []
-        learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
-        for (grad, param) in grads_and_vars:
-            if grad is None or param is None:
-                continue
-
-            param_name = self._get_variable_name(param.name)
-            grad = _to_dense(grad)
-
-            m = tf.get_variable(
-                name=param_name + "/adam_m",
-                shape=param.shape.as_list(),
-                dtype=tf.float32,
-                trainable=False,
-                initializer=tf.zeros_initializer())
-            v = tf.get_variable(
-                name=param_name + "/adam_v",
-                shape=param.shape.as_list(),
-                dtype=tf.float32,
-                trainable=False,
-                initializer=tf.zeros_initializer())
-
-            use_decay = self._do_use_weight_decay(param_name)
-            if all(isinstance(x, resource_variable_ops.BaseResourceVariable)
-                   for x in (param, m, v)):
-                assignments.append(self._fused_update(param, m, v, grad, learning_rate,
-                                                      use_decay))
-                continue
-
-            # Standard Adam update (reference-variable fallback).
-            next_m = (tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad))
-            next_v = (tf.multiply(self.beta_2, v) +
-                      tf.multiply(1.0 - self.beta_2, tf.square(grad)))
-
-            update = next_m / (tf.sqrt(next_v) + self.epsilon)
-
-            # Just adding the square of the weights to the loss function is
-            # *not* the correct way of using L2 regularization/weight decay
-            # with Adam, since that will interact with the m and v parameters
-            # in strange ways.
-            #
-            # Instead we want to decay the weights in a manner that doesn't
-            # interact with the m/v parameters. This is equivalent to adding
-            # the square of the weights to the loss with plain (non-momentum)
-            # SGD.
-            if use_decay:
-                update += self.weight_decay_rate * param
-
-            update_with_lr = learning_rate * update
-
-            next_param = param - update_with_lr
-
-            assignments.extend(
-                [param.assign(next_param),
-                 m.assign(next_m),
-                 v.assign(next_v)])
-        return tf.group(*assignments, name=name)
-
-    def _fused_update(self, param, m, v, grad, learning_rate, use_decay):
-        """In-place update with the fused kernel; same math as above.
+    def _resource_apply_dense(self, grad, var):
+        """In-place update with the fused kernel; same math as `_apply_dense`.
 
         ResourceApplyAdam computes ``lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)``;
         passing beta powers of 0 gives ``lr_t = lr``: no bias correction. The
         decoupled decay uses the pre-update weights, so it runs first.
         """
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
         deps = []
-        if use_decay:
-            deps.append(param.assign_sub(learning_rate * self.weight_decay_rate * param,
-                                         read_value=False))
+        if self._do_use_weight_decay(self._get_variable_name(var.name)):
+            deps.append(var.assign_sub(self._lr_t * self.weight_decay_rate * var,
+                                       read_value=False))
         with tf.control_dependencies(deps):
             return tf.raw_ops.ResourceApplyAdam(
-                var=param.handle, m=m.handle, v=v.handle,
+                var=var.handle, m=m.handle, v=v.handle,
                 beta1_power=tf.constant(0.0), beta2_power=tf.constant(0.0),
-                lr=learning_rate, beta1=tf.constant(self.beta_1, tf.float32),
+                lr=self._lr_t, beta1=tf.constant(self.beta_1, tf.float32),
                 beta2=tf.constant(self.beta_2, tf.float32),
                 epsilon=tf.constant(self.epsilon, tf.float32),
                 grad=grad, use_locking=False)
+
+    def _apply_dense(self, grad, param):
+        """The original's update, for reference (non-resource) variables."""
+        m = self.get_slot(param, "m")
+        v = self.get_slot(param, "v")
+        next_m = (tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad))
+        next_v = (tf.multiply(self.beta_2, v) +
+                  tf.multiply(1.0 - self.beta_2, tf.square(grad)))
+
+        update = next_m / (tf.sqrt(next_v) + self.epsilon)
+
+        # Just adding the square of the weights to the loss function is *not*
+        # the correct way of using L2 regularization/weight decay with Adam,
+        # since that will interact with the m and v parameters in strange ways.
+        #
+        # Instead we want to decay the weights in a manner that doesn't interact
+        # with the m/v parameters. This is equivalent to adding the square
+        # of the weights to the loss with plain (non-momentum) SGD.
+        if self._do_use_weight_decay(self._get_variable_name(param.name)):
+            update += self.weight_decay_rate * param
+
+        next_param = param - self._lr_t * update
+        return tf.group(param.assign(next_param), m.assign(next_m), v.assign(next_v))
+
+    def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
+        # The original densified sparse (embedding) gradients; so do we.
+        dense = tf.math.unsorted_segment_sum(grad, indices, tf.shape(handle)[0])
+        return self._resource_apply_dense(dense, handle)
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        return self._apply_dense(tf.convert_to_tensor(grad), var)
 
     def _do_use_weight_decay(self, param_name):
         """Whether to use L2 weight decay for `param_name`."""

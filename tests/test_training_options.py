@@ -1,0 +1,191 @@
+"""Equivalence tests for the memory and speed options (issue 8):
+recomputation, gradient accumulation, mixed precision and loss scaling."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import mixed_precision
+import modeling
+import optimization
+
+CONFIG = modeling.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=3,
+                             num_attention_heads=4, intermediate_size=64,
+                             max_position_embeddings=16, type_vocab_size=2)
+RNG = np.random.RandomState(0)
+IDS = RNG.randint(0, 50, (4, 8)).astype(np.int32)
+MASK = np.array([[1] * 8, [1] * 5 + [0] * 3, [1] * 2 + [0] * 6, [1] * 7 + [0]], np.int32)
+LABELS = np.array([0, 1, 1, 0], np.int32)
+
+
+def _classifier_loss(model, labels):
+    """Mean cross-entropy of a 2-class head on the pooled output."""
+    pooled = model.get_pooled_output()
+    weights = tf.get_variable("cls_w", [2, CONFIG.hidden_size],
+                              initializer=tf.truncated_normal_initializer(stddev=0.02))
+    logits = tf.matmul(pooled, weights, transpose_b=True)
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def _build(is_training, recompute=False, seed=None, compute_type=tf.float32):
+    ids = tf.placeholder(tf.int32, [None, 8])
+    mask = tf.placeholder(tf.int32, [None, 8])
+    labels = tf.placeholder(tf.int32, [None])
+    if seed is not None:
+        with modeling.stateless_dropout_seed(tf.constant(seed, tf.int32)):
+            model = modeling.BertModel(CONFIG, is_training, ids, mask,
+                                       recompute_grad=recompute, compute_type=compute_type)
+    else:
+        model = modeling.BertModel(CONFIG, is_training, ids, mask,
+                                   recompute_grad=recompute, compute_type=compute_type)
+    loss = _classifier_loss(model, labels)
+    return (ids, mask, labels), model, loss
+
+
+def _initial_values():
+    """Random initial values of every trainable variable, by name."""
+    with tf.Graph().as_default():
+        _build(False)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            return {v.name: sess.run(v) for v in tf.trainable_variables()}
+
+
+VALUES = _initial_values()
+
+
+def _load(sess, values):
+    for var in tf.trainable_variables():
+        var.load(values[var.name], sess)
+
+
+def _gradients(recompute, is_training=False, seed=None):
+    with tf.Graph().as_default():
+        (ids, mask, labels), _, loss = _build(is_training, recompute, seed)
+        tvars = tf.trainable_variables()
+        grads = [tf.convert_to_tensor(g) for g in tf.gradients(loss, tvars)]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            _load(sess, VALUES)
+            feed = {ids: IDS, mask: MASK, labels: LABELS}
+            return dict(zip([v.name for v in tvars], sess.run(grads, feed)))
+
+
+def test_recompute_grad_gives_identical_gradients():
+    plain = _gradients(recompute=False)
+    recomputed = _gradients(recompute=True)
+    assert set(plain) == set(recomputed)
+    for name in plain:
+        np.testing.assert_allclose(recomputed[name], plain[name], rtol=1e-5, atol=1e-7,
+                                   err_msg=name)
+
+
+def test_recompute_grad_reuses_dropout_masks():
+    """With dropout on, the recomputed backward pass must see the forward
+    pass's masks: the gradient must match a finite difference of the loss
+    evaluated with the same (fed) dropout seeds."""
+    with tf.Graph().as_default() as graph:
+        (ids, mask, labels), _, loss = _build(True, recompute=True, seed=[3, 4])
+        tvars = tf.trainable_variables()
+        grads = [tf.convert_to_tensor(g) for g in tf.gradients(loss, tvars)]
+        seeds = [op.outputs[0] for op in graph.get_operations()
+                 if op.name.endswith("dropout_seed") and op.type != "Const"]
+        assert len(seeds) == CONFIG.num_hidden_layers
+        feed = {ids: IDS, mask: MASK, labels: LABELS}
+        feed.update({s: np.array([11 + i, 5], np.int32) for i, s in enumerate(seeds)})
+        direction = [np.random.RandomState(1).randn(*v.shape.as_list()).astype(np.float32)
+                     for v in tvars]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            _load(sess, VALUES)
+            analytic = sum(float((g * d).sum())
+                           for g, d in zip(sess.run(grads, feed), direction))
+            eps = 1e-3
+
+            def loss_at(sign):
+                for var, d in zip(tvars, direction):
+                    var.load(VALUES[var.name] + sign * eps * d, sess)
+                return float(sess.run(loss, feed))
+
+            numeric = (loss_at(1) - loss_at(-1)) / (2 * eps)
+    assert analytic == pytest.approx(numeric, rel=2e-2, abs=1e-3)
+
+
+def _train(batches, accumulation_steps, num_updates):
+    """Runs the train op once per batch; returns variables and global step."""
+    with tf.Graph().as_default():
+        (ids, mask, labels), _, loss = _build(False)
+        # Scaling the loss down makes gradients comparable to Adam's epsilon,
+        # so the update depends on the gradient's scale (Adam is otherwise
+        # scale-invariant and would hide a sum-instead-of-mean bug).
+        train_op = optimization.create_optimizer(
+            loss * 1e-4, 1e-2, num_train_steps=10, num_warmup_steps=1, use_tpu=False,
+            gradient_accumulation_steps=accumulation_steps)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            _load(sess, VALUES)
+            steps = []
+            for batch in batches:
+                sess.run(train_op, {ids: IDS[batch], mask: MASK[batch],
+                                    labels: LABELS[batch]})
+                steps.append(sess.run(tf.train.get_global_step()))
+            values = {v.name: sess.run(v) for v in tf.trainable_variables()}
+    return values, steps
+
+
+def test_gradient_accumulation_equals_large_batch():
+    full = [slice(0, 4)] * 3
+    micro = [slice(0, 2), slice(2, 4)] * 3
+    big, big_steps = _train(full, 1, 3)
+    accumulated, acc_steps = _train(micro, 2, 3)
+    # global_step counts optimizer updates: it advances every 2nd micro-batch.
+    assert big_steps == [1, 2, 3]
+    assert acc_steps == [0, 1, 1, 2, 2, 3]
+    moved = max(np.abs(big[k] - VALUES[k]).max() for k in big)
+    assert moved > 1e-4
+    for name in big:
+        np.testing.assert_allclose(accumulated[name], big[name], rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("compute_type,tolerance", [(tf.float16, 2e-2), (tf.bfloat16, 1e-1)])
+def test_reduced_precision_matches_float32(compute_type, tolerance):
+    outputs = {}
+    for dtype in (tf.float32, compute_type):
+        with tf.Graph().as_default():
+            (ids, mask, _), model, _ = _build(False, compute_type=dtype)
+            # Variables (and so checkpoints) stay float32.
+            assert all(v.dtype.base_dtype == tf.float32 for v in tf.global_variables())
+            assert model.get_sequence_output().dtype == tf.float32
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                _load(sess, VALUES)
+                outputs[dtype] = sess.run(model.get_sequence_output(),
+                                          {ids: IDS, mask: MASK})
+    np.testing.assert_allclose(outputs[compute_type], outputs[tf.float32], atol=tolerance)
+
+
+def test_dynamic_loss_scale_skips_overflow_and_adapts():
+    with tf.Graph().as_default():
+        weight = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        factor = tf.placeholder(tf.float32, [])
+        loss = tf.reduce_sum(weight * factor)
+        scale = mixed_precision.DynamicLossScale(initial_scale=8.0, increment_period=2)
+        train_op = optimization.create_optimizer(loss, 0.1, 100, 0, False,
+                                                 loss_scale_manager=scale)
+        step = tf.train.get_global_step()
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train_op, {factor: np.inf})
+            # Overflow: the update is skipped, the step is not consumed and
+            # the scale halves.
+            assert sess.run(step) == 0
+            np.testing.assert_array_equal(sess.run(weight), [1.0, 2.0])
+            assert sess.run(scale.scale) == 4.0
+            sess.run(train_op, {factor: 1.0})
+            assert sess.run(step) == 1
+            assert not np.array_equal(sess.run(weight), [1.0, 2.0])
+            sess.run(train_op, {factor: 1.0})
+            # Two finite steps in a row double the scale.
+            assert sess.run(scale.scale) == 8.0
