@@ -13,15 +13,33 @@ shared flag sets its default (only ``max_seq_length`` differs: 384 for SQuAD,
 """
 
 import contextlib
+import importlib
 import os
 import sys
 import time
 
-import tensorflow.compat.v1 as tf
 from absl import app, flags
 
-import modeling
-import optimization
+
+class _LazyModule(object):
+    """A module imported on first attribute access.
+
+    TensorFlow (and modeling/optimization, which import it) are loaded only
+    when a function here needs them, so a script using just the flags and
+    input checks (create_pretraining_data.py) runs without TensorFlow's
+    ~440 MB and ~3 s import.
+    """
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+tf = _LazyModule("tensorflow.compat.v1")
+modeling = _LazyModule("modeling")
+optimization = _LazyModule("optimization")
 
 FLAGS = flags.FLAGS
 
@@ -172,7 +190,11 @@ def run_script(main):
         try:
             return main(argv)
         except InputError as e:
-            tf.logging.error("%s", e)
+            if "tensorflow" in sys.modules:
+                tf.logging.error("%s", e)
+            else:  # Not worth importing TensorFlow (seconds) to log it.
+                from absl import logging as absl_logging
+                absl_logging.error("%s", e)
             sys.stderr.write("ERROR: %s\n" % e)
             sys.exit(1)
     app.run(wrapped)
@@ -294,9 +316,12 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     initialized_variable_names = {}
     scaffold_fn = None
     if init_checkpoint:
+        # Trainable variables only, as in the original: restoring the
+        # checkpoint's global_step too would start a new run (fine-tuning, or
+        # pre-training continued in a new --output_dir) at the source's step,
+        # past its own num_train_steps and learning-rate schedule.
         (assignment_map, initialized_variable_names
-         ) = modeling.get_assignment_map_from_checkpoint(tf.global_variables(),
-                                                         init_checkpoint)
+         ) = modeling.get_assignment_map_from_checkpoint(tvars, init_checkpoint)
         if use_tpu:
             def tpu_scaffold():
                 tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
@@ -340,8 +365,12 @@ def num_train_steps(num_examples, train_batch_size, num_train_epochs):
     return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
 
 
-class ThroughputHook(tf.train.SessionRunHook):
-    """Logs loss, examples/s and (optionally) tokens/s every N steps."""
+class _ThroughputHookMethods(object):
+    """Logs loss, examples/s and (optionally) tokens/s every N steps.
+
+    `ThroughputHook` is this plus tf.train.SessionRunHook, made on first use
+    (see `__getattr__`) so that importing run_common does not load TensorFlow.
+    """
 
     def __init__(self, loss, examples_per_step, tokens_per_step=None, every_n_steps=None):
         self._loss = loss
@@ -382,8 +411,28 @@ def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
     """
     if use_tpu:
         return []
-    return [ThroughputHook(loss, examples_per_step, tokens_per_step,
-                           every_n_steps=every_n_steps)]
+    return [_throughput_hook_class()(loss, examples_per_step, tokens_per_step,
+                                     every_n_steps=every_n_steps)]
+
+
+_THROUGHPUT_HOOK = []
+
+
+def _throughput_hook_class():
+    """`ThroughputHook`: a tf.train.SessionRunHook, created once, lazily."""
+    if not _THROUGHPUT_HOOK:
+        _THROUGHPUT_HOOK.append(type("ThroughputHook", (_ThroughputHookMethods,
+                                                        tf.train.SessionRunHook),
+                                     {"__module__": __name__}))
+    return _THROUGHPUT_HOOK[0]
+
+
+def __getattr__(name):
+    # PEP 562: `run_common.ThroughputHook` still works, without importing
+    # TensorFlow when run_common itself is imported.
+    if name == "ThroughputHook":
+        return _throughput_hook_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 # ---------------------------------------------------------------------------
@@ -391,8 +440,11 @@ def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
 
 def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000,
                     use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
-                    master=None, num_tpu_cores=8, keep_checkpoint_max=5):
+                    master=None, num_tpu_cores=8, keep_checkpoint_max=5,
+                    tpu_job_name=None):
     """A `tf.estimator.tpu.RunConfig` for TPU, GPU or CPU.
+
+    `tpu_job_name`: name of the TPU worker job, if not 'tpu_worker'.
 
     Applies --use_xla (global JIT) and, without --use_tpu,
     --distribution_strategy.
@@ -419,6 +471,7 @@ def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000
         session_config=session_config,
         train_distribute=strategy,
         tpu_config=tf.estimator.tpu.TPUConfig(
+            tpu_job_name=tpu_job_name,
             iterations_per_loop=iterations_per_loop,
             num_shards=num_tpu_cores,
             per_host_input_for_training=is_per_host))
@@ -433,6 +486,10 @@ def _distribution_strategy():
         devices = None
         if num_gpus:
             devices = ["/gpu:%d" % i for i in range(num_gpus)]
+        elif not tf.config.list_logical_devices("GPU"):
+            # No GPU: every logical CPU device (one, unless the process split
+            # the CPU with tf.config.set_logical_device_configuration).
+            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices=devices)
     if name == "multi_worker_mirrored":
         return tf.distribute.experimental.MultiWorkerMirroredStrategy()
@@ -513,7 +570,14 @@ class _DistributedEstimator(object):
         def wrapped(params=None, input_context=None):
             params = dict(params or {})
             params["batch_size"] = batch
-            return input_fn(params)
+            dataset = input_fn(params)
+            if (mode == tf.estimator.ModeKeys.TRAIN and input_context is not None
+                    and input_context.num_input_pipelines > 1):
+                # Each worker takes every n-th batch, so together the workers
+                # consume the stream a single process would.
+                dataset = dataset.shard(input_context.num_input_pipelines,
+                                        input_context.input_pipeline_id)
+            return dataset
         return wrapped
 
     def train(self, input_fn, max_steps=None, hooks=None, steps=None):

@@ -1,0 +1,746 @@
+"""Extract pre-computed feature vectors from BERT.
+
+Same flags, input and JSON Lines output as Google's original
+``extract_features.py``: one line per input line, in input order,
+
+    {"linex_index": 0, "features": [{"token": "[CLS]", "layers": [
+        {"index": -1, "values": [0.123456, ...]}, ...]}, ...]}
+
+with every value rounded to 6 decimals, the tokens including [CLS] and
+[SEP] and the padding left out. An input line ``A ||| B`` is a sentence pair.
+
+Beyond the original:
+
+* Streaming: the input is tokenized into a temporary TFRecord file that the
+  estimator reads back (nothing is held in memory as constant tensors), and
+  output is written as predictions arrive, so memory does not grow with the
+  input. The output file appears (by rename) only when complete.
+* --output_format=npz (NumPy arrays, float32 or --npz_dtype=float16) or
+  tfrecord (one tf.train.Example per line) instead of the ~15 kB-per-token
+  JSON.
+* --pooling=cls|mean: one sentence vector per input line and layer instead of
+  one vector per token (mean: over the real tokens, [CLS] and [SEP] included,
+  as sentence-transformers does).
+* --trim_padding (CPU/GPU): each batch runs at the length of its longest
+  example rather than --max_seq_length.
+* Progress logging with examples/s; clear errors for bad flags and files.
+"""
+
+import collections
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+
+import modeling
+import run_common
+import tokenization
+from run_common import InputError
+
+FLAGS = flags.FLAGS
+
+run_common.define_flags(
+    "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
+    "vocab_file", "do_lower_case", "use_one_hot_embeddings", run_common.TPU_FLAGS,
+    "precision", "use_xla", max_seq_length=128)
+
+flags.DEFINE_string(
+    "layers", "-1,-2,-3,-4",
+    "Comma-separated encoder layers to output: -1 is the last layer, 0 the first.")
+
+flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
+
+flags.DEFINE_enum(
+    "output_format", "jsonl", ["jsonl", "npz", "tfrecord"],
+    "jsonl: the original's JSON Lines. npz: NumPy arrays (see "
+    "docs/features_and_conversion.md). tfrecord: one tf.train.Example per line.")
+
+flags.DEFINE_enum(
+    "pooling", "none", ["none", "cls", "mean"],
+    "none: one vector per token (the original). cls: the [CLS] token's vector. "
+    "mean: the mean over the real tokens ([CLS] and [SEP] included, padding "
+    "excluded). With cls/mean, one vector per input line and layer.")
+
+flags.DEFINE_enum(
+    "npz_dtype", "float32", ["float32", "float16"],
+    "Float type of the arrays written with --output_format=npz.")
+
+flags.DEFINE_bool(
+    "trim_padding", False,
+    "CPU/GPU only: run each batch at the length of its longest example "
+    "instead of --max_seq_length. Much faster for short lines; values agree "
+    "with the default to float32 rounding (so a 6th decimal may differ).")
+
+# Seconds between progress log lines.
+_LOG_EVERY_SECS = 10.0
+
+
+class InputExample(object):
+    """One input line: `text_a`, and `text_b` for a pair (else None)."""
+
+    def __init__(self, unique_id, text_a, text_b):
+        self.unique_id = unique_id
+        self.text_a = text_a
+        self.text_b = text_b
+
+
+class InputFeatures(object):
+    """A single set of features of data."""
+
+    def __init__(self, unique_id, tokens, input_ids, input_mask, input_type_ids):
+        self.unique_id = unique_id
+        self.tokens = tokens
+        self.input_ids = input_ids
+        self.input_mask = input_mask
+        self.input_type_ids = input_type_ids
+
+
+# ---------------------------------------------------------------------------
+# Data.
+
+def iter_examples(input_file):
+    """Yields an `InputExample` per line of `input_file`, in order.
+
+    A line "A ||| B" is the pair (A, B); any other line is one text. Lines are
+    stripped; an empty line is an example with empty text (as in the original).
+
+    Raises:
+      InputError: a line is not valid UTF-8 (names the file and line).
+    """
+    with tf.io.gfile.GFile(input_file, "rb") as reader:
+        for unique_id, raw in enumerate(reader):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError("--input_file %s line %d is not valid UTF-8: %s"
+                                 % (input_file, unique_id + 1, e))
+            line = line.strip()
+            m = re.match(r"^(.*) \|\|\| (.*)$", line)
+            if m is None:
+                text_a, text_b = line, None
+            else:
+                text_a, text_b = m.group(1), m.group(2)
+            yield InputExample(unique_id=unique_id, text_a=text_a, text_b=text_b)
+
+
+def read_examples(input_file):
+    """Read a list of `InputExample`s from an input file (the original's API)."""
+    return list(iter_examples(input_file))
+
+
+def convert_example(ex_index, example, seq_length, tokenizer):
+    """Tokenizes one `InputExample` into `InputFeatures` of `seq_length`.
+
+    Single texts become [CLS] A [SEP]; pairs [CLS] A [SEP] B [SEP] with
+    type ids 0 for the first segment (and its [SEP]) and 1 for the second.
+    The first five examples are logged, as in the original.
+    """
+    tokens_a = tokenizer.tokenize(example.text_a)
+
+    tokens_b = None
+    if example.text_b:
+        tokens_b = tokenizer.tokenize(example.text_b)
+
+    if tokens_b:
+        # Modifies `tokens_a` and `tokens_b` in place so that the total
+        # length is less than the specified length.
+        # Account for [CLS], [SEP], [SEP] with "- 3"
+        _truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
+    else:
+        # Account for [CLS] and [SEP] with "- 2"
+        if len(tokens_a) > seq_length - 2:
+            tokens_a = tokens_a[0:(seq_length - 2)]
+
+    # The convention in BERT is:
+    # (a) For sequence pairs:
+    #  tokens:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
+    #  type_ids: 0     0  0    0    0     0       0 0     1  1  1  1   1 1
+    # (b) For single sequences:
+    #  tokens:   [CLS] the dog is hairy . [SEP]
+    #  type_ids: 0     0   0   0  0     0 0
+    tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+    input_type_ids = [0] * len(tokens)
+    if tokens_b:
+        tokens += tokens_b + ["[SEP]"]
+        input_type_ids += [1] * (len(tokens_b) + 1)
+
+    input_ids = tokenizer.convert_tokens_to_ids(tokens)
+
+    # The mask has 1 for real tokens and 0 for padding tokens. Only real
+    # tokens are attended to.
+    input_mask = [1] * len(input_ids)
+
+    # Zero-pad up to the sequence length.
+    padding = seq_length - len(input_ids)
+    input_ids += [0] * padding
+    input_mask += [0] * padding
+    input_type_ids += [0] * padding
+
+    if ex_index < 5:
+        tf.logging.info("*** Example ***")
+        tf.logging.info("unique_id: %s" % (example.unique_id))
+        tf.logging.info("tokens: %s" % " ".join(
+            [tokenization.printable_text(x) for x in tokens]))
+        tf.logging.info("input_ids: %s" % " ".join([str(x) for x in input_ids]))
+        tf.logging.info("input_mask: %s" % " ".join([str(x) for x in input_mask]))
+        tf.logging.info("input_type_ids: %s" % " ".join([str(x) for x in input_type_ids]))
+
+    return InputFeatures(unique_id=example.unique_id, tokens=tokens, input_ids=input_ids,
+                         input_mask=input_mask, input_type_ids=input_type_ids)
+
+
+def convert_examples_to_features(examples, seq_length, tokenizer):
+    """Loads a data file into a list of `InputFeatures` (the original's API)."""
+    return [convert_example(i, example, seq_length, tokenizer)
+            for i, example in enumerate(examples)]
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+    """Truncates a sequence pair in place to the maximum length."""
+
+    # This is a simple heuristic which will always truncate the longer sequence
+    # one token at a time. This makes more sense than truncating an equal percent
+    # of tokens from each, since if one sequence is very short then each token
+    # that's truncated likely contains more information than a longer sequence.
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_length:
+            break
+        if len(tokens_a) > len(tokens_b):
+            tokens_a.pop()
+        else:
+            tokens_b.pop()
+
+
+def write_features(features, output_file):
+    """Writes `InputFeatures` (any iterable) to a TFRecord file, one
+    tf.train.Example each, streaming.
+
+    Returns:
+      The number of features written.
+    """
+    def int_feature(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    count = 0
+    with tf.io.TFRecordWriter(output_file) as writer:
+        for feature in features:
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "unique_ids": int_feature([feature.unique_id]),
+                "input_ids": int_feature(feature.input_ids),
+                "input_mask": int_feature(feature.input_mask),
+                "input_type_ids": int_feature(feature.input_type_ids),
+            }))
+            writer.write(example.SerializeToString())
+            count += 1
+    return count
+
+
+def file_based_input_fn_builder(input_file, seq_length, trim_padding=False):
+    """Creates an `input_fn` reading the TFRecord file of `write_features`.
+
+    The dataset yields dicts of int32 tensors: unique_ids [batch],
+    input_ids / input_mask / input_type_ids [batch, seq_length], in file order.
+    With `trim_padding`, each batch is cut to its longest example (dynamic
+    shapes: not for TPUs).
+    """
+    name_to_features = {
+        "unique_ids": tf.io.FixedLenFeature([], tf.int64),
+        "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "input_type_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+    }
+
+    def _decode_record(record):
+        # tf.Example only supports int64, but the TPU only supports int32.
+        example = tf.io.parse_single_example(record, name_to_features)
+        return {name: tf.cast(t, tf.int32) for name, t in example.items()}
+
+    def input_fn(params):
+        """The actual input function."""
+        batch_size = params["batch_size"]
+        d = tf.data.TFRecordDataset(input_file)
+        d = d.map(_decode_record)
+        # Predictions keep every example: the last batch may be smaller.
+        d = d.batch(batch_size=batch_size, drop_remainder=False)
+        if trim_padding:
+            d = d.map(_trim_batch)
+        return d
+
+    return input_fn
+
+
+def _trim_batch(batch):
+    """Cuts the padding columns that no example of the batch uses."""
+    length = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
+    return {name: t if name == "unique_ids" else t[:, :length] for name, t in batch.items()}
+
+
+def input_fn_builder(features, seq_length):
+    """Creates an `input_fn` holding `features` (a list) in memory as
+    constant tensors: the original's API, for small inputs. `main` streams
+    through `write_features` and `file_based_input_fn_builder` instead."""
+    columns = collections.OrderedDict(
+        [("unique_ids", []), ("input_ids", []), ("input_mask", []), ("input_type_ids", [])])
+    for feature in features:
+        columns["unique_ids"].append(feature.unique_id)
+        columns["input_ids"].append(feature.input_ids)
+        columns["input_mask"].append(feature.input_mask)
+        columns["input_type_ids"].append(feature.input_type_ids)
+
+    def input_fn(params):
+        """The actual input function."""
+        num_examples = len(features)
+        d = tf.data.Dataset.from_tensor_slices({
+            name: tf.constant(values, dtype=tf.int32,
+                              shape=[num_examples] + ([] if name == "unique_ids"
+                                                      else [seq_length]))
+            for name, values in columns.items()})
+        return d.batch(batch_size=params["batch_size"], drop_remainder=False)
+
+    return input_fn
+
+
+# ---------------------------------------------------------------------------
+# Model.
+
+def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
+                     use_one_hot_embeddings, pooling="none"):
+    """Returns `model_fn` closure for TPUEstimator (PREDICT only).
+
+    Predictions per example: "unique_id" (int32), "input_ids" and
+    "input_mask" ([seq_length], to recover the tokens and their number), and
+    for the j-th entry of `layer_indexes` "layer_output_j": [seq_length,
+    hidden_size] with pooling "none", else [hidden_size] ("cls": the first
+    token's vector; "mean": the mean over positions where input_mask is 1).
+    """
+
+    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
+        """The `model_fn` for TPUEstimator."""
+        if mode != tf.estimator.ModeKeys.PREDICT:
+            raise ValueError("Only PREDICT modes are supported: %s" % (mode))
+
+        unique_ids = features["unique_ids"]
+        input_ids = features["input_ids"]
+        input_mask = features["input_mask"]
+        input_type_ids = features["input_type_ids"]
+
+        model = modeling.BertModel(
+            config=bert_config,
+            is_training=False,
+            input_ids=input_ids,
+            input_mask=input_mask,
+            token_type_ids=input_type_ids,
+            use_one_hot_embeddings=use_one_hot_embeddings,
+            **run_common.model_options())
+
+        _check_checkpoint_covers_model(init_checkpoint)
+        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+
+        all_layers = model.get_all_encoder_layers()
+        predictions = {"unique_id": unique_ids, "input_ids": input_ids,
+                       "input_mask": input_mask}
+        mask = tf.cast(input_mask, tf.float32)[:, :, None]
+        for (i, layer_index) in enumerate(layer_indexes):
+            layer = all_layers[layer_index]
+            if pooling == "cls":
+                layer = layer[:, 0, :]
+            elif pooling == "mean":
+                # Every row has at least [CLS] and [SEP], so the count is > 0.
+                layer = tf.reduce_sum(layer * mask, axis=1) / tf.reduce_sum(mask, axis=1)
+            predictions["layer_output_%d" % i] = layer
+
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
+
+    return model_fn
+
+
+def _check_checkpoint_covers_model(init_checkpoint):
+    """Features from randomly initialised weights are worthless, so every
+    encoder variable must come from the checkpoint (the pooler, unused here,
+    may be absent).
+
+    Raises:
+      InputError: names the missing variables or the shape mismatch.
+    """
+    try:
+        (_, initialized) = modeling.get_assignment_map_from_checkpoint(
+            tf.trainable_variables(), init_checkpoint)
+    except ValueError as e:
+        raise InputError("--init_checkpoint: %s" % e)
+    missing = [v.op.name for v in tf.trainable_variables()
+               if v.op.name not in initialized and "/pooler/" not in v.op.name]
+    if missing:
+        raise InputError(
+            "--init_checkpoint %s lacks %d variable(s) of the model described by "
+            "--bert_config_file, e.g. %s: is it a BERT checkpoint with Google's variable "
+            "names (see convert_checkpoint.py for Hugging Face models)?"
+            % (init_checkpoint, len(missing), ", ".join(missing[:3])))
+
+
+# ---------------------------------------------------------------------------
+# Output writers. Each takes (linex_index, tokens, [one array per layer]) per
+# example, where an array is [num_tokens, hidden] (pooling "none") or
+# [hidden]; `close` completes the file, `abort` removes what was written.
+
+class JsonlWriter(object):
+    """The original's JSON Lines (pooling "none"), or with pooling one line
+    {"linex_index": i, "layers": [{"index": -1, "values": [...]}, ...]}."""
+
+    def __init__(self, output_file, layer_indexes):
+        self._layer_indexes = layer_indexes
+        self._path = output_file
+        self._tmp_path = _temp_name(output_file)
+        self._writer = tf.io.gfile.GFile(self._tmp_path, "w")
+
+    @staticmethod
+    def _values(vector):
+        # Exactly the original's rounding: Python's round() of the float64
+        # value of each float32 (not np.round, which can differ in the last
+        # digit).
+        return [round(x, 6) for x in vector.tolist()]
+
+    def write(self, linex_index, tokens, layers):
+        output_json = collections.OrderedDict()
+        output_json["linex_index"] = linex_index
+        if layers and layers[0].ndim == 1:
+            output_json["layers"] = [
+                collections.OrderedDict([("index", index), ("values", self._values(layer))])
+                for index, layer in zip(self._layer_indexes, layers)]
+        else:
+            all_features = []
+            for (i, token) in enumerate(tokens):
+                all_layers = []
+                for index, layer in zip(self._layer_indexes, layers):
+                    all_layers.append(collections.OrderedDict(
+                        [("index", index), ("values", self._values(layer[i]))]))
+                all_features.append(collections.OrderedDict(
+                    [("token", token), ("layers", all_layers)]))
+            output_json["features"] = all_features
+        self._writer.write(json.dumps(output_json) + "\n")
+
+    def close(self):
+        self._writer.close()
+        tf.io.gfile.rename(self._tmp_path, self._path, overwrite=True)
+
+    def abort(self):
+        self._writer.close()
+        _remove_if_exists(self._tmp_path)
+
+
+class TFRecordFeatureWriter(object):
+    """One tf.train.Example per input line with int64 "linex_index" and
+    "num_tokens", bytes "tokens" (pooling "none" only) and, per layer, float
+    "layer_<index>" holding the flattened [num_tokens, hidden] (or [hidden])
+    vectors."""
+
+    def __init__(self, output_file, layer_indexes):
+        self._layer_indexes = layer_indexes
+        self._path = output_file
+        self._tmp_path = _temp_name(output_file)
+        self._writer = tf.io.TFRecordWriter(self._tmp_path)
+
+    def write(self, linex_index, tokens, layers):
+        feature = {
+            "linex_index": tf.train.Feature(int64_list=tf.train.Int64List(value=[linex_index])),
+            "num_tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=[len(tokens)])),
+        }
+        if layers[0].ndim == 2:
+            feature["tokens"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[t.encode("utf-8") for t in tokens]))
+        for index, layer in zip(self._layer_indexes, layers):
+            feature["layer_%d" % index] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=layer.reshape(-1)))
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        self._writer.write(example.SerializeToString())
+
+    def close(self):
+        self._writer.close()
+        tf.io.gfile.rename(self._tmp_path, self._path, overwrite=True)
+
+    def abort(self):
+        self._writer.close()
+        _remove_if_exists(self._tmp_path)
+
+
+class NpzWriter(object):
+    """A NumPy .npz (uncompressed zip of .npy arrays), written without
+    holding the features in memory: arrays are appended to local raw files
+    while predictions arrive, and the archive is assembled from them at the
+    end.
+
+    Arrays: "linex_index" int64 [N], "num_tokens" int32 [N], and per layer
+    "layer_<index>": [total_tokens, hidden] (pooling "none"; example i's rows
+    start at the sum of num_tokens[:i]) or [N, hidden] (pooling); with
+    pooling "none" also "tokens" (unicode) [total_tokens].
+    """
+
+    def __init__(self, output_file, layer_indexes, dtype=np.float32):
+        self._layer_indexes = layer_indexes
+        self._path = output_file
+        self._dtype = np.dtype(dtype)
+        self._dir = tempfile.mkdtemp(prefix="extract_features_npz_")
+        self._files = {}
+        self._rows = 0
+        self._hidden = None
+        self._num_tokens = 0
+        self._max_token_len = 1
+        self._pooled = None
+        self._count = 0
+
+    def _append(self, name, array):
+        f = self._files.get(name)
+        if f is None:
+            f = self._files[name] = open(os.path.join(self._dir, name), "wb")
+        f.write(np.ascontiguousarray(array).tobytes())
+
+    def write(self, linex_index, tokens, layers):
+        self._count += 1
+        self._pooled = layers[0].ndim == 1
+        self._hidden = layers[0].shape[-1]
+        self._append("linex_index", np.array([linex_index], dtype="<i8"))
+        self._append("num_tokens", np.array([len(tokens)], dtype="<i4"))
+        for index, layer in zip(self._layer_indexes, layers):
+            self._append("layer_%d" % index, layer.astype(self._dtype.newbyteorder("<")))
+        if not self._pooled:
+            self._num_tokens += len(tokens)
+            self._max_token_len = max([self._max_token_len] + [len(t) for t in tokens])
+            self._append("tokens", "".join(t + "\n" for t in tokens).encode("utf-8"))
+
+    def _arrays(self):
+        """(name, dtype, shape, chunk iterator) of each array, in order."""
+        rows = self._count if self._pooled else self._num_tokens
+        arrays = [("linex_index", np.dtype("<i8"), (self._count,)),
+                  ("num_tokens", np.dtype("<i4"), (self._count,))]
+        if not self._pooled:
+            arrays.append(("tokens", np.dtype("<U%d" % self._max_token_len), (rows,)))
+        for index in self._layer_indexes:
+            arrays.append(("layer_%d" % index, self._dtype.newbyteorder("<"),
+                           (rows, self._hidden)))
+        return arrays
+
+    def _chunks(self, name, dtype):
+        path = os.path.join(self._dir, name)
+        if name == "tokens":
+            # Fixed-width UTF-32 as NumPy stores unicode arrays.
+            with open(path, "r", encoding="utf-8", newline="\n") as f:
+                for line in f:
+                    yield np.array([line[:-1]], dtype=dtype).tobytes()
+            return
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 22)
+                if not chunk:
+                    return
+                yield chunk
+
+    def close(self):
+        for f in self._files.values():
+            f.close()
+        try:
+            zip_path = os.path.join(self._dir, "output.npz")
+            with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+                for name, dtype, shape in self._arrays():
+                    with zf.open(name + ".npy", "w", force_zip64=True) as entry:
+                        np.lib.format.write_array_header_2_0(entry, {
+                            "descr": np.lib.format.dtype_to_descr(dtype),
+                            "fortran_order": False, "shape": shape})
+                        for chunk in self._chunks(name, dtype):
+                            entry.write(chunk)
+            tmp_path = _temp_name(self._path)
+            tf.io.gfile.copy(zip_path, tmp_path, overwrite=True)
+            tf.io.gfile.rename(tmp_path, self._path, overwrite=True)
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def abort(self):
+        for f in self._files.values():
+            f.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _temp_name(path):
+    return "%s.tmp-%d" % (path, os.getpid())
+
+
+def _remove_if_exists(path):
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
+
+
+# ---------------------------------------------------------------------------
+# Flag checks.
+
+def parse_layers(layers, num_hidden_layers):
+    """"-1,-2" -> [-1, -2], each in [-num_hidden_layers, num_hidden_layers).
+
+    Raises:
+      InputError: naming --layers and the bad entry.
+    """
+    indexes = []
+    for part in (layers or "").split(","):
+        part = part.strip()
+        try:
+            index = int(part)
+        except ValueError:
+            raise InputError("--layers=%s: %r is not an integer layer index (e.g. "
+                             "--layers=-1,-2,-3,-4)" % (layers, part))
+        if not -num_hidden_layers <= index < num_hidden_layers:
+            raise InputError(
+                "--layers=%s: layer %d does not exist; the model has %d layers "
+                "(indexes 0..%d, or -1..-%d from the last)"
+                % (layers, index, num_hidden_layers, num_hidden_layers - 1,
+                   num_hidden_layers))
+        indexes.append(index)
+    if len(set(indexes)) != len(indexes) and FLAGS.output_format != "jsonl":
+        raise InputError("--layers=%s names a layer twice, which --output_format=%s "
+                         "cannot store" % (layers, FLAGS.output_format))
+    return indexes
+
+
+def resolve_checkpoint(init_checkpoint):
+    """A checkpoint prefix, or a directory with a "checkpoint" state file or
+    exactly one checkpoint -> the checkpoint prefix.
+
+    Raises:
+      InputError: no checkpoint there.
+    """
+    if not init_checkpoint:
+        raise InputError("--init_checkpoint is required")
+    if tf.io.gfile.isdir(init_checkpoint):
+        latest = tf.train.latest_checkpoint(init_checkpoint)
+        if latest:
+            return latest
+        # No "checkpoint" state file (as in Google's zips and converted
+        # models): accept a directory holding exactly one checkpoint.
+        indexes = tf.io.gfile.glob(os.path.join(init_checkpoint, "*.index"))
+        if len(indexes) == 1:
+            return indexes[0][:-len(".index")]
+    elif tf.io.gfile.exists(init_checkpoint + ".index"):
+        return init_checkpoint
+    raise InputError("--init_checkpoint: no checkpoint found at %s (expected a prefix "
+                     "such as .../bert_model.ckpt with a .index file next to it)"
+                     % init_checkpoint)
+
+
+# ---------------------------------------------------------------------------
+
+def main(_):
+    tf.logging.set_verbosity(tf.logging.INFO)
+
+    run_common.require_flags("input_file", "output_file", "vocab_file",
+                             "bert_config_file", "init_checkpoint")
+    run_common.require_file("input_file", FLAGS.input_file)
+    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
+                                          FLAGS.init_checkpoint)
+    bert_config = run_common.load_bert_config(
+        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length,
+        vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
+    missing = [t for t in ("[CLS]", "[SEP]", "[UNK]") if t not in tokenizer.vocab]
+    if missing:
+        raise InputError("--vocab_file %s lacks %s: not a BERT vocabulary"
+                         % (FLAGS.vocab_file, ", ".join(missing)))
+    layer_indexes = parse_layers(FLAGS.layers, bert_config.num_hidden_layers)
+    init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
+    if FLAGS.max_seq_length < 3:
+        raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
+                         % FLAGS.max_seq_length)
+    if FLAGS.batch_size < 1:
+        raise InputError("--batch_size must be positive")
+    if FLAGS.trim_padding and FLAGS.use_tpu:
+        raise InputError("--trim_padding needs dynamic shapes, which TPUs do not "
+                         "support: leave it off with --use_tpu")
+
+    output_dir = os.path.dirname(FLAGS.output_file)
+    if output_dir:
+        tf.io.gfile.makedirs(output_dir)
+
+    # Tokenize once, streaming, into a TFRecord file next to the output (so
+    # a TPU can read it from the same bucket).
+    features_file = "%s.features.tmp-%d" % (FLAGS.output_file, os.getpid())
+    model_dir = None if FLAGS.use_tpu else tempfile.mkdtemp(prefix="extract_features_")
+    writer = None
+    try:
+        num_examples = write_features(
+            (convert_example(i, example, FLAGS.max_seq_length, tokenizer)
+             for i, example in enumerate(iter_examples(FLAGS.input_file))),
+            features_file)
+        if num_examples == 0:
+            raise InputError("--input_file %s is empty: expected one text (or "
+                             "\"A ||| B\" pair) per line" % FLAGS.input_file)
+        tf.logging.info("Tokenized %d examples from %s", num_examples, FLAGS.input_file)
+
+        run_config = run_common.make_run_config(
+            output_dir=model_dir, save_checkpoints_steps=None,
+            use_tpu=FLAGS.use_tpu, tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
+            gcp_project=FLAGS.gcp_project, master=FLAGS.master,
+            num_tpu_cores=FLAGS.num_tpu_cores)
+        model_fn = model_fn_builder(
+            bert_config=bert_config,
+            init_checkpoint=init_checkpoint,
+            layer_indexes=layer_indexes,
+            use_tpu=FLAGS.use_tpu,
+            use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
+            pooling=FLAGS.pooling)
+        # If TPU is not available, this will fall back to normal Estimator on
+        # CPU or GPU.
+        estimator = run_common.make_estimator(model_fn, run_config, FLAGS.use_tpu,
+                                              predict_batch_size=FLAGS.batch_size)
+        input_fn = file_based_input_fn_builder(features_file, FLAGS.max_seq_length,
+                                               trim_padding=FLAGS.trim_padding)
+
+        if FLAGS.output_format == "jsonl":
+            writer = JsonlWriter(FLAGS.output_file, layer_indexes)
+        elif FLAGS.output_format == "tfrecord":
+            writer = TFRecordFeatureWriter(FLAGS.output_file, layer_indexes)
+        else:
+            writer = NpzWriter(FLAGS.output_file, layer_indexes, dtype=FLAGS.npz_dtype)
+
+        start = time.time()
+        last_log = None
+        done = 0
+        for result in estimator.predict(input_fn, yield_single_examples=True):
+            if last_log is None:
+                # The first result comes after building the graph and
+                # restoring the checkpoint: count log intervals from here.
+                last_log = time.time()
+                tf.logging.info("First predictions after %.1f s", last_log - start)
+            num_tokens = int(np.sum(result["input_mask"]))
+            # Every token came from the vocabulary, so ids map back to them.
+            tokens = tokenizer.convert_ids_to_tokens(result["input_ids"][:num_tokens].tolist())
+            layers = []
+            for j in range(len(layer_indexes)):
+                layer = result["layer_output_%d" % j]
+                layers.append(layer if FLAGS.pooling != "none" else layer[:num_tokens])
+            writer.write(int(result["unique_id"]), tokens, layers)
+            done += 1
+            now = time.time()
+            if now - last_log >= _LOG_EVERY_SECS:
+                tf.logging.info("Processed %d of %d examples (%.1f examples/s)", done,
+                                num_examples, done / (now - start))
+                last_log = now
+        if done != num_examples:
+            raise RuntimeError("Got %d predictions for %d examples" % (done, num_examples))
+        writer.close()
+        writer = None
+        elapsed = max(time.time() - start, 1e-9)
+        tf.logging.info("Wrote %d examples to %s in %.1f s (%.1f examples/s)", done,
+                        FLAGS.output_file, elapsed, done / elapsed)
+    finally:
+        if writer is not None:
+            writer.abort()
+        _remove_if_exists(features_file)
+        if model_dir:
+            shutil.rmtree(model_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_common.run_script(main)

@@ -1,0 +1,339 @@
+"""convert_checkpoint.py on tiny Hugging Face models generated with
+`transformers` (test-only reference): every tensor round-trips to Google's
+variable names (transposed where due), the converted model computes what the
+Hugging Face model computes, old/other file layouts, and bad input.
+
+The expected Google names below are written out from Google's released
+checkpoints' layout, independently of the converter's mapping tables.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import convert_checkpoint
+import modeling
+from run_common import InputError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+HIDDEN, LAYERS, INTERMEDIATE, VOCAB_SIZE, POSITIONS = 16, 2, 24, 40, 32
+
+
+def hf_config(**overrides):
+    values = dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                  num_attention_heads=2, intermediate_size=INTERMEDIATE,
+                  max_position_embeddings=POSITIONS, type_vocab_size=2, hidden_act="gelu")
+    values.update(overrides)
+    return transformers.BertConfig(**values)
+
+
+def randomize(model, seed):
+    """Every parameter random (biases and LayerNorms too), so a swapped or
+    untransposed tensor cannot go unnoticed."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    return model
+
+
+def write_vocab(directory, size=VOCAB_SIZE):
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += ["tok%d" % i for i in range(size - len(tokens))]
+    with open(os.path.join(directory, "vocab.txt"), "w") as f:
+        f.write("\n".join(tokens) + "\n")
+
+
+@pytest.fixture(scope="module")
+def hf_pretraining(tmp_path_factory):
+    """A random BertForPreTraining saved as safetensors, and its state dict."""
+    directory = str(tmp_path_factory.mktemp("hf_pretraining"))
+    model = randomize(transformers.BertForPreTraining(hf_config()), seed=0).eval()
+    model.save_pretrained(directory)
+    write_vocab(directory)
+    return directory, model
+
+
+def expected_google_tensors(state):
+    """Google name -> expected value, from a Hugging Face state dict
+    (BertForPreTraining names), written out by hand."""
+    def t(name):
+        return state[name].detach().numpy()
+
+    out = {
+        "bert/embeddings/word_embeddings": t("bert.embeddings.word_embeddings.weight"),
+        "bert/embeddings/position_embeddings": t("bert.embeddings.position_embeddings.weight"),
+        "bert/embeddings/token_type_embeddings":
+            t("bert.embeddings.token_type_embeddings.weight"),
+        "bert/embeddings/LayerNorm/gamma": t("bert.embeddings.LayerNorm.weight"),
+        "bert/embeddings/LayerNorm/beta": t("bert.embeddings.LayerNorm.bias"),
+        "bert/pooler/dense/kernel": t("bert.pooler.dense.weight").T,
+        "bert/pooler/dense/bias": t("bert.pooler.dense.bias"),
+        "cls/predictions/transform/dense/kernel":
+            t("cls.predictions.transform.dense.weight").T,
+        "cls/predictions/transform/dense/bias": t("cls.predictions.transform.dense.bias"),
+        "cls/predictions/transform/LayerNorm/gamma":
+            t("cls.predictions.transform.LayerNorm.weight"),
+        "cls/predictions/transform/LayerNorm/beta":
+            t("cls.predictions.transform.LayerNorm.bias"),
+        "cls/predictions/output_bias": t("cls.predictions.bias"),
+        # [2, hidden] in both layouts: not transposed.
+        "cls/seq_relationship/output_weights": t("cls.seq_relationship.weight"),
+        "cls/seq_relationship/output_bias": t("cls.seq_relationship.bias"),
+    }
+    for n in range(LAYERS):
+        hf = "bert.encoder.layer.%d." % n
+        g = "bert/encoder/layer_%d/" % n
+        for hf_part, g_part in [("attention.self.query", "attention/self/query"),
+                                ("attention.self.key", "attention/self/key"),
+                                ("attention.self.value", "attention/self/value"),
+                                ("attention.output.dense", "attention/output/dense"),
+                                ("intermediate.dense", "intermediate/dense"),
+                                ("output.dense", "output/dense")]:
+            out[g + g_part + "/kernel"] = t(hf + hf_part + ".weight").T
+            out[g + g_part + "/bias"] = t(hf + hf_part + ".bias")
+        for hf_part, g_part in [("attention.output.LayerNorm", "attention/output/LayerNorm"),
+                                ("output.LayerNorm", "output/LayerNorm")]:
+            out[g + g_part + "/gamma"] = t(hf + hf_part + ".weight")
+            out[g + g_part + "/beta"] = t(hf + hf_part + ".bias")
+    return out
+
+
+def read_checkpoint(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
+
+
+@pytest.fixture(scope="module")
+def converted(hf_pretraining, tmp_path_factory):
+    directory, _ = hf_pretraining
+    output_dir = str(tmp_path_factory.mktemp("converted"))
+    result = convert_checkpoint.convert(directory, output_dir)
+    return output_dir, result
+
+
+def test_every_tensor_round_trips(hf_pretraining, converted):
+    _, model = hf_pretraining
+    output_dir, result = converted
+    assert sorted(os.listdir(output_dir)) == [
+        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+        "vocab.txt"]
+    assert result["warnings"] == []
+    variables = read_checkpoint(os.path.join(output_dir, "bert_model.ckpt"))
+    expected = expected_google_tensors(model.state_dict())
+    assert sorted(variables) == sorted(expected)
+    for name, value in expected.items():
+        assert variables[name].dtype == np.float32, name
+        np.testing.assert_array_equal(variables[name], value, err_msg=name)
+
+
+def test_config_and_vocab(hf_pretraining, converted):
+    directory, _ = hf_pretraining
+    output_dir, _ = converted
+    with open(os.path.join(output_dir, "bert_config.json")) as f:
+        config = json.load(f)
+    assert config == {
+        "vocab_size": VOCAB_SIZE, "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
+        "num_attention_heads": 2, "intermediate_size": INTERMEDIATE,
+        # Hugging Face "gelu" is the exact erf form.
+        "hidden_act": "gelu_exact", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": POSITIONS,
+        "type_vocab_size": 2, "initializer_range": 0.02}
+    with open(os.path.join(directory, "vocab.txt")) as a, \
+            open(os.path.join(output_dir, "vocab.txt")) as b:
+        assert a.read() == b.read()
+
+
+def test_variable_names_are_those_bert_model_builds(converted):
+    output_dir, _ = converted
+    config = modeling.BertConfig.from_json_file(os.path.join(output_dir, "bert_config.json"))
+    with tf.Graph().as_default():
+        modeling.BertModel(config, is_training=False,
+                           input_ids=tf.zeros([1, 4], dtype=tf.int32))
+        model_vars = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+    variables = read_checkpoint(os.path.join(output_dir, "bert_model.ckpt"))
+    converted_bert = {k: list(v.shape) for k, v in variables.items() if k.startswith("bert/")}
+    assert converted_bert == model_vars
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hf_act", ["gelu", "gelu_new"])
+def test_converted_model_computes_what_hugging_face_computes(tmp_path, hf_act):
+    # hidden_act matters: "gelu" (erf) and "gelu_new" (tanh) differ by ~1e-3,
+    # more than the tolerance, so a wrong mapping fails here.
+    directory = str(tmp_path / "hf")
+    model = randomize(transformers.BertModel(hf_config(hidden_act=hf_act)), seed=1).eval()
+    model.save_pretrained(directory)
+    write_vocab(directory)
+    output_dir = str(tmp_path / "tf")
+    convert_checkpoint.convert(directory, output_dir)
+
+    ids = np.array([[2, 7, 9, 11, 3, 0], [2, 5, 3, 12, 13, 3]], dtype=np.int64)
+    mask = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], dtype=np.int64)
+    types = np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1]], dtype=np.int64)
+    with torch.no_grad():
+        hf_out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                       token_type_ids=torch.tensor(types), output_hidden_states=True)
+
+    config = modeling.BertConfig.from_json_file(os.path.join(output_dir, "bert_config.json"))
+    with tf.Graph().as_default():
+        bert = modeling.BertModel(config, is_training=False, input_ids=tf.constant(ids, tf.int32),
+                                  input_mask=tf.constant(mask, tf.int32),
+                                  token_type_ids=tf.constant(types, tf.int32))
+        tf.train.init_from_checkpoint(os.path.join(output_dir, "bert_model.ckpt"),
+                                      {"bert/": "bert/"})
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            layers, pooled = sess.run([bert.get_all_encoder_layers(), bert.get_pooled_output()])
+    real = mask.astype(bool)
+    for n, layer in enumerate(layers):
+        np.testing.assert_allclose(layer[real], hf_out.hidden_states[n + 1].numpy()[real],
+                                   atol=1e-4, rtol=0, err_msg="layer %d" % n)
+    np.testing.assert_allclose(pooled, hf_out.pooler_output.numpy(), atol=1e-4, rtol=0)
+
+
+def test_pytorch_bin_with_old_layer_norm_names(hf_pretraining, converted, tmp_path):
+    # pytorch-pretrained-bert era checkpoints: pytorch_model.bin, LayerNorm
+    # gamma/beta, the MLM bias under cls.predictions.decoder.bias and a
+    # position_ids buffer.
+    _, model = hf_pretraining
+    state = {}
+    for name, value in model.state_dict().items():
+        name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta")
+        state[name] = value.clone()
+    state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias")
+    state["bert.embeddings.position_ids"] = torch.arange(POSITIONS)[None]
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    torch.save(state, str(directory / "pytorch_model.bin"))
+    model.config.to_json_file(str(directory / "config.json"))
+    write_vocab(str(directory))
+    convert_checkpoint.convert(str(directory), str(tmp_path / "out"))
+    a = read_checkpoint(str(tmp_path / "out" / "bert_model.ckpt"))
+    b = read_checkpoint(os.path.join(converted[0], "bert_model.ckpt"))
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_pytorch_bin_without_torch_asks_for_safetensors(tmp_path, monkeypatch):
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    (directory / "pytorch_model.bin").write_bytes(b"not read")
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(InputError, match="PyTorch is not installed.*safetensors"):
+        convert_checkpoint.load_hf_weights(str(directory))
+
+
+def test_bfloat16_safetensors(tmp_path):
+    from safetensors.torch import save_file
+    values = torch.randn(3, 5).to(torch.bfloat16)
+    save_file({"w": values, "f16": values.to(torch.float16)}, str(tmp_path / "m.safetensors"))
+    loaded = convert_checkpoint._load_safetensors(str(tmp_path / "m.safetensors"))
+    np.testing.assert_array_equal(loaded["w"], values.to(torch.float32).numpy())
+    np.testing.assert_array_equal(loaded["f16"], values.to(torch.float16).numpy())
+
+
+def test_bert_model_without_prefix_and_without_heads(tmp_path):
+    # BertModel (and sentence-transformers) checkpoints have no "bert." prefix
+    # and no pre-training heads; the heads are left out with a warning.
+    directory = str(tmp_path / "hf")
+    model = randomize(transformers.BertModel(hf_config(hidden_act="relu")), seed=2)
+    model.save_pretrained(directory)
+    write_vocab(directory)
+    result = convert_checkpoint.convert(directory, str(tmp_path / "out"))
+    variables = read_checkpoint(result["checkpoint"])
+    assert not [n for n in variables if n.startswith("cls/")]
+    np.testing.assert_array_equal(variables["bert/encoder/layer_1/output/dense/kernel"],
+                                  model.encoder.layer[1].output.dense.weight.detach().numpy().T)
+    assert any("masked LM head" in w for w in result["warnings"])
+    with open(result["bert_config_file"]) as f:
+        assert json.load(f)["hidden_act"] == "relu"
+
+
+# ---------------------------------------------------------------------------
+# Bad input: a clear InputError, and nothing written.
+
+def copy_model(source, destination, config_overrides=None, drop=(), replace=None):
+    """Copies a Hugging Face model directory with edits to its config/tensors."""
+    os.makedirs(destination)
+    with open(os.path.join(source, "config.json")) as f:
+        config = json.load(f)
+    config.update(config_overrides or {})
+    with open(os.path.join(destination, "config.json"), "w") as f:
+        json.dump(config, f)
+    tensors = safetensors_numpy.load_file(os.path.join(source, "model.safetensors"))
+    for name in drop:
+        del tensors[name]
+    tensors.update(replace or {})
+    safetensors_numpy.save_file(tensors, os.path.join(destination, "model.safetensors"))
+    write_vocab(destination)
+    return destination
+
+
+def assert_conversion_fails(directory, tmp_path, match):
+    output_dir = tmp_path / "out"
+    with pytest.raises(InputError, match=match):
+        convert_checkpoint.convert(str(directory), str(output_dir))
+    assert not output_dir.exists() or os.listdir(str(output_dir)) == []
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"model_type": "roberta"}, "model_type is 'roberta'.*only \"bert\""),
+    ({"model_type": "distilbert"}, "model_type is 'distilbert'"),
+    ({"hidden_act": "silu"}, "hidden_act 'silu' is not supported"),
+    ({"position_embedding_type": "relative_key"}, "position_embedding_type"),
+    ({"layer_norm_eps": 1e-5}, "layer_norm_eps"),
+])
+def test_unsupported_config(hf_pretraining, tmp_path, overrides, match):
+    directory = copy_model(hf_pretraining[0], str(tmp_path / "hf"), config_overrides=overrides)
+    assert_conversion_fails(directory, tmp_path, match)
+
+
+def test_missing_tensor(hf_pretraining, tmp_path):
+    name = "bert.encoder.layer.1.attention.self.key.weight"
+    directory = copy_model(hf_pretraining[0], str(tmp_path / "hf"), drop=[name])
+    assert_conversion_fails(directory, tmp_path, "missing 1 tensor.*" + name.replace(".", r"\."))
+
+
+def test_shape_mismatch_with_config(hf_pretraining, tmp_path):
+    directory = copy_model(hf_pretraining[0], str(tmp_path / "hf"),
+                           config_overrides={"intermediate_size": INTERMEDIATE * 2})
+    assert_conversion_fails(directory, tmp_path,
+                            r"bert\.encoder\.layer\.0\.intermediate\.dense\.weight has shape "
+                            r"\[24, 16\], but config\.json implies \[48, 16\]")
+
+
+def test_more_layers_than_config(hf_pretraining, tmp_path):
+    directory = copy_model(hf_pretraining[0], str(tmp_path / "hf"),
+                           config_overrides={"num_hidden_layers": 1})
+    assert_conversion_fails(directory, tmp_path,
+                            r"1-layer BERT encoder does not have.*num_hidden_layers.*"
+                            r"bert\.encoder\.layer\.1\.")
+
+
+def test_missing_files(hf_pretraining, tmp_path):
+    assert_conversion_fails(tmp_path / "nowhere", tmp_path, "directory not found")
+    directory = copy_model(hf_pretraining[0], str(tmp_path / "hf"))
+    os.remove(os.path.join(directory, "vocab.txt"))
+    assert_conversion_fails(directory, tmp_path, "vocab.txt")
+    write_vocab(directory)
+    os.remove(os.path.join(directory, "model.safetensors"))
+    assert_conversion_fails(directory, tmp_path, "holds no weights")
+    os.remove(os.path.join(directory, "config.json"))
+    assert_conversion_fails(directory, tmp_path, "config.json")
+
+
+def test_corrupt_safetensors(hf_pretraining, tmp_path):
+    directory = copy_model(hf_pretraining[0], str(tmp_path / "hf"))
+    with open(os.path.join(directory, "model.safetensors"), "r+b") as f:
+        f.truncate(1000)
+    assert_conversion_fails(directory, tmp_path, "not a readable safetensors file")

@@ -1,0 +1,417 @@
+"""Tests of run_pretraining.py: the pre-training heads against NumPy, the
+input pipeline, input checking, and short end-to-end runs (training shows
+learning; restoring a checkpoint with cls/* variables)."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from absl import flags
+from absl.testing import flagsaver
+
+import modeling
+import run_common
+import run_pretraining
+import tiny
+
+FLAGS = flags.FLAGS
+
+SEQ = 32
+PRED = 5
+NUM_WORDS = 40
+VOCAB_SIZE = len(tiny.SPECIAL_TOKENS) + NUM_WORDS
+CLS_ID, SEP_ID, MASK_ID = 2, 3, 4
+TRAIN_STEPS = 150
+
+RESULT_KEYS = {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+               "next_sentence_accuracy", "next_sentence_loss"}
+
+
+# ---------------------------------------------------------------------------
+# Helpers.
+
+def _int64(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def _float(values):
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def make_instances(n, seq=SEQ, pred=PRED, seed=0):
+    """Synthetic pre-training instances as feature dicts (lists of ints).
+
+    Each sequence is one word repeated, so a masked word can be predicted from
+    any unmasked one: a tiny model learns it in a few hundred steps, while at
+    step 0 it guesses (accuracy about 1/vocab). Next-sentence labels are
+    random.
+    """
+    rng = np.random.RandomState(seed)
+    instances = []
+    for _ in range(n):
+        word = len(tiny.SPECIAL_TOKENS) + rng.randint(NUM_WORDS)
+        ids = [CLS_ID] + [word] * (seq - 2) + [SEP_ID]
+        positions = sorted(rng.choice(np.arange(1, seq - 1), pred, replace=False).tolist())
+        input_ids = list(ids)
+        for p in positions:
+            input_ids[p] = MASK_ID
+        instances.append({
+            "input_ids": input_ids,
+            "input_mask": [1] * seq,
+            "segment_ids": [0] * (seq // 2) + [1] * (seq - seq // 2),
+            "masked_lm_positions": positions,
+            "masked_lm_ids": [ids[p] for p in positions],
+            "masked_lm_weights": [1.0] * pred,
+            "next_sentence_labels": [int(rng.randint(2))],
+        })
+    return instances
+
+
+def write_records(path, instances, drop=(), override=None):
+    """Writes instances as tf.train.Examples with the original's feature
+    names (masked_lm_weights a float feature, the others int64)."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for instance in instances:
+            features = {}
+            for name, values in instance.items():
+                if name in drop:
+                    continue
+                if override and name in override:
+                    values = override[name]
+                maker = _float if name == "masked_lm_weights" else _int64
+                features[name] = maker(values)
+            example = tf.train.Example(features=tf.train.Features(feature=features))
+            writer.write(example.SerializeToString())
+    return path
+
+
+def run_main(**flag_values):
+    """Runs run_pretraining.main in-process with exactly these flags (all
+    others at their defaults)."""
+    argv = ["run_pretraining"] + ["--%s=%s" % (k, v) for k, v in flag_values.items()]
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(argv)
+        return run_pretraining.main([])
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny vocab/config (no dropout, so eval is deterministic) and data."""
+    d = tmp_path_factory.mktemp("pretrain")
+    tiny.write_vocab(str(d), ["w%d" % i for i in range(NUM_WORDS)])
+    config = tiny.write_config(str(d), VOCAB_SIZE, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    data = write_records(str(d / "data.tfrecord"), make_instances(256))
+    return {"dir": d, "config": config, "data": data}
+
+
+def base_flags(setup, output_dir, **overrides):
+    values = {
+        "bert_config_file": setup["config"],
+        "input_file": setup["data"],
+        "output_dir": output_dir,
+        "max_seq_length": SEQ,
+        "max_predictions_per_seq": PRED,
+        "train_batch_size": 16,
+        "eval_batch_size": 32,
+        "learning_rate": 2e-3,
+        "num_train_steps": TRAIN_STEPS,
+        "num_warmup_steps": TRAIN_STEPS // 10,
+        "max_eval_steps": 4,
+        "save_checkpoints_steps": 1000,
+        "iterations_per_loop": 1000,
+    }
+    values.update(overrides)
+    return values
+
+
+def read_results(path):
+    result = {}
+    with open(path) as f:
+        for line in f:
+            key, value = line.rstrip("\n").split(" = ")
+            result[key] = float(value)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# The heads, against NumPy.
+
+def _np_layer_norm(x):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-12)
+
+
+def _np_log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_gather_indexes_matches_numpy():
+    rng = np.random.RandomState(1)
+    seq = rng.randn(3, 7, 4).astype(np.float32)
+    positions = np.array([[0, 6], [3, 3], [5, 1]], dtype=np.int32)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        out = sess.run(run_pretraining.gather_indexes(tf.constant(seq), tf.constant(positions)))
+    expected = np.stack([seq[b, p] for b in range(3) for p in positions[b]])
+    np.testing.assert_allclose(out, expected)
+
+
+def test_masked_lm_output_variables_and_loss_match_numpy():
+    config = modeling.BertConfig(vocab_size=11, hidden_size=6, hidden_act="relu",
+                                 num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=8)
+    rng = np.random.RandomState(2)
+    sequence = rng.randn(2, 5, 6).astype(np.float32)
+    table = rng.randn(11, 6).astype(np.float32)
+    positions = np.array([[1, 4, 0], [2, 3, 0]], dtype=np.int32)
+    label_ids = np.array([[7, 3, 0], [10, 5, 0]], dtype=np.int32)
+    weights = np.array([[1.0, 1.0, 0.0], [1.0, 0.5, 0.0]], dtype=np.float32)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        loss, per_example, log_probs = run_pretraining.get_masked_lm_output(
+            config, tf.constant(sequence), tf.constant(table), tf.constant(positions),
+            tf.constant(label_ids), tf.constant(weights))
+        shapes = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+        sess.run(tf.global_variables_initializer())
+        # A non-zero bias and LayerNorm parameters make the check meaningful.
+        scope = "cls/predictions/"
+        variables = {v.op.name: v for v in tf.global_variables()}
+        bias = rng.randn(11).astype(np.float32)
+        gamma = rng.rand(6).astype(np.float32) + 0.5
+        beta = rng.randn(6).astype(np.float32)
+        variables[scope + "output_bias"].load(bias, sess)
+        variables[scope + "transform/LayerNorm/gamma"].load(gamma, sess)
+        variables[scope + "transform/LayerNorm/beta"].load(beta, sess)
+        kernel = sess.run(variables[scope + "transform/dense/kernel"])
+        dense_bias = rng.randn(6).astype(np.float32)
+        variables[scope + "transform/dense/bias"].load(dense_bias, sess)
+        loss, per_example, log_probs = sess.run([loss, per_example, log_probs])
+
+    # Exactly the original's variables: the output layer is tied to the
+    # embedding table, so no output weights of its own.
+    assert shapes == {
+        scope + "transform/dense/kernel": [6, 6],
+        scope + "transform/dense/bias": [6],
+        scope + "transform/LayerNorm/beta": [6],
+        scope + "transform/LayerNorm/gamma": [6],
+        scope + "output_bias": [11],
+    }
+    gathered = np.concatenate([sequence[b, positions[b]] for b in range(2)])
+    hidden = np.maximum(gathered @ kernel + dense_bias, 0.0)
+    hidden = _np_layer_norm(hidden) * gamma + beta
+    expected_log_probs = _np_log_softmax(hidden @ table.T + bias)
+    expected_per_example = -expected_log_probs[np.arange(6), label_ids.reshape(-1)]
+    w = weights.reshape(-1)
+    expected_loss = (w * expected_per_example).sum() / (w.sum() + 1e-5)
+    np.testing.assert_allclose(log_probs, expected_log_probs, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(per_example, expected_per_example, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-4)
+
+
+def test_next_sentence_output_variables_and_loss_match_numpy():
+    config = modeling.BertConfig(vocab_size=11, hidden_size=6)
+    rng = np.random.RandomState(3)
+    pooled = rng.randn(4, 6).astype(np.float32)
+    labels = np.array([[0], [1], [1], [0]], dtype=np.int32)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        outputs = run_pretraining.get_next_sentence_output(
+            config, tf.constant(pooled), tf.constant(labels))
+        variables = {v.op.name: v for v in tf.global_variables()}
+        assert {k: v.shape.as_list() for k, v in variables.items()} == {
+            "cls/seq_relationship/output_weights": [2, 6],
+            "cls/seq_relationship/output_bias": [2],
+        }
+        sess.run(tf.global_variables_initializer())
+        bias = np.array([0.3, -0.2], dtype=np.float32)
+        variables["cls/seq_relationship/output_bias"].load(bias, sess)
+        weights = sess.run(variables["cls/seq_relationship/output_weights"])
+        loss, per_example, log_probs = sess.run(outputs)
+    expected_log_probs = _np_log_softmax(pooled @ weights.T + bias)
+    expected_per_example = -expected_log_probs[np.arange(4), labels[:, 0]]
+    np.testing.assert_allclose(log_probs, expected_log_probs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(per_example, expected_per_example, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss, expected_per_example.mean(), rtol=1e-5)
+
+
+def test_metric_fn_weights_masked_lm_predictions():
+    # 2 examples x 2 predictions; argmax of the log-probs below: 1, 0, 2, 2.
+    log_probs = np.log(np.array([[0.1, 0.8, 0.1], [0.7, 0.2, 0.1],
+                                 [0.2, 0.2, 0.6], [0.1, 0.1, 0.8]], dtype=np.float32))
+    ids = np.array([[1, 1], [2, 0]], dtype=np.int32)          # right, wrong, right, wrong
+    weights = np.array([[1.0, 1.0], [1.0, 0.0]], dtype=np.float32)  # last is padding
+    example_loss = np.array([1.0, 2.0, 3.0, 100.0], dtype=np.float32)
+    ns_log_probs = np.log(np.array([[0.9, 0.1], [0.3, 0.7]], dtype=np.float32))
+    ns_labels = np.array([[0], [0]], dtype=np.int32)
+    ns_loss = np.array([0.5, 1.5], dtype=np.float32)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        metrics = run_pretraining.metric_fn(
+            tf.constant(example_loss), tf.constant(log_probs), tf.constant(ids),
+            tf.constant(weights), tf.constant(ns_loss), tf.constant(ns_log_probs),
+            tf.constant(ns_labels))
+        sess.run(tf.local_variables_initializer())
+        sess.run({k: v[1] for k, v in metrics.items()})
+        values = sess.run({k: v[0] for k, v in metrics.items()})
+    assert values["masked_lm_accuracy"] == pytest.approx(2.0 / 3.0)
+    assert values["masked_lm_loss"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3
+    assert values["next_sentence_accuracy"] == pytest.approx(0.5)
+    assert values["next_sentence_loss"] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------
+# Input pipeline.
+
+def _batches(input_fn, batch_size, count):
+    with tf.Graph().as_default(), tf.Session() as sess:
+        dataset = input_fn({"batch_size": batch_size})
+        next_batch = tf.data.make_one_shot_iterator(dataset).get_next()
+        dtypes = {k: v.dtype for k, v in next_batch.items()}
+        shapes = {k: v.shape.as_list() for k, v in next_batch.items()}
+        return [sess.run(next_batch) for _ in range(count)], dtypes, shapes
+
+
+def test_input_fn_decodes_records_as_int32_batches(tmp_path):
+    instances = make_instances(10, seed=4)
+    files = [write_records(str(tmp_path / "a.tfrecord"), instances[:6]),
+             write_records(str(tmp_path / "b.tfrecord"), instances[6:])]
+
+    eval_fn = run_pretraining.input_fn_builder(files, SEQ, PRED, is_training=False)
+    batches, dtypes, shapes = _batches(eval_fn, 4, 3)
+    assert dtypes == {"input_ids": tf.int32, "input_mask": tf.int32, "segment_ids": tf.int32,
+                      "masked_lm_positions": tf.int32, "masked_lm_ids": tf.int32,
+                      "masked_lm_weights": tf.float32, "next_sentence_labels": tf.int32}
+    # drop_remainder=True: static batch dimension, as TPUs need.
+    assert shapes["input_ids"] == [4, SEQ]
+    assert shapes["masked_lm_positions"] == [4, PRED]
+    assert shapes["next_sentence_labels"] == [4, 1]
+    # Eval reads the files in order and repeats them (10 records, 12 read).
+    order = (instances + instances)[:12]
+    for name in instances[0]:
+        got = np.concatenate([b[name] for b in batches])
+        np.testing.assert_allclose(got, np.array([inst[name] for inst in order]))
+
+    train_fn = run_pretraining.input_fn_builder(files, SEQ, PRED, is_training=True)
+    batches, _, shapes = _batches(train_fn, 4, 5)
+    assert shapes["input_ids"] == [4, SEQ]
+    # Training shuffles and repeats over both files: every record read is
+    # one of those written.
+    written = {tuple(inst["input_ids"]) for inst in instances}
+    seen = {tuple(row) for b in batches for row in b["input_ids"]}
+    assert seen <= written
+    assert len(seen) > 4
+
+
+# ---------------------------------------------------------------------------
+# Input checking: clear errors naming the flag and file at fault.
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"do_train": False, "do_eval": False}, "do_train"),
+    ({"input_file": ""}, "--input_file"),
+    ({"input_file": "/nonexistent/dir/*.tfrecord"}, "no file matches /nonexistent/dir"),
+    ({"bert_config_file": "/nonexistent/bert_config.json"}, "--bert_config_file"),
+    ({"max_seq_length": 128, "max_predictions_per_seq": PRED}, "max_position_embeddings"),
+    ({"max_seq_length": 48}, "has length 32 but --max_seq_length=48"),
+    ({"max_predictions_per_seq": 7}, "has length 5 but --max_predictions_per_seq=7"),
+    ({"init_checkpoint": "/nonexistent/model.ckpt"}, "--init_checkpoint"),
+])
+def test_bad_flags_raise_input_error(setup, tmp_path, overrides, message):
+    values = base_flags(setup, str(tmp_path / "out"), do_train=True)
+    values.update(overrides)
+    with pytest.raises(run_common.InputError, match=message):
+        run_main(**values)
+    assert not os.path.exists(tmp_path / "out" / "checkpoint")
+
+
+def test_bad_records_raise_input_error(setup, tmp_path):
+    instances = make_instances(2)
+    cases = {
+        "empty.tfrecord": (lambda p: open(p, "wb").close(), "holds no records"),
+        "text.tfrecord": (lambda p: open(p, "w").write("just some text\n" * 20),
+                          "cannot read"),
+        "missing.tfrecord": (lambda p: write_records(p, instances, drop=("masked_lm_ids",)),
+                             "no feature 'masked_lm_ids'"),
+        "big_ids.tfrecord": (lambda p: write_records(
+            p, instances, override={"masked_lm_ids": [VOCAB_SIZE] * PRED}),
+            "token id %d but vocab_size" % VOCAB_SIZE),
+    }
+    for name, (make, message) in cases.items():
+        path = str(tmp_path / name)
+        make(path)
+        with pytest.raises(run_common.InputError, match=message) as info:
+            run_main(**base_flags(setup, str(tmp_path / "out"), input_file=path,
+                                  do_train=True))
+        assert path in str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# End to end (tiny model, CPU).
+
+@pytest.fixture(scope="module")
+def trained(setup):
+    """Trains TRAIN_STEPS steps with --eval_at_start and --do_eval."""
+    output_dir = str(setup["dir"] / "trained")
+    run_main(**base_flags(setup, output_dir, do_train=True, do_eval=True,
+                          eval_at_start=True))
+    return output_dir
+
+
+@pytest.mark.slow
+def test_train_and_eval_shows_learning(trained):
+    start = read_results(os.path.join(trained, run_pretraining.START_RESULTS_FILE))
+    end = read_results(os.path.join(trained, "eval_results.txt"))
+    assert set(start) == RESULT_KEYS
+    assert set(end) == RESULT_KEYS
+    assert start["global_step"] == 0
+    assert end["global_step"] == TRAIN_STEPS
+    # At step 0 the model guesses among 45 tokens; after training it has
+    # learned to copy the repeated word.
+    assert start["masked_lm_accuracy"] < 0.15
+    # (0.97 to 0.99 in four runs; unseeded, so with a margin.)
+    assert end["masked_lm_accuracy"] > 0.6
+    assert end["masked_lm_loss"] < start["masked_lm_loss"] - 1.0
+    assert end["loss"] == pytest.approx(end["masked_lm_loss"] + end["next_sentence_loss"],
+                                        abs=0.05)
+    assert tf.train.latest_checkpoint(trained).endswith("model.ckpt-%d" % TRAIN_STEPS)
+
+
+@pytest.mark.slow
+def test_checkpoint_has_the_original_variable_names(trained, setup):
+    names = dict(tf.train.list_variables(os.path.join(trained, "model.ckpt-%d" % TRAIN_STEPS)))
+    hidden = 32
+    assert names["cls/predictions/output_bias"] == [VOCAB_SIZE]
+    assert names["cls/predictions/transform/dense/kernel"] == [hidden, hidden]
+    assert names["cls/predictions/transform/LayerNorm/gamma"] == [hidden]
+    assert names["cls/seq_relationship/output_weights"] == [2, hidden]
+    assert names["cls/seq_relationship/output_bias"] == [2]
+    assert names["bert/embeddings/word_embeddings"] == [VOCAB_SIZE, hidden]
+    assert names["cls/predictions/output_bias/adam_m"] == [VOCAB_SIZE]
+
+
+@pytest.mark.slow
+def test_init_checkpoint_restores_cls_variables(trained, setup, tmp_path):
+    """Training from --init_checkpoint in a fresh output_dir starts from
+    exactly the source model (cls/* included) at global step 0."""
+    source = os.path.join(trained, "model.ckpt-%d" % TRAIN_STEPS)
+    output_dir = str(tmp_path / "restored")
+    run_main(**base_flags(setup, output_dir, do_train=True, do_eval=True, eval_at_start=True,
+                          init_checkpoint=source, num_train_steps=3, num_warmup_steps=0))
+
+    start = os.path.join(output_dir, "model.ckpt-0")
+    for name, _ in tf.train.list_variables(source):
+        if name.startswith(("cls/", "bert/")) and "adam_" not in name:
+            np.testing.assert_array_equal(tf.train.load_variable(start, name),
+                                          tf.train.load_variable(source, name), err_msg=name)
+    # Same weights, same data, no dropout: the same evaluation at the start.
+    mine = read_results(os.path.join(output_dir, run_pretraining.START_RESULTS_FILE))
+    theirs = read_results(os.path.join(trained, "eval_results.txt"))
+    for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+                "next_sentence_loss", "loss"):
+        assert mine[key] == pytest.approx(theirs[key], rel=1e-5), key
+    # The source's global_step is not restored: this run's own 3 steps ran
+    # (as in the original, which restores trainable variables only).
+    assert mine["global_step"] == 0
+    assert read_results(os.path.join(output_dir, "eval_results.txt"))["global_step"] == 3
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-3")
+
