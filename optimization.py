@@ -111,13 +111,15 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
                              "with a tf.distribute strategy: use a larger per-replica "
                              "batch or more replicas instead")
         # Average over replicas before clipping, so that clipping sees the
-        # gradient of the global batch, exactly as on a single device. (The
-        # optimizer's own cross-replica mean of identical values is a no-op.)
+        # gradient of the global batch, exactly as on a single device.
         present = [i for i, g in enumerate(grads) if g is not None]
         reduced = replica_context.all_reduce(tf.distribute.ReduceOp.MEAN,
                                              [grads[i] for i in present])
         for i, g in zip(present, reduced):
             grads[i] = g
+        num_replicas = replica_context.num_replicas_in_sync
+    else:
+        num_replicas = 1
 
     if gradient_accumulation_steps and gradient_accumulation_steps > 1:
         return _accumulating_train_op(optimizer, grads, tvars, global_step,
@@ -131,6 +133,11 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
 
     # This is how the model was pre-trained.
     (grads, _) = tf.clip_by_global_norm(grads, clip_norm=1.0)
+    if num_replicas > 1:
+        # A v1 optimizer sums the replicas' gradients when applying them
+        # (expecting losses pre-divided by the replica count); every replica
+        # holds the same clipped mean here, so each contributes 1/n of it.
+        grads = [None if g is None else g / float(num_replicas) for g in grads]
 
     if all_finite is None:
         train_op = optimizer.apply_gradients(zip(grads, tvars))

@@ -461,6 +461,12 @@ def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000
             tf.OptimizerOptions.ON_1)
 
     strategy = None if use_tpu else _distribution_strategy()
+    num_cpus = len(tf.config.list_logical_devices("CPU")) if strategy is not None else 1
+    if num_cpus > 1:
+        # The Estimator's session must expose the logical CPU devices the
+        # strategy mirrors onto (a v1 Session creates one CPU by default).
+        session_config = session_config or tf.ConfigProto()
+        session_config.device_count["CPU"] = num_cpus
     is_per_host = tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2
     return tf.estimator.tpu.RunConfig(
         cluster=tpu_cluster_resolver,

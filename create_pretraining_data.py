@@ -1,0 +1,1000 @@
+"""Create masked-LM / next-sentence TFRecord examples for BERT pre-training.
+
+Input: plain text, one sentence per line, blank lines between documents.
+Output: `tf.train.Example`s in TFRecord files with the original's features
+(input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids,
+masked_lm_weights, next_sentence_labels), written round-robin across the
+comma-separated --output_file list.
+
+Two modes:
+
+* Default (--num_workers=1, --shard_size_mb=0): the original algorithm with the
+  original's random-number draws, so the output is byte-identical to Google's
+  create_pretraining_data.py for the same input, flags and seed. Tokens are
+  kept as integer arrays and instances as serialized bytes until the final
+  global shuffle (less than half the original's memory per MB of text, and
+  no TensorFlow), but memory still grows with the corpus.
+* Sharded (--num_workers=N > 1, or --shard_size_mb > 0): the corpus is cut, at
+  document boundaries, into shards of about --shard_size_mb of text; each
+  shard is processed on its own (random-next sentences come from the same
+  shard, instances are shuffled within it) by a pool of N processes, with a
+  random generator seeded from (--random_seed, shard index); the shards'
+  instances are then mixed, in shard order, through a seeded shuffle buffer
+  of --shuffle_buffer_size instances. Memory is bounded by the shard size,
+  the number of workers and the buffer, not the corpus size, and the output
+  depends only on the input, the flags and the seed: not on --num_workers.
+
+TensorFlow is not imported for local files (it is only needed for gs:// and
+other remote paths): TFRecords are framed here (with CRC-32C) and examples
+serialized directly in the protobuf wire format, byte for byte as
+tf.train.Example.SerializeToString() does.
+"""
+
+import array
+import glob
+import hashlib
+import multiprocessing
+import os
+import random
+import struct
+import sys
+import time
+
+import numpy as np
+from absl import flags
+from absl import logging
+
+import run_common
+import tokenization
+from run_common import InputError
+
+FLAGS = flags.FLAGS
+
+run_common.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
+                        "max_seq_length", "max_predictions_per_seq")
+
+flags.DEFINE_bool(
+    "do_whole_word_mask", False,
+    "Whether to use whole word masking rather than per-WordPiece masking.")
+
+flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+
+flags.DEFINE_integer(
+    "dupe_factor", 10,
+    "Number of times to duplicate the input data (with different masks).")
+
+flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+
+flags.DEFINE_float(
+    "short_seq_prob", 0.1,
+    "Probability of creating sequences which are shorter than the "
+    "maximum length.")
+
+flags.DEFINE_integer(
+    "num_workers", 1,
+    "Processes to use. 1 (with --shard_size_mb=0): the original's algorithm and "
+    "output, byte for byte. More than 1: sharded mode (see --shard_size_mb), "
+    "output deterministic for a given seed and independent of this number.")
+
+flags.DEFINE_float(
+    "shard_size_mb", 0.0,
+    "Sharded mode: MB of input text per shard (cut at the next document "
+    "boundary). 0: 0.5 if --num_workers > 1, else no sharding (original mode). "
+    "Memory grows with this, not with the corpus.")
+
+flags.DEFINE_integer(
+    "shuffle_buffer_size", 100000,
+    "Sharded mode: instances from consecutive shards are mixed through a "
+    "shuffle buffer of this many instances (about 0.8 KB each at "
+    "max_seq_length=128).")
+
+# Feature names in the order the original builds (and logs) them.
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+_LOG_EXAMPLES = 20
+
+
+# ---------------------------------------------------------------------------
+# Files: local paths through Python, others (gs://...) through tf.io.gfile.
+
+def _is_remote(path):
+    return "://" in path
+
+
+def _gfile():
+    import tensorflow.compat.v1 as tf
+    return tf.io.gfile
+
+
+def _open(path, mode):
+    return _gfile().GFile(path, mode) if _is_remote(path) else open(path, mode)
+
+
+def _expand_input_files(patterns):
+    """Comma-separated files or globs -> list of files (each glob sorted).
+
+    Raises:
+      InputError: a pattern matches no file.
+    """
+    files = []
+    for pattern in patterns.split(","):
+        pattern = pattern.strip()
+        if not pattern:
+            continue
+        if _is_remote(pattern):
+            matched = _gfile().glob(pattern)
+        else:
+            matched = [p for p in glob.glob(pattern) if os.path.isfile(p)]
+        if not matched:
+            raise InputError("--input_file: no file matches %s" % pattern)
+        files.extend(sorted(matched))
+    if not files:
+        raise InputError("--input_file is required")
+    return files
+
+
+class _AtomicRecordFiles(object):
+    """TFRecord files written under temporary names, renamed into place only
+    when all are complete (`commit`); `abort` removes them. Records go
+    round-robin across the files, as in the original."""
+
+    def __init__(self, paths):
+        self._paths = list(paths)
+        self._tmp_paths = ["%s.tmp-%d" % (p, os.getpid()) for p in self._paths]
+        self._files = []
+        try:
+            for tmp in self._tmp_paths:
+                self._files.append(_open(tmp, "wb"))
+        except (OSError, IOError) as e:
+            self.abort()
+            raise InputError("--output_file: cannot write %s: %s" % (tmp, e))
+        self._next = 0
+        self.count = 0
+
+    def write(self, framed_records):
+        files, n = self._files, len(self._files)
+        for record in framed_records:
+            files[self._next].write(record)
+            self._next = (self._next + 1) % n
+            self.count += 1
+
+    def commit(self):
+        for f in self._files:
+            f.close()
+        for tmp, path in zip(self._tmp_paths, self._paths):
+            if _is_remote(path):
+                _gfile().rename(tmp, path, overwrite=True)
+            else:
+                os.replace(tmp, path)
+
+    def abort(self):
+        for f in self._files:
+            try:
+                f.close()
+            except (OSError, IOError):
+                pass
+        for tmp in self._tmp_paths:
+            try:
+                if _is_remote(tmp):
+                    if _gfile().exists(tmp):
+                        _gfile().remove(tmp)
+                elif os.path.exists(tmp):
+                    os.remove(tmp)
+            except (OSError, IOError):
+                pass
+
+
+# ---------------------------------------------------------------------------
+# Serialization: tf.train.Example in protobuf wire format, TFRecord framing.
+
+def _varint(value):
+    """Protobuf base-128 varint of a non-negative int."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# The order in which protobuf (upb, as used by TensorFlow 2.15) serializes
+# the seven-entry `Features.feature` map, so that our bytes equal
+# tf.train.Example.SerializeToString()'s; the test suite checks this.
+_SERIALIZED_ORDER = ("masked_lm_ids", "input_ids", "masked_lm_positions",
+                     "next_sentence_labels", "input_mask", "masked_lm_weights",
+                     "segment_ids")
+_FLOAT_ONE = struct.pack("<f", 1.0)
+_FLOAT_ZERO = struct.pack("<f", 0.0)
+
+
+class ExampleEncoder(object):
+    """Serializes instances as tf.train.Example bytes.
+
+    Args:
+      vocab_size: ids are below this.
+      max_seq_length, max_predictions_per_seq: the padded feature lengths.
+    """
+
+    def __init__(self, vocab_size, max_seq_length, max_predictions_per_seq):
+        # Varint bytes of every id, position and (small) length.
+        self._varints = [_varint(i) for i in range(max(vocab_size, max_seq_length, 1 << 14))]
+        self._max_seq_length = max_seq_length
+        self._max_predictions = max_predictions_per_seq
+        # Map entry bytes up to the feature's length: key, then value tag.
+        self._key_prefix = {}
+        for name in FEATURE_NAMES:
+            key = name.encode("ascii")
+            self._key_prefix[name] = b"\x0a" + _varint(len(key)) + key + b"\x12"
+        # Entries that depend only on lengths, made once each.
+        self._labels = [self._entry("next_sentence_labels", bytes([v]), b"\x1a")
+                        for v in (0, 1)]
+        self._masks = {}
+        self._segments = {}
+        self._weights = {}
+
+    def _len(self, n):
+        return self._varints[n] if n < len(self._varints) else _varint(n)
+
+    def _entry(self, name, payload, tag):
+        """Features map entry {key: name, value: Feature{tag: List{packed}}}."""
+        length = self._len
+        inner = b"\x0a" + length(len(payload)) + payload if payload else b""
+        feature = tag + length(len(inner)) + inner
+        entry = self._key_prefix[name] + length(len(feature)) + feature
+        return b"\x0a" + length(len(entry)) + entry
+
+    def encode(self, input_ids, num_a, masked_positions, masked_ids, is_random_next):
+        """One instance -> serialized tf.train.Example.
+
+        Args:
+          input_ids: list of ids, [CLS] A [SEP] B [SEP] (unpadded, after masking).
+          num_a: number of tokens in A (segment 0 is [CLS] A [SEP]).
+          masked_positions, masked_ids: the masked-LM targets, sorted by position.
+          is_random_next: whether B is a random other sentence (label 1).
+
+        Returns:
+          bytes.
+        """
+        varints = self._varints
+        n = len(input_ids)
+        pad = self._max_seq_length - n
+        k = len(masked_positions)
+        pad_k = self._max_predictions - k
+        entry = self._entry
+        ints = b"\x1a"
+        mask = self._masks.get(n)
+        if mask is None:
+            mask = self._masks[n] = entry("input_mask", b"\x01" * n + b"\x00" * pad, ints)
+        segments = self._segments.get((num_a, n))
+        if segments is None:
+            segments = self._segments[(num_a, n)] = entry(
+                "segment_ids", b"\x00" * (num_a + 2) + b"\x01" * (n - num_a - 2)
+                + b"\x00" * pad, ints)
+        weights = self._weights.get(k)
+        if weights is None:
+            weights = self._weights[k] = entry(
+                "masked_lm_weights", _FLOAT_ONE * k + _FLOAT_ZERO * pad_k, b"\x12")
+        # In _SERIALIZED_ORDER.
+        features = b"".join([
+            entry("masked_lm_ids", b"".join([varints[i] for i in masked_ids])
+                  + b"\x00" * pad_k, ints),
+            entry("input_ids", b"".join([varints[i] for i in input_ids]) + b"\x00" * pad,
+                  ints),
+            entry("masked_lm_positions", b"".join([varints[i] for i in masked_positions])
+                  + b"\x00" * pad_k, ints),
+            self._labels[1 if is_random_next else 0],
+            mask,
+            weights,
+            segments,
+        ])
+        return b"\x0a" + self._len(len(features)) + features
+
+
+def _read_varint(data, pos):
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _length_delimited_fields(data):
+    """(field number, bytes) of the length-delimited fields of a message."""
+    pos = 0
+    while pos < len(data):
+        tag, pos = _read_varint(data, pos)
+        if tag & 7 == 0:
+            _, pos = _read_varint(data, pos)
+            continue
+        length, pos = _read_varint(data, pos)
+        yield tag >> 3, data[pos:pos + length]
+        pos += length
+
+
+def decode_example(data):
+    """Serialized tf.train.Example (as written here) -> {name: list of values}."""
+    features = {}
+    for _, features_msg in _length_delimited_fields(data):
+        for _, entry in _length_delimited_fields(features_msg):
+            fields = dict(_length_delimited_fields(entry))
+            name = fields[1].decode("utf-8")
+            for kind, value_list in _length_delimited_fields(fields.get(2, b"")):
+                payload = b"".join(v for _, v in _length_delimited_fields(value_list))
+                if kind == 2:
+                    features[name] = list(struct.unpack("<%df" % (len(payload) // 4),
+                                                        payload))
+                else:
+                    values, pos = [], 0
+                    while pos < len(payload):
+                        value, pos = _read_varint(payload, pos)
+                        values.append(value)
+                    features[name] = values
+            features.setdefault(name, [])
+    return {name: features.get(name, []) for name in FEATURE_NAMES}
+
+
+def _crc32c_table():
+    table = np.zeros(256, np.uint32)
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table[i] = crc
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+_CRC_TABLE_LIST = [int(x) for x in _CRC_TABLE]
+
+
+def _crc32c_small(data):
+    """CRC-32C of a short bytes object (pure Python)."""
+    crc = 0xFFFFFFFF
+    table = _CRC_TABLE_LIST
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def crc32c_batch(chunks):
+    """CRC-32C (Castagnoli, as TFRecord uses) of each bytes object in `chunks`.
+
+    Vectorized across the chunks: one NumPy table step per byte position.
+
+    Returns:
+      uint32 array [len(chunks)].
+    """
+    n = len(chunks)
+    if n == 0:
+        return np.zeros(0, np.uint32)
+    lengths = np.fromiter(map(len, chunks), np.int64, n)
+    order = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    max_len = int(sorted_lengths[0])
+    rows = np.zeros((n, max_len), np.uint8)
+    rows[np.arange(max_len) < sorted_lengths[:, None]] = np.frombuffer(
+        b"".join([chunks[i] for i in order]), np.uint8)
+    columns = np.ascontiguousarray(rows.T)
+    del rows
+    # Rows still active at each byte position (lengths are sorted descending).
+    active = n - np.searchsorted(sorted_lengths[::-1], np.arange(max_len), side="right")
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    table = _CRC_TABLE
+    for pos in range(max_len):
+        k = active[pos]
+        c = crc[:k]
+        c[:] = table[(c ^ columns[pos, :k]) & 0xFF] ^ (c >> 8)
+    result = np.empty(n, np.uint32)
+    result[order] = crc ^ np.uint32(0xFFFFFFFF)
+    return result
+
+
+def _masked_crc(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+_HEADER_CACHE = {}
+
+
+def frame_records(examples):
+    """Serialized examples -> TFRecord records (length, CRCs, data)."""
+    crcs = crc32c_batch(examples)
+    framed = []
+    for data, crc in zip(examples, crcs.tolist()):
+        header = _HEADER_CACHE.get(len(data))
+        if header is None:
+            length = struct.pack("<Q", len(data))
+            header = length + struct.pack("<I", _masked_crc(_crc32c_small(length)))
+            _HEADER_CACHE[len(data)] = header
+        framed.append(header + data + struct.pack("<I", _masked_crc(crc)))
+    return framed
+
+
+# ---------------------------------------------------------------------------
+# Reading and tokenizing documents.
+
+class _Vocab(object):
+    """The tokenizer plus the id tables instance creation needs."""
+
+    def __init__(self, vocab_file, do_lower_case):
+        try:
+            self.tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
+                                                        do_lower_case=do_lower_case)
+        except ValueError as e:
+            raise InputError("--vocab_file: %s" % e)
+        vocab = self.tokenizer.vocab
+        missing = [t for t in ("[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
+        if missing:
+            raise InputError("--vocab_file %s lacks the special token(s) %s"
+                             % (vocab_file, " ".join(missing)))
+        self.vocab = vocab
+        self.inv_vocab = self.tokenizer.inv_vocab
+        self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
+                                                  vocab["[MASK]"])
+        # The original draws random words from list(vocab.keys()).
+        self.random_word_ids = [vocab[w] for w in vocab.keys()]
+        self.size = max(vocab.values()) + 1
+        self.is_continuation = [False] * self.size
+        for token, index in vocab.items():
+            if token.startswith("##"):
+                self.is_continuation[index] = True
+
+    def ids(self, line):
+        vocab = self.vocab
+        return [vocab[t] for t in self.tokenizer.tokenize(line)]
+
+
+def _decode_line(raw, path, line_number):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError("--input_file %s, line %d: not valid UTF-8 (byte %d of the line: "
+                         "%s); convert the file to UTF-8" % (path, line_number, e.start,
+                                                             e.reason))
+
+
+def _documents_from_lines(numbered_lines, vocab, documents=None):
+    """Tokenizes lines into documents as the original does.
+
+    Args:
+      numbered_lines: iterable of (path, line number, raw bytes of a line).
+      vocab: _Vocab.
+      documents: list to extend (its last document continues), or None.
+
+    Returns:
+      List of documents; a document is a list of sentences, each an
+      array('i') of token ids. Lines without tokens are dropped; blank lines
+      start a new document; empty documents are kept (removed by callers).
+    """
+    if documents is None:
+        documents = [[]]
+    for path, line_number, raw in numbered_lines:
+        line = _decode_line(raw, path, line_number).strip()
+        if not line:
+            documents.append([])
+            continue
+        ids = vocab.ids(line)
+        if ids:
+            documents[-1].append(array.array("i", ids))
+    return documents
+
+
+def _numbered_lines(input_files):
+    """(path, line number, raw line bytes) of every line of the files.
+
+    Lines end at b"\\n" only, as tf.gfile's readline (the original's reader).
+    """
+    for path in input_files:
+        try:
+            with _open(path, "rb") as f:
+                for number, raw in enumerate(f, 1):
+                    yield path, number, raw
+        except (OSError, IOError) as e:
+            raise InputError("--input_file: cannot read %s: %s" % (path, e))
+
+
+# ---------------------------------------------------------------------------
+# Instances: the original's algorithm and random draws, on token ids.
+
+class InstanceMaker(object):
+    """Creates training instances from documents, drawing random numbers
+    exactly as the original's create_instances_from_document does.
+
+    Instances are returned serialized (tf.train.Example bytes).
+    """
+
+    def __init__(self, vocab, max_seq_length, short_seq_prob, masked_lm_prob,
+                 max_predictions_per_seq, do_whole_word_mask):
+        self.vocab = vocab
+        self.max_seq_length = max_seq_length
+        self.short_seq_prob = short_seq_prob
+        self.masked_lm_prob = masked_lm_prob
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.do_whole_word_mask = do_whole_word_mask
+        self.encoder = ExampleEncoder(vocab.size, max_seq_length, max_predictions_per_seq)
+        # Instances whose masked-LM predictions were capped at
+        # max_predictions_per_seq (the original does so silently).
+        self.num_capped = 0
+
+    def from_document(self, all_documents, document_index, rng, output):
+        """Appends the serialized instances of one document to `output`."""
+        document = all_documents[document_index]
+        max_num_tokens = self.max_seq_length - 3
+        target_seq_length = max_num_tokens
+        if rng.random() < self.short_seq_prob:
+            target_seq_length = rng.randint(2, max_num_tokens)
+
+        current_chunk = []
+        current_length = 0
+        i = 0
+        while i < len(document):
+            segment = document[i]
+            current_chunk.append(segment)
+            current_length += len(segment)
+            if i == len(document) - 1 or current_length >= target_seq_length:
+                if current_chunk:
+                    a_end = 1
+                    if len(current_chunk) >= 2:
+                        a_end = rng.randint(1, len(current_chunk) - 1)
+                    tokens_a = []
+                    for j in range(a_end):
+                        tokens_a.extend(current_chunk[j])
+
+                    tokens_b = []
+                    if len(current_chunk) == 1 or rng.random() < 0.5:
+                        is_random_next = True
+                        target_b_length = target_seq_length - len(tokens_a)
+                        for _ in range(10):
+                            random_document_index = rng.randint(0, len(all_documents) - 1)
+                            if random_document_index != document_index:
+                                break
+                        random_document = all_documents[random_document_index]
+                        random_start = rng.randint(0, len(random_document) - 1)
+                        for j in range(random_start, len(random_document)):
+                            tokens_b.extend(random_document[j])
+                            if len(tokens_b) >= target_b_length:
+                                break
+                        # The unused segments are "put back" for the next chunk.
+                        i -= len(current_chunk) - a_end
+                    else:
+                        is_random_next = False
+                        for j in range(a_end, len(current_chunk)):
+                            tokens_b.extend(current_chunk[j])
+                    _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                    assert len(tokens_a) >= 1
+                    assert len(tokens_b) >= 1
+
+                    vocab = self.vocab
+                    tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
+                    masked, positions, labels = self._mask(tokens, rng)
+                    output.append(self.encoder.encode(masked, len(tokens_a), positions,
+                                                      labels, is_random_next))
+                current_chunk = []
+                current_length = 0
+            i += 1
+
+    def _mask(self, tokens, rng):
+        """The original's create_masked_lm_predictions, on ids.
+
+        Returns:
+          (output ids, masked positions, original ids at those positions).
+        """
+        vocab = self.vocab
+        cls_id, sep_id = vocab.cls_id, vocab.sep_id
+        if self.do_whole_word_mask:
+            is_continuation = vocab.is_continuation
+            cand_indexes = []
+            for i, token in enumerate(tokens):
+                if token == cls_id or token == sep_id:
+                    continue
+                # As the original: a "##" piece joins the previous candidate,
+                # even across [SEP] when B starts with a truncated word.
+                if cand_indexes and is_continuation[token]:
+                    cand_indexes[-1].append(i)
+                else:
+                    cand_indexes.append([i])
+        else:
+            # Every position but [CLS], the middle [SEP] and the last [SEP]
+            # (text never tokenizes to "[CLS]" or "[SEP]": the brackets are
+            # split off as punctuation).
+            middle = tokens.index(sep_id)
+            cand_indexes = list(range(1, middle))
+            cand_indexes.extend(range(middle + 1, len(tokens) - 1))
+        _shuffle(cand_indexes, rng)
+
+        output = list(tokens)
+        wanted = max(1, int(round(len(tokens) * self.masked_lm_prob)))
+        num_to_predict = min(self.max_predictions_per_seq, wanted)
+        if wanted > self.max_predictions_per_seq:
+            self.num_capped += 1
+
+        random_value = rng.random
+        masked = []
+        if self.do_whole_word_mask:
+            covered = set()
+            for index_set in cand_indexes:
+                if len(masked) >= num_to_predict:
+                    break
+                # A whole word that would exceed the budget is skipped.
+                if len(masked) + len(index_set) > num_to_predict:
+                    continue
+                if any(index in covered for index in index_set):
+                    continue
+                for index in index_set:
+                    covered.add(index)
+                    output[index] = self._masked_token(tokens[index], random_value, rng)
+                    masked.append(index)
+        else:
+            for index in cand_indexes[:num_to_predict]:
+                output[index] = self._masked_token(tokens[index], random_value, rng)
+                masked.append(index)
+        masked.sort()
+        return output, masked, [tokens[i] for i in masked]
+
+    def _masked_token(self, token, random_value, rng):
+        # 80% [MASK], 10% the original token, 10% a random vocabulary word.
+        if random_value() < 0.8:
+            return self.vocab.mask_id
+        if random_value() < 0.5:
+            return token
+        words = self.vocab.random_word_ids
+        return words[rng.randint(0, len(words) - 1)]
+
+
+def _inline_shuffle(x, rng):
+    """Same permutation and generator state as `rng.shuffle(x)` (CPython's
+    algorithm with `_randbelow` inlined: one Python call less per element;
+    the masking's shuffles are most of the run time)."""
+    getrandbits = rng.getrandbits
+    bits = _BIT_LENGTHS if len(x) < len(_BIT_LENGTHS) else [
+        n.bit_length() for n in range(len(x) + 1)]
+    for i in range(len(x) - 1, 0, -1):
+        n = i + 1
+        k = bits[n]
+        j = getrandbits(k)
+        while j >= n:
+            j = getrandbits(k)
+        x[i], x[j] = x[j], x[i]
+
+
+_BIT_LENGTHS = [n.bit_length() for n in range(4097)]
+
+
+def _inline_shuffle_matches():
+    """Whether `_inline_shuffle` reproduces this Python's random.shuffle."""
+    for size in (0, 1, 2, 3, 17, 128, 1000):
+        a, b = random.Random(size), random.Random(size)
+        x, y = list(range(size)), list(range(size))
+        a.shuffle(x)
+        _inline_shuffle(y, b)
+        if x != y or a.random() != b.random():
+            return False
+    return True
+
+
+# Falls back to rng.shuffle on a Python whose shuffle differs.
+_shuffle = _inline_shuffle if _inline_shuffle_matches() else (lambda x, rng: rng.shuffle(x))
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+    """Truncates the longer of the pair, from the front or back at random,
+    until the total fits."""
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_num_tokens:
+            break
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        assert len(trunc_tokens) >= 1
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+def _make_instances(documents, maker, dupe_factor, rng, progress=None):
+    """The original's create_training_instances after reading: shuffles the
+    documents, makes `dupe_factor` passes, shuffles the instances.
+
+    Returns:
+      List of serialized examples.
+    """
+    rng.shuffle(documents)
+    instances = []
+    for dupe in range(dupe_factor):
+        for document_index in range(len(documents)):
+            maker.from_document(documents, document_index, rng, instances)
+        if progress:
+            progress(dupe, len(instances))
+    rng.shuffle(instances)
+    return instances
+
+
+# ---------------------------------------------------------------------------
+# Logging.
+
+def _log_example(vocab, features):
+    """Logs one instance like the original's "*** Example ***" blocks."""
+    length = sum(features["input_mask"])
+    logging.info("*** Example ***")
+    logging.info("tokens: %s", " ".join(
+        tokenization.printable_text(vocab.inv_vocab[i])
+        for i in features["input_ids"][:length]))
+    for name in FEATURE_NAMES:
+        logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
+
+
+def _log_capped(num_capped, total):
+    if num_capped:
+        logging.warning(
+            "%d of %d instances wanted more masked-LM predictions than "
+            "--max_predictions_per_seq=%d (about max_seq_length * masked_lm_prob is "
+            "needed) and were capped at it, as in the original.",
+            num_capped, total, FLAGS.max_predictions_per_seq)
+
+
+# ---------------------------------------------------------------------------
+# Default mode: the original's algorithm, all instances in memory.
+
+def _run_original_mode(input_files, vocab, writer):
+    start = time.time()
+    documents = [[]]
+    bytes_read = [0]
+    lines = _numbered_lines(input_files)
+
+    def counted(lines):
+        next_report = 10 << 20
+        for item in lines:
+            bytes_read[0] += len(item[2])
+            if bytes_read[0] >= next_report:
+                logging.info("Read %.1f MB (%.0f s)", bytes_read[0] / 1e6, time.time() - start)
+                next_report += 10 << 20
+            yield item
+
+    _documents_from_lines(counted(lines), vocab, documents)
+    documents = [d for d in documents if d]
+    if not documents:
+        raise InputError("--input_file: no text found in %s" % ", ".join(input_files))
+    logging.info("Read %d documents, %.1f MB, in %.1f s", len(documents),
+                 bytes_read[0] / 1e6, time.time() - start)
+
+    rng = random.Random(FLAGS.random_seed)
+    maker = InstanceMaker(vocab, FLAGS.max_seq_length, FLAGS.short_seq_prob,
+                          FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
+                          FLAGS.do_whole_word_mask)
+
+    def progress(dupe, count):
+        logging.info("Pass %d/%d over the documents: %d instances (%.0f s)",
+                     dupe + 1, FLAGS.dupe_factor, count, time.time() - start)
+
+    instances = _make_instances(documents, maker, FLAGS.dupe_factor, rng, progress)
+    del documents
+    for data in instances[:_LOG_EXAMPLES]:
+        _log_example(vocab, decode_example(data))
+    batch = 4096
+    for begin in range(0, len(instances), batch):
+        writer.write(frame_records(instances[begin:begin + batch]))
+        # Free what is written as we go.
+        instances[begin:begin + batch] = [b""] * len(instances[begin:begin + batch])
+    _log_capped(maker.num_capped, writer.count)
+
+
+# ---------------------------------------------------------------------------
+# Sharded mode: bounded memory, several processes.
+
+def _shard_seed(random_seed, shard_index):
+    digest = hashlib.sha256(("%d/%d" % (random_seed, shard_index)).encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def _shards(input_files, shard_bytes):
+    """Cuts the input lines into shards of about shard_bytes, at blank lines.
+
+    Yields:
+      Lists of (path, line number, raw line bytes).
+    """
+    shard, size = [], 0
+    for item in _numbered_lines(input_files):
+        shard.append(item)
+        size += len(item[2])
+        if size >= shard_bytes and not item[2].strip():
+            yield shard
+            shard, size = [], 0
+    if shard:
+        yield shard
+
+
+_WORKER = {}
+
+
+def _init_worker(config, vocab=None):
+    """Pool initializer: the vocabulary and settings, once per process (a
+    forked worker inherits them from the parent)."""
+    if _WORKER.get("config") == config and _WORKER.get("vocab") is not None:
+        return
+    _WORKER.clear()
+    _WORKER.update(config)
+    _WORKER["config"] = dict(config)
+    _WORKER["vocab"] = vocab or _Vocab(config["vocab_file"], config["do_lower_case"])
+
+
+def _process_shard(shard_index, lines):
+    """Tokenizes one shard and makes its instances (in a worker).
+
+    Returns:
+      (shard index, framed records joined, array of record lengths, bytes of
+      text, number of capped instances, serialized examples to log).
+    """
+    config = _WORKER
+    vocab = config["vocab"]
+    documents = [d for d in _documents_from_lines(lines, vocab) if d]
+    text_bytes = sum(len(raw) for _, _, raw in lines)
+    del lines
+    if not documents:
+        return shard_index, b"", array.array("q"), text_bytes, 0, []
+    rng = random.Random(_shard_seed(config["random_seed"], shard_index))
+    maker = InstanceMaker(vocab, config["max_seq_length"], config["short_seq_prob"],
+                          config["masked_lm_prob"], config["max_predictions_per_seq"],
+                          config["do_whole_word_mask"])
+    instances = _make_instances(documents, maker, config["dupe_factor"], rng)
+    to_log = instances[:_LOG_EXAMPLES] if shard_index == 0 else []
+    framed = frame_records(instances)
+    del instances
+    lengths = array.array("q", map(len, framed))
+    return shard_index, b"".join(framed), lengths, text_bytes, maker.num_capped, to_log
+
+
+class _ShuffleBuffer(object):
+    """Mixes a stream of records through a buffer of `size`, with its own
+    seeded generator: the output order depends only on the stream and seed."""
+
+    def __init__(self, size, seed, sink):
+        self._size = max(1, size)
+        self._rng = random.Random(seed)
+        self._buffer = []
+        self._sink = sink
+
+    def add(self, records):
+        out = []
+        buffer, size, randbelow = self._buffer, self._size, self._rng.randrange
+        for record in records:
+            if len(buffer) < size:
+                buffer.append(record)
+            else:
+                j = randbelow(size)
+                out.append(buffer[j])
+                buffer[j] = record
+        self._sink(out)
+
+    def flush(self):
+        self._rng.shuffle(self._buffer)
+        self._sink(self._buffer)
+        self._buffer = []
+
+
+def _run_sharded_mode(input_files, vocab, writer, shard_mb):
+    config = {
+        "vocab_file": FLAGS.vocab_file, "do_lower_case": FLAGS.do_lower_case,
+        "random_seed": FLAGS.random_seed, "max_seq_length": FLAGS.max_seq_length,
+        "short_seq_prob": FLAGS.short_seq_prob, "masked_lm_prob": FLAGS.masked_lm_prob,
+        "max_predictions_per_seq": FLAGS.max_predictions_per_seq,
+        "do_whole_word_mask": FLAGS.do_whole_word_mask, "dupe_factor": FLAGS.dupe_factor,
+    }
+    buffer = _ShuffleBuffer(FLAGS.shuffle_buffer_size,
+                            _shard_seed(FLAGS.random_seed, -1), writer.write)
+    shards = _shards(input_files, int(shard_mb * 1e6))
+    start = time.time()
+    totals = {"text": 0, "capped": 0, "shards": 0}
+
+    def consume(result):
+        index, blob, lengths, text_bytes, capped, to_log = result
+        for data in to_log:
+            _log_example(vocab, decode_example(data))
+        records, pos = [], 0
+        for length in lengths:
+            records.append(blob[pos:pos + length])
+            pos += length
+        del blob
+        buffer.add(records)
+        totals["text"] += text_bytes
+        totals["capped"] += capped
+        totals["shards"] += 1
+        elapsed = time.time() - start
+        logging.info("Shard %d: %d instances; in all %.1f MB of text, %d instances "
+                     "written or buffered, %.2f MB/s", index, len(lengths),
+                     totals["text"] / 1e6, writer.count + len(buffer._buffer),
+                     totals["text"] / 1e6 / max(elapsed, 1e-9))
+
+    num_workers = FLAGS.num_workers
+    _init_worker(config, vocab)
+    if num_workers <= 1:
+        for index, lines in enumerate(shards):
+            consume(_process_shard(index, lines))
+    else:
+        # Forked workers start at once with the vocabulary loaded. Forking a
+        # process that has loaded TensorFlow (its threads) is unsafe: then
+        # (e.g. in a test process) workers are spawned, which costs an
+        # import and a vocabulary load each.
+        method = "fork" if "tensorflow" not in sys.modules and hasattr(os, "fork") else "spawn"
+        context = multiprocessing.get_context(method)
+        with context.Pool(num_workers, initializer=_init_worker,
+                          initargs=(config,)) as pool:
+            pending = []
+            for index, lines in enumerate(shards):
+                pending.append(pool.apply_async(_process_shard, (index, lines)))
+                # At most one queued shard per worker beyond the running
+                # ones, so memory does not grow with the corpus.
+                while len(pending) > 2 * num_workers:
+                    consume(pending.pop(0).get())
+            while pending:
+                consume(pending.pop(0).get())
+    buffer.flush()
+    if totals["text"] == 0 or writer.count == 0:
+        raise InputError("--input_file: no text found in %s" % ", ".join(input_files))
+    _log_capped(totals["capped"], writer.count)
+
+
+# ---------------------------------------------------------------------------
+
+def _check_flags():
+    run_common.require_flags("input_file", "output_file", "vocab_file")
+    if FLAGS.max_seq_length < 5:
+        raise InputError("--max_seq_length=%d is too small: [CLS] A [SEP] B [SEP] needs "
+                         "at least 5" % FLAGS.max_seq_length)
+    if FLAGS.max_predictions_per_seq < 1:
+        raise InputError("--max_predictions_per_seq must be at least 1")
+    if not 0.0 <= FLAGS.masked_lm_prob <= 1.0:
+        raise InputError("--masked_lm_prob must be in [0, 1]")
+    if not 0.0 <= FLAGS.short_seq_prob <= 1.0:
+        raise InputError("--short_seq_prob must be in [0, 1]")
+    if FLAGS.dupe_factor < 1:
+        raise InputError("--dupe_factor must be at least 1")
+    if FLAGS.num_workers < 1:
+        raise InputError("--num_workers must be at least 1")
+    if FLAGS.shard_size_mb < 0:
+        raise InputError("--shard_size_mb must not be negative")
+    output_files = [p.strip() for p in FLAGS.output_file.split(",") if p.strip()]
+    if not output_files:
+        raise InputError("--output_file is required")
+    for path in output_files:
+        directory = os.path.dirname(path)
+        if not _is_remote(path) and directory and not os.path.isdir(directory):
+            raise InputError("--output_file %s: directory %s does not exist"
+                             % (path, directory))
+    return output_files
+
+
+def main(_):
+    logging.set_verbosity(logging.INFO)
+    output_files = _check_flags()
+    vocab = _Vocab(FLAGS.vocab_file, FLAGS.do_lower_case)
+    input_files = _expand_input_files(FLAGS.input_file)
+
+    logging.info("*** Reading from input files ***")
+    for input_file in input_files:
+        logging.info("  %s", input_file)
+    logging.info("*** Writing to output files ***")
+    for output_file in output_files:
+        logging.info("  %s", output_file)
+
+    shard_mb = FLAGS.shard_size_mb or (0.5 if FLAGS.num_workers > 1 else 0.0)
+    start = time.time()
+    writer = _AtomicRecordFiles(output_files)
+    try:
+        if shard_mb:
+            _run_sharded_mode(input_files, vocab, writer, shard_mb)
+        else:
+            _run_original_mode(input_files, vocab, writer)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    logging.info("Wrote %d total instances", writer.count)
+    logging.info("Done in %.1f s", time.time() - start)
+
+
+if __name__ == "__main__":
+    run_common.run_script(main)

@@ -1,0 +1,99 @@
+"""Trains a tiny BERT classifier through run_common's estimator for the
+distribution tests (tests/test_distributed.py), then saves its variables.
+
+Usage: python tests/distributed_driver.py OUT_NPZ MODEL_DIR MODE [INIT_CKPT] [WORKER_INDEX PORTS INIT_CKPT]
+  MODE: init (writes the shared initial checkpoint MODEL_DIR/init.ckpt from
+  NumPy random values, so every run starts from identical weights), single (one device, global batch 8), mirrored (two logical CPU
+  devices in this process), worker (one of two MultiWorkerMirroredStrategy
+  workers configured by TF_CONFIG on localhost PORTS "p0,p1").
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+GLOBAL_BATCH = 8
+STEPS = 3
+
+
+def main():
+    out_npz, model_dir, mode = sys.argv[1:4]
+    if mode == "worker":
+        index, ports = int(sys.argv[4]), sys.argv[5].split(",")
+        os.environ["TF_CONFIG"] = json.dumps({
+            "cluster": {"worker": ["localhost:%s" % p for p in ports]},
+            "task": {"type": "worker", "index": index}})
+    import tensorflow as tf2
+    if mode == "mirrored":
+        cpu = tf2.config.list_physical_devices("CPU")[0]
+        tf2.config.set_logical_device_configuration(
+            cpu, [tf2.config.LogicalDeviceConfiguration()] * 2)
+    import tensorflow.compat.v1 as tf
+    from absl import flags
+
+    import modeling
+    import run_common
+    run_common.define_flags(run_common.TRAINING_OPTION_FLAGS)
+    strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
+                "worker": "multi_worker_mirrored"}[mode]
+    flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name])
+
+    config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=32,
+                                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                 max_position_embeddings=16, type_vocab_size=2)
+    rng = np.random.RandomState(0)
+    ids = rng.randint(0, 30, (GLOBAL_BATCH * STEPS, 8)).astype(np.int32)
+    label_values = (ids[:, 0] > 15).astype(np.int32)
+
+    def build_loss(input_ids, label):
+        model = modeling.BertModel(config, True, input_ids)
+        weights = tf.get_variable("output_weights", [2, 16],
+                                  initializer=tf.truncated_normal_initializer(stddev=0.02))
+        logits = tf.matmul(model.get_pooled_output(), weights, transpose_b=True)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=label, logits=logits))
+
+    init_checkpoint = sys.argv[6] if mode == "worker" else sys.argv[4] if mode != "init" else None
+    if mode == "init":
+        with tf.Graph().as_default():
+            build_loss(tf.constant(ids[:2]), tf.constant(label_values[:2]))
+            values = np.random.RandomState(7)
+            with tf.Session() as sess:
+                for var in tf.global_variables():
+                    var.load(values.normal(0, 0.05, var.shape.as_list()).astype(np.float32),
+                             sess)
+                tf.train.Saver().save(sess, os.path.join(model_dir, "init.ckpt"))
+        return
+
+    def model_fn(features, labels, mode, params):  # noqa: ARG001 (names required)
+        loss = build_loss(features["input_ids"], features["label"])
+        run_common.init_from_checkpoint(init_checkpoint, False)
+        train_op = run_common.create_train_op(loss, 1e-2, 10, 0, False)
+        return tf.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+
+    def input_fn(params):
+        dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "label": label_values})
+        return dataset.batch(params["batch_size"], drop_remainder=True)
+
+    run_config = run_common.make_run_config(model_dir, save_checkpoints_steps=STEPS)
+    estimator = run_common.make_estimator(model_fn, run_config, False,
+                                          train_batch_size=GLOBAL_BATCH)
+    # Identical initial weights in every run: a fixed graph seed and the
+    # same variable creation order.
+    estimator.train(input_fn, max_steps=STEPS)
+    if mode == "worker" and int(sys.argv[4]) != 0:
+        return
+    checkpoint = tf.train.latest_checkpoint(model_dir)
+    reader = tf.train.load_checkpoint(checkpoint)
+    values = {name: reader.get_tensor(name)
+              for name, _ in tf.train.list_variables(checkpoint)
+              if not name.endswith(("adam_m", "adam_v")) and "global_step" not in name}
+    values["global_step"] = reader.get_tensor("global_step")
+    np.savez(out_npz, **values)
+
+
+if __name__ == "__main__":
+    main()

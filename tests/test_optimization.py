@@ -1,0 +1,219 @@
+"""Tests for optimization.py: the learning-rate schedule at chosen steps, and
+the AdamWeightDecay update through `create_optimizer` (clipping, decay
+exclusions, step ordering) against a NumPy implementation of the original
+formula."""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import optimization
+
+INIT_LR = 0.1
+NUM_TRAIN_STEPS = 8
+NUM_WARMUP_STEPS = 3
+EXCLUDED = ("LayerNorm", "layer_norm", "bias")
+
+
+def np_learning_rate(step, init_lr, num_train_steps, num_warmup_steps):
+    """The original's schedule: linear warm-up while step < warm-up steps, else
+    polynomial (power 1) decay to 0 at num_train_steps."""
+    if num_warmup_steps and step < num_warmup_steps:
+        return init_lr * step / num_warmup_steps
+    return init_lr * (1.0 - min(step, num_train_steps) / num_train_steps)
+
+
+def np_adam_weight_decay_step(params, slots, grads, lr, weight_decay=0.01,
+                              beta_1=0.9, beta_2=0.999, epsilon=1e-6):
+    """One update of the original AdamWeightDecayOptimizer, gradients clipped
+    to global norm 1.0 first. Updates `params` and `slots` in place; returns
+    the gradients' global norm before clipping."""
+    norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+    factor = 1.0 / max(norm, 1.0)
+    for name, grad in grads.items():
+        grad = grad * factor
+        m, v = slots[name]
+        m = beta_1 * m + (1.0 - beta_1) * grad
+        v = beta_2 * v + (1.0 - beta_2) * grad ** 2
+        update = m / (np.sqrt(v) + epsilon)
+        if not any(re.search(pattern, name) for pattern in EXCLUDED):
+            update = update + weight_decay * params[name]
+        params[name] = params[name] - lr * update
+        slots[name] = (m, v)
+    return norm
+
+
+@pytest.mark.parametrize("num_warmup_steps,steps_and_rates", [
+    (10, [(0, 0.0), (1, 0.01), (5, 0.05), (9, 0.09),
+          # Warm-up over: the decay line, 0.1 * (1 - 10/100).
+          (10, 0.09), (55, 0.045), (99, 0.001), (100, 0.0), (150, 0.0)]),
+    (0, [(0, 0.1), (25, 0.075), (100, 0.0)]),
+])
+def test_learning_rate_schedule(num_warmup_steps, steps_and_rates):
+    with tf.Graph().as_default(), tf.Session() as sess:
+        step = tf.placeholder(tf.int64, [])
+        lr = optimization.learning_rate_schedule(step, 0.1, 100, num_warmup_steps)
+        for s, expected in steps_and_rates:
+            assert sess.run(lr, {step: s}) == pytest.approx(expected, abs=1e-7), s
+            assert expected == pytest.approx(np_learning_rate(s, 0.1, 100, num_warmup_steps))
+
+
+def _build_problem():
+    """A small regression problem whose variables cover each decay rule:
+    kernels and embeddings decay, biases and LayerNorm/layer_norm don't. The
+    embedding is read with repeated indices (a sparse gradient)."""
+    rng = np.random.RandomState(0)
+    init = {
+        "dense/kernel": rng.normal(0, 1.0, (3, 2)),
+        "dense/bias": rng.normal(0, 1.0, (2,)),
+        "bert/embeddings/word_embeddings": rng.normal(0, 1.0, (5, 2)),
+        "LayerNorm/gamma": 1.0 + rng.normal(0, 0.1, (2,)),
+        "head/layer_norm_scale": 1.0 + rng.normal(0, 0.1, (2,)),
+    }
+    variables = {}
+    for name, value in init.items():
+        scope, var_name = name.rsplit("/", 1)
+        with tf.variable_scope(scope):
+            variables[name] = tf.get_variable(
+                var_name, initializer=tf.constant(value.astype(np.float32)))
+    x = tf.placeholder(tf.float32, [4, 3])
+    y = tf.placeholder(tf.float32, [4, 2])
+    ids = tf.constant([1, 1, 3, 0])
+    h = (tf.matmul(x, variables["dense/kernel"]) + variables["dense/bias"] +
+         tf.gather(variables["bert/embeddings/word_embeddings"], ids))
+    h = h * variables["LayerNorm/gamma"] * variables["head/layer_norm_scale"]
+    loss = 3.0 * tf.reduce_mean(tf.reduce_sum(tf.square(h - y), axis=-1))
+    return variables, x, y, loss
+
+
+def test_create_optimizer_matches_numpy_over_several_steps():
+    rng = np.random.RandomState(1)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        variables, x, y, loss = _build_problem()
+        names = list(variables)
+        grads_t = [tf.convert_to_tensor(g) for g in
+                   tf.gradients(loss, [variables[n] for n in names])]
+        train_op = optimization.create_optimizer(loss, INIT_LR, NUM_TRAIN_STEPS,
+                                                 NUM_WARMUP_STEPS, use_tpu=False)
+        global_step = tf.train.get_global_step()
+        sess.run(tf.global_variables_initializer())
+
+        # Slots are named like Google's checkpoints: <variable>/adam_m, adam_v.
+        slot_variables = {v.op.name: v for v in tf.global_variables()}
+        slot_names = set(slot_variables) - set(names)
+        assert slot_names == {"global_step"} | {n + s for n in names
+                                                for s in ("/adam_m", "/adam_v")}
+
+        params = sess.run(variables)
+        params = {k: v.astype(np.float64) for k, v in params.items()}
+        slots = {n: (np.zeros_like(p), np.zeros_like(p)) for n, p in params.items()}
+        norms = []
+        for step in range(6):
+            feed = {x: rng.normal(0, 1, (4, 3)), y: rng.normal(0, 1, (4, 2))}
+            assert sess.run(global_step) == step
+            grads = dict(zip(names, sess.run(grads_t, feed)))
+            before = sess.run(variables)
+            sess.run(train_op, feed)
+            # The global step advances by exactly one per train op run.
+            assert sess.run(global_step) == step + 1
+            after = sess.run(variables)
+
+            # What the update would be with the next step's rate (the
+            # original's race): must be distinguishable from lr(t).
+            wrong = {k: v.copy() for k, v in params.items()}
+            wrong_slots = dict(slots)
+            np_adam_weight_decay_step(wrong, wrong_slots, grads, np_learning_rate(
+                step + 1, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS))
+
+            lr = np_learning_rate(step, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS)
+            norms.append(np_adam_weight_decay_step(params, slots, grads, lr))
+            # Tolerance: float32 vs float64 drift over the steps is ~1e-6; a
+            # step moves each element by ~lr (0.03-0.07), and using lr(t+1)
+            # instead of lr(t) changes it by > 1e-3 (checked below).
+            for name in names:
+                np.testing.assert_allclose(after[name], params[name], rtol=0, atol=1e-5,
+                                           err_msg="%s at step %d" % (name, step))
+                m, v = sess.run([slot_variables[name + s] for s in ("/adam_m", "/adam_v")])
+                # (The fused kernel computes v += (g*g - v) * (1 - b2) in float32.)
+                np.testing.assert_allclose(m, slots[name][0], rtol=1e-4, atol=1e-7)
+                np.testing.assert_allclose(v, slots[name][1], rtol=1e-4, atol=1e-9)
+            assert max(np.abs(after[n] - wrong[n]).max() for n in names) > 1e-3
+            if step == 0:
+                # The first warm-up step's rate is 0: no variable moves.
+                for name in names:
+                    np.testing.assert_array_equal(after[name], before[name])
+            else:
+                assert all(np.abs(after[n] - before[n]).max() > 1e-5 for n in names)
+        # Clipping was active (global norm above 1.0) in the steps checked.
+        assert max(norms) > 1.5
+
+
+def test_weight_decay_exclusions():
+    opt = optimization.AdamWeightDecayOptimizer(
+        0.1, weight_decay_rate=0.01, exclude_from_weight_decay=list(EXCLUDED))
+    assert opt._do_use_weight_decay("bert/encoder/layer_0/attention/self/query/kernel")
+    assert opt._do_use_weight_decay("bert/embeddings/word_embeddings")
+    assert opt._do_use_weight_decay("output_weights")
+    assert not opt._do_use_weight_decay("bert/encoder/layer_0/output/LayerNorm/gamma")
+    assert not opt._do_use_weight_decay("bert/embeddings/LayerNorm/beta")
+    assert not opt._do_use_weight_decay("bert/pooler/dense/bias")
+    assert not opt._do_use_weight_decay("output_bias")
+    assert not opt._do_use_weight_decay("head/layer_norm/scale")
+    no_decay = optimization.AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.0)
+    assert not no_decay._do_use_weight_decay("dense/kernel")
+    assert opt._get_variable_name("dense/kernel:0") == "dense/kernel"
+
+
+def test_use_tpu_wraps_in_cross_shard_optimizer():
+    with tf.Graph().as_default() as graph:
+        _, _, _, loss = _build_problem()
+        optimization.create_optimizer(loss, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS,
+                                      use_tpu=True)
+        op_types = {op.type for op in graph.get_operations()}
+    assert "CrossReplicaSum" in op_types
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    """Two micro-batches accumulated give the update of their concatenation."""
+    rng = np.random.RandomState(2)
+    xs, ys = rng.normal(0, 1, (2, 4, 3)), rng.normal(0, 1, (2, 4, 2))
+
+    def run(accumulation, batches):
+        with tf.Graph().as_default(), tf.Session() as sess:
+            variables, x, y, loss = _build_problem()
+            train_op = optimization.create_optimizer(
+                loss, INIT_LR, NUM_TRAIN_STEPS, 0, use_tpu=False,
+                gradient_accumulation_steps=accumulation)
+            sess.run(tf.global_variables_initializer())
+            steps = []
+            for bx, by in batches:
+                sess.run(train_op, {x: bx, y: by})
+                steps.append(sess.run(tf.train.get_global_step()))
+            return sess.run(variables), steps
+
+    accumulated, steps = run(2, [(xs[0], ys[0]), (xs[1], ys[1])])
+    # The global step counts updates: it advances on the second micro-batch.
+    assert steps == [0, 1]
+
+    # NumPy: the mean of the two micro-batch gradients (the gradient of the
+    # concatenated batch's mean loss), clipped, one Adam step at lr(0).
+    with tf.Graph().as_default(), tf.Session() as sess:
+        variables, x, y, loss = _build_problem()
+        names = list(variables)
+        grads_t = [tf.convert_to_tensor(g) for g in
+                   tf.gradients(loss, [variables[n] for n in names])]
+        sess.run(tf.global_variables_initializer())
+        g0 = sess.run(grads_t, {x: xs[0], y: ys[0]})
+        g1 = sess.run(grads_t, {x: xs[1], y: ys[1]})
+        params = {k: v.astype(np.float64) for k, v in sess.run(variables).items()}
+    grads = {n: 0.5 * (a + b) for n, a, b in zip(names, g0, g1)}
+    slots = {n: (np.zeros_like(p), np.zeros_like(p)) for n, p in params.items()}
+    np_adam_weight_decay_step(params, slots, grads,
+                              np_learning_rate(0, INIT_LR, NUM_TRAIN_STEPS, 0))
+    # (Tolerance: Adam's first step is about lr * sign(g) = 0.1 per element,
+    # whatever the gradient's size, so float32 rounding of small accumulated
+    # gradients shows up at the 1e-6 level.)
+    for name in names:
+        np.testing.assert_allclose(accumulated[name], params[name], rtol=0, atol=1e-5)
