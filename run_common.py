@@ -587,8 +587,21 @@ class _DistributedEstimator(object):
         return wrapped
 
     def train(self, input_fn, max_steps=None, hooks=None, steps=None):
-        return self._estimator.train(self._wrap(input_fn, tf.estimator.ModeKeys.TRAIN),
-                                     max_steps=max_steps, steps=steps, hooks=hooks)
+        train_input_fn = self._wrap(input_fn, tf.estimator.ModeKeys.TRAIN)
+        if not self._estimator.config.cluster_spec:
+            return self._estimator.train(train_input_fn, max_steps=max_steps, steps=steps,
+                                         hooks=hooks)
+        # Several workers (TF_CONFIG): the Estimator trains them only through
+        # train_and_evaluate (independent-worker mode). Evaluation there needs
+        # an "evaluator" task, which our scripts do not use: they evaluate
+        # after training, as on one machine.
+        if steps is not None:
+            raise InputError("multi-worker training takes max_steps, not steps")
+        tf.estimator.train_and_evaluate(
+            self._estimator,
+            tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps, hooks=hooks),
+            tf.estimator.EvalSpec(train_input_fn, steps=1))
+        return self
 
     def evaluate(self, input_fn, steps=None, checkpoint_path=None, name=None, hooks=None):
         return self._estimator.evaluate(self._wrap(input_fn, tf.estimator.ModeKeys.EVAL),

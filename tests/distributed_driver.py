@@ -1,11 +1,17 @@
 """Trains a tiny BERT classifier through run_common's estimator for the
 distribution tests (tests/test_distributed.py), then saves its variables.
 
-Usage: python tests/distributed_driver.py OUT_NPZ MODEL_DIR MODE [INIT_CKPT] [WORKER_INDEX PORTS INIT_CKPT]
-  MODE: init (writes the shared initial checkpoint MODEL_DIR/init.ckpt from
-  NumPy random values, so every run starts from identical weights), single (one device, global batch 8), mirrored (two logical CPU
-  devices in this process), worker (one of two MultiWorkerMirroredStrategy
-  workers configured by TF_CONFIG on localhost PORTS "p0,p1").
+Usage:
+  distributed_driver.py OUT_NPZ MODEL_DIR init
+      writes MODEL_DIR/init.ckpt from NumPy random values, so that every run
+      starts from identical weights;
+  distributed_driver.py OUT_NPZ MODEL_DIR single INIT_CKPT
+      one device, global batch 8;
+  distributed_driver.py OUT_NPZ MODEL_DIR mirrored INIT_CKPT
+      MirroredStrategy over two logical CPU devices in this process;
+  distributed_driver.py OUT_NPZ MODEL_DIR worker INDEX PORTS INIT_CKPT
+      one of two MultiWorkerMirroredStrategy workers on localhost ports
+      PORTS ("p0,p1"), configured through TF_CONFIG.
 """
 
 import json
@@ -81,8 +87,9 @@ def main():
     run_config = run_common.make_run_config(model_dir, save_checkpoints_steps=STEPS)
     estimator = run_common.make_estimator(model_fn, run_config, False,
                                           train_batch_size=GLOBAL_BATCH)
-    # Identical initial weights in every run: a fixed graph seed and the
-    # same variable creation order.
+    if mode in ("mirrored", "worker"):
+        # Two replicas in sync, each fed half of the global batch.
+        assert estimator._replicas == 2, estimator._replicas
     estimator.train(input_fn, max_steps=STEPS)
     if mode == "worker" and int(sys.argv[4]) != 0:
         return

@@ -1,0 +1,89 @@
+"""tf.distribute through run_common.make_estimator (issue 8): MirroredStrategy
+over two logical CPU devices in one process, and MultiWorkerMirroredStrategy
+with two worker processes on localhost, each must end with the same variables
+as one process training on the combined batch.
+
+Every run is a subprocess of tests/distributed_driver.py (logical devices and
+TF_CONFIG must be set before TensorFlow starts); all use loopback ports only
+and a bounded timeout.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DRIVER = os.path.join(ROOT, "tests", "distributed_driver.py")
+TIMEOUT_S = 300
+
+pytestmark = pytest.mark.slow
+
+
+def _start(*args):
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    return subprocess.Popen([sys.executable, DRIVER] + [str(a) for a in args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _finish(process):
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail("driver timed out:\n" + output[-3000:])
+    assert process.returncode == 0, output[-3000:]
+
+
+def _free_ports(count):
+    sockets = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Initial checkpoint and the single-process result (global batch 8)."""
+    root = tmp_path_factory.mktemp("distributed")
+    _finish(_start(root / "unused", root, "init"))
+    init_checkpoint = root / "init.ckpt"
+    _finish(_start(root / "single.npz", root / "single", "single", init_checkpoint))
+    return root, init_checkpoint, dict(np.load(root / "single.npz"))
+
+
+def _assert_same_variables(result, expected):
+    assert int(result["global_step"]) == int(expected["global_step"]) == 3
+    assert set(result) == set(expected)
+    for name in expected:
+        np.testing.assert_allclose(result[name], expected[name], atol=1e-4, rtol=1e-4,
+                                   err_msg=name)
+
+
+def test_mirrored_strategy_two_logical_cpus(reference):
+    root, init_checkpoint, expected = reference
+    _finish(_start(root / "mirrored.npz", root / "mirrored", "mirrored", init_checkpoint))
+    _assert_same_variables(dict(np.load(root / "mirrored.npz")), expected)
+
+
+def test_multi_worker_two_processes_on_localhost(reference):
+    root, init_checkpoint, expected = reference
+    ports = ",".join(str(p) for p in _free_ports(2))
+    model_dir = root / "multi_worker"
+    workers = [_start(root / ("worker%d.npz" % i), model_dir, "worker", i, ports,
+                      init_checkpoint) for i in range(2)]
+    for worker in workers:
+        _finish(worker)
+    # The chief (worker 0) writes the checkpoint and the variables.
+    _assert_same_variables(dict(np.load(root / "worker0.npz")), expected)
