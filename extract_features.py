@@ -258,16 +258,11 @@ def file_based_input_fn_builder(input_file, seq_length, trim_padding=False):
         "input_type_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
     }
 
-    def _decode_record(record):
-        # tf.Example only supports int64, but the TPU only supports int32.
-        example = tf.io.parse_single_example(record, name_to_features)
-        return {name: tf.cast(t, tf.int32) for name, t in example.items()}
-
     def input_fn(params):
         """The actual input function."""
         batch_size = params["batch_size"]
         d = tf.data.TFRecordDataset(input_file)
-        d = d.map(_decode_record)
+        d = d.map(lambda record: run_common.decode_record(record, name_to_features))
         # Predictions keep every example: the last batch may be smaller.
         d = d.batch(batch_size=batch_size, drop_remainder=False)
         if trim_padding:

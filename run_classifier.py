@@ -795,20 +795,6 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
     }
 
-    def _decode_record(record, name_to_features):
-        """Decodes a record to a TensorFlow example."""
-        example = tf.io.parse_single_example(record, name_to_features)
-
-        # tf.Example only supports tf.int64, but the TPU only supports tf.int32.
-        # So cast all int64 to int32.
-        for name in list(example.keys()):
-            t = example[name]
-            if t.dtype == tf.int64:
-                t = tf.cast(t, tf.int32)
-            example[name] = t
-
-        return example
-
     def input_fn(params):
         """The actual input function."""
         batch_size = params["batch_size"]
@@ -822,7 +808,7 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
                 d = d.skip(skip_records)
             d = d.shuffle(buffer_size=100)
 
-        d = d.map(lambda record: _decode_record(record, name_to_features),
+        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
                   num_parallel_calls=tf.data.AUTOTUNE)
         d = d.batch(batch_size=batch_size, drop_remainder=drop_remainder)
         return d.prefetch(tf.data.AUTOTUNE)
@@ -928,9 +914,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
         """The `model_fn` for TPUEstimator."""
 
-        tf.logging.info("*** Features ***")
-        for name in sorted(features.keys()):
-            tf.logging.info("  name = %s, shape = %s" % (name, features[name].shape))
+        run_common.log_features(features)
 
         input_ids = features["input_ids"]
         input_mask = features["input_mask"]

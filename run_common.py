@@ -340,6 +340,31 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     return scaffold_fn
 
 
+def decode_record(record, name_to_features):
+    """Parses one serialized tf.train.Example into a dict of tensors.
+
+    tf.Example only supports int64 but TPUs only support int32, so every
+    int64 feature is cast to int32 (float features are left alone).
+
+    Args:
+      record: scalar string tensor.
+      name_to_features: name -> tf.io.FixedLenFeature.
+
+    Returns:
+      dict name -> tensor of the feature's shape.
+    """
+    example = tf.io.parse_single_example(record, name_to_features)
+    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+            for name, t in example.items()}
+
+
+def log_features(features):
+    """Logs each input feature's name and shape (start of every model_fn)."""
+    tf.logging.info("*** Features ***")
+    for name in sorted(features.keys()):
+        tf.logging.info("  name = %s, shape = %s", name, features[name].shape)
+
+
 def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu):
     """`optimization.create_optimizer` with the option flags applied
     (--gradient_accumulation_steps, dynamic loss scaling for --precision=fp16).

@@ -79,9 +79,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
         """The `model_fn` for TPUEstimator."""
 
-        tf.logging.info("*** Features ***")
-        for name in sorted(features.keys()):
-            tf.logging.info("  name = %s, shape = %s" % (name, features[name].shape))
+        run_common.log_features(features)
 
         input_ids = features["input_ids"]
         input_mask = features["input_mask"]
@@ -366,27 +364,12 @@ def input_fn_builder(input_files,
         # size dimensions. For eval, we assume we are evaluating on the CPU or
         # GPU and we *don't* want to drop the remainder, otherwise we wont
         # cover every sample (the eval input repeats, so nothing is lost).
-        d = d.map(lambda record: _decode_record(record, name_to_features),
+        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
                   num_parallel_calls=num_cpu_threads)
         d = d.batch(batch_size, drop_remainder=True)
         return d.prefetch(tf.data.AUTOTUNE)
 
     return input_fn
-
-
-def _decode_record(record, name_to_features):
-    """Decodes a record to a TensorFlow example."""
-    example = tf.io.parse_single_example(record, name_to_features)
-
-    # tf.Example only supports tf.int64, but the TPU only supports tf.int32.
-    # So cast all int64 to int32.
-    for name in list(example.keys()):
-        t = example[name]
-        if t.dtype == tf.int64:
-            t = tf.cast(t, tf.int32)
-        example[name] = t
-
-    return example
 
 
 def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_size):

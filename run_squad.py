@@ -791,9 +791,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
         """The `model_fn` for TPUEstimator."""
 
-        tf.logging.info("*** Features ***")
-        for name in sorted(features.keys()):
-            tf.logging.info("  name = %s, shape = %s" % (name, features[name].shape))
+        run_common.log_features(features)
 
         unique_ids = features["unique_ids"]
         input_ids = features["input_ids"]
@@ -871,20 +869,6 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
         name_to_features["start_positions"] = tf.FixedLenFeature([], tf.int64)
         name_to_features["end_positions"] = tf.FixedLenFeature([], tf.int64)
 
-    def _decode_record(record, name_to_features):
-        """Decodes a record to a TensorFlow example."""
-        example = tf.parse_single_example(record, name_to_features)
-
-        # tf.Example only supports tf.int64, but the TPU only supports
-        # tf.int32. So cast all int64 to int32.
-        for name in list(example.keys()):
-            t = example[name]
-            if t.dtype == tf.int64:
-                t = tf.cast(t, tf.int32)
-            example[name] = t
-
-        return example
-
     def input_fn(params):
         """The actual input function."""
         batch_size = params["batch_size"]
@@ -896,7 +880,7 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
             d = d.repeat()
             d = d.shuffle(buffer_size=100)
 
-        d = d.map(lambda record: _decode_record(record, name_to_features))
+        d = d.map(lambda record: run_common.decode_record(record, name_to_features))
         d = d.batch(batch_size, drop_remainder=drop_remainder)
         return d
 
