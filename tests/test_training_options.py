@@ -189,3 +189,41 @@ def test_dynamic_loss_scale_skips_overflow_and_adapts():
             sess.run(train_op, {factor: 1.0})
             # Two finite steps in a row double the scale.
             assert sess.run(scale.scale) == 8.0
+
+
+def test_accumulation_resumes_exactly_from_a_mid_cycle_checkpoint(tmp_path):
+    """Accumulators and the micro-batch counter are checkpointed: stopping
+    after the first of two micro-batches and restoring gives the same
+    variables as running straight through."""
+    micro = [slice(0, 2), slice(2, 4), slice(0, 2), slice(2, 4)]
+    straight, straight_steps = _train(micro, 2, 2)
+
+    def run(batches, restore_from=None, save_to=None):
+        with tf.Graph().as_default():
+            (ids, mask, labels), _, loss = _build(False)
+            train_op = optimization.create_optimizer(
+                loss * 1e-4, 1e-2, num_train_steps=10, num_warmup_steps=1, use_tpu=False,
+                gradient_accumulation_steps=2)
+            saver = tf.train.Saver()
+            with tf.Session() as sess:
+                if restore_from:
+                    saver.restore(sess, restore_from)
+                else:
+                    sess.run(tf.global_variables_initializer())
+                    _load(sess, VALUES)
+                for batch in batches:
+                    sess.run(train_op, {ids: IDS[batch], mask: MASK[batch],
+                                        labels: LABELS[batch]})
+                if save_to:
+                    saver.save(sess, save_to)
+                return ({v.name: sess.run(v) for v in tf.trainable_variables()},
+                        sess.run(tf.train.get_global_step()))
+
+    checkpoint = str(tmp_path / "mid_cycle.ckpt")
+    _, step_after_first = run(micro[:3], save_to=checkpoint)
+    assert step_after_first == 1  # one update done, one micro-batch pending
+    resumed, final_step = run(micro[3:], restore_from=checkpoint)
+    assert final_step == straight_steps[-1] == 2
+    for name in straight:
+        np.testing.assert_allclose(resumed[name], straight[name], rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
