@@ -13,6 +13,12 @@ want="$(cat $files | sha256sum | cut -d' ' -f1)"
 if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
+# A current "dev" install includes everything "run" needs.
+dev_stamp=".venv/.installed-dev"
+if [ "$kind" = "run" ] && [ -x .venv/bin/python ] && [ -f "$dev_stamp" ] && \
+   [ "$(cat "$dev_stamp")" = "$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)" ]; then
+  exit 0
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "Creating virtual environment .venv ..."
   "$python" -m venv .venv

@@ -1,0 +1,434 @@
+# coding=utf-8
+"""End-to-end demo: every step of BERT, from raw text to answers, in minutes
+on a CPU.
+
+On the small synthetic data shipped in demo_data/ (see
+demo_data/make_demo_data.py), this runs the repository's real scripts, each
+as a subprocess with its real flags, printing every command first:
+
+  1. create_vocab.py             learn a WordPiece vocabulary from the corpus
+  2. create_pretraining_data.py  masked-LM / next-sentence training examples
+  3. run_pretraining.py          pre-train a small BERT, evaluated before and
+                                 after (--eval_at_start)
+  4. run_classifier.py           fine-tune it on a sentiment task laid out
+                                 like GLUE's SST-2, and evaluate
+  5. run_squad.py                fine-tune it on a SQuAD 1.1-format set, and
+                                 predict and score the dev questions
+  6. extract_features.py         contextual vectors for a few sentences
+
+and prints a summary. Everything goes to one folder (--output_dir, default
+demo_output/): each step's outputs, its full log (logs/), the model config
+and summary.txt.
+
+    ./run_demo.sh                         # sets up .venv first if needed
+    .venv/bin/python demo.py --quick      # a fast smoke run (a minute or so)
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(REPO, "demo_data")
+MARKER = ".bert_demo_output"  # marks a folder the demo may clear on a rerun
+
+# The model: small enough to pre-train in about a minute on two CPU cores.
+MODEL = {
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 512,
+    "hidden_act": "gelu",
+    # No dropout: the data is small and clean and training is short.
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "max_position_embeddings": 128,
+    "type_vocab_size": 2,
+    "initializer_range": 0.02,
+}
+
+# Amount of work per mode. "quick" only checks that everything runs.
+SETTINGS = {
+    "full": {"dupe_factor": 5, "pretrain_steps": 400, "pretrain_lr": "5e-4",
+             "max_eval_steps": 10, "classifier_epochs": "6.0", "squad_epochs": "3.0"},
+    "quick": {"dupe_factor": 1, "pretrain_steps": 20, "pretrain_lr": "5e-4",
+              "max_eval_steps": 2, "classifier_epochs": "0.2", "squad_epochs": "0.2"},
+}
+
+
+class Step(object):
+    """One script run: `script` with `flags` [(name, value)], logged to
+    logs/<name>.log."""
+
+    def __init__(self, name, title, script, flags, about):
+        self.name = name
+        self.title = title
+        self.script = script
+        self.flags = flags
+        self.about = about
+        self.seconds = None
+
+    def argv(self):
+        return [self.script] + ["--%s=%s" % (k, v) for k, v in self.flags]
+
+
+def build_steps(out, quick=False):
+    """The demo's commands, for output folder `out` (a path as it should be
+    printed: relative to the repository root when inside it)."""
+    s = SETTINGS["quick" if quick else "full"]
+    data = _display_path(DATA)
+    vocab = os.path.join(out, "vocab.txt")
+    config = os.path.join(out, "bert_config.json")
+    records = os.path.join(out, "pretraining_data.tfrecord")
+    pretrained = os.path.join(out, "pretraining", "model.ckpt-%d" % s["pretrain_steps"])
+    model = [("vocab_file", vocab), ("bert_config_file", config)]
+    return [
+        Step("vocab", "Learning a WordPiece vocabulary", "create_vocab.py", [
+            ("input_file", os.path.join(data, "corpus.txt")),
+            ("output_file", vocab),
+            ("vocab_size", 400),
+            ("do_lower_case", True),
+        ], "The corpus: %d short documents about invented people and towns "
+           "(demo_data/corpus.txt)." % _num_documents()),
+        Step("pretraining_data", "Creating pre-training data",
+             "create_pretraining_data.py", [
+                 ("input_file", os.path.join(data, "corpus.txt")),
+                 ("output_file", records),
+                 ("vocab_file", vocab),
+                 ("do_lower_case", True),
+                 ("max_seq_length", 32),
+                 ("max_predictions_per_seq", 5),
+                 ("masked_lm_prob", 0.15),
+                 ("dupe_factor", s["dupe_factor"]),
+                 ("random_seed", 12345),
+             ], "Sentence pairs (half of them consecutive) with 15%% of the word "
+                "pieces masked, each document used %d times with different masks."
+                % s["dupe_factor"]),
+        Step("pretraining", "Pre-training a small BERT", "run_pretraining.py", [
+            ("input_file", records),
+            ("output_dir", os.path.join(out, "pretraining")),
+            ("bert_config_file", config),
+            ("do_train", True),
+            ("do_eval", True),
+            ("eval_at_start", True),
+            ("max_seq_length", 32),
+            ("max_predictions_per_seq", 5),
+            ("train_batch_size", 64),
+            ("eval_batch_size", 64),
+            ("max_eval_steps", s["max_eval_steps"]),
+            ("num_train_steps", s["pretrain_steps"]),
+            ("num_warmup_steps", s["pretrain_steps"] // 10),
+            ("learning_rate", s["pretrain_lr"]),
+            ("save_checkpoints_steps", s["pretrain_steps"]),
+        ], "From random weights; masked-LM and next-sentence accuracy are measured "
+           "on the pre-training data before and after (as in Google's README)."),
+        Step("classifier", "Fine-tuning a sentiment classifier", "run_classifier.py", [
+            ("task_name", "SST-2"),
+            ("do_train", True),
+            ("do_eval", True),
+            ("data_dir", os.path.join(data, "sentiment")),
+        ] + model + [
+            ("init_checkpoint", pretrained),
+            ("do_lower_case", True),
+            ("max_seq_length", 32),
+            ("train_batch_size", 32),
+            ("eval_batch_size", 64),
+            ("learning_rate", "1e-4"),
+            ("num_train_epochs", s["classifier_epochs"]),
+            ("output_dir", os.path.join(out, "classifier")),
+        ], "Restaurant-review sentences in the GLUE SST-2 layout (label 1 = "
+           "positive): 'not' flips an adjective, and in 'X but Y' the clause Y "
+           "decides."),
+        Step("squad", "Fine-tuning for question answering (SQuAD 1.1 format)",
+             "run_squad.py", model + [
+                 ("init_checkpoint", pretrained),
+                 ("do_lower_case", True),
+                 ("do_train", True),
+                 ("train_file", os.path.join(data, "squad", "train.json")),
+                 ("do_predict", True),
+                 ("predict_file", os.path.join(data, "squad", "dev.json")),
+                 ("train_batch_size", 32),
+                 ("predict_batch_size", 64),
+                 ("learning_rate", "5e-4"),
+                 ("num_train_epochs", s["squad_epochs"]),
+                 ("max_seq_length", 96),
+                 ("doc_stride", 48),
+                 ("max_query_length", 24),
+                 ("output_dir", os.path.join(out, "squad")),
+             ], "Questions about short biographies ('When was Mara born?'); the "
+                "model marks the answer's span in the paragraph."),
+        Step("features", "Extracting contextual features", "extract_features.py", [
+            ("input_file", os.path.join(data, "sentences.txt")),
+            ("output_file", os.path.join(out, "features.jsonl")),
+        ] + model + [
+            ("init_checkpoint", pretrained),
+            ("do_lower_case", True),
+            ("layers", "-1,-2"),
+            ("max_seq_length", 32),
+            ("batch_size", 8),
+        ], "The pre-trained model's last two layers for each word piece of "
+           "demo_data/sentences.txt."),
+    ]
+
+
+def _num_documents():
+    with open(os.path.join(DATA, "corpus.txt"), encoding="utf-8") as f:
+        return f.read().strip().count("\n\n") + 1
+
+
+# ---------------------------------------------------------------------------
+# Running a step.
+
+# What to show of a script's log on the console (the full log is saved).
+_LOG_PREFIX = re.compile(r"^(?:INFO:tensorflow:|WARNING:tensorflow:|"
+                         r"[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] )")
+_INTERESTING = re.compile(
+    r"^step \d+: loss|Eval results|^  \w+ = [-+.\de]+$|^Wrote |words, \d+ distinct|"
+    r"as checkpoint 0|Num examples|Num steps|Converted \d+ examples|"
+    r"^\s*\"(exact_match|f1)\"|Writing predictions|Best checkpoint|"
+    r"Could not find answer for|ERROR|Error|Traceback")
+
+
+def _console_line(raw, step_every):
+    """The message of log line `raw` if worth showing, else None."""
+    message = _LOG_PREFIX.sub("", raw.rstrip("\n"))
+    if not _INTERESTING.search(message):
+        return None
+    match = re.match(r"^step (\d+): loss", message)
+    if match and (int(match.group(1)) + 1) % step_every:
+        return None
+    return message
+
+
+def run_step(step, index, total, out_abs, python_shown):
+    """Runs `step`, streaming the interesting lines; returns its exit status."""
+    print("\n[%d/%d] %s (%s)" % (index, total, step.title, step.script), flush=True)
+    print("      %s" % step.about, flush=True)
+    print(format_command(python_shown, step.argv()), flush=True)
+    log_path = os.path.join(out_abs, "logs", step.name + ".log")
+    steps = dict(step.flags).get("num_train_steps", 100)
+    step_every = 10 * max(1, -(-int(steps) // 100))  # about 10 progress lines
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.time()
+    last = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            [sys.executable] + step.argv(), cwd=REPO, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            encoding="utf-8", errors="replace")
+        for raw in process.stdout:
+            log.write(raw)
+            message = _console_line(raw, step_every)
+            # absl logs each message twice (Python and C++ formats).
+            if message is not None and message != last:
+                print("      | " + message, flush=True)
+            last = message if message is not None else last
+        status = process.wait()
+    step.seconds = time.time() - start
+    if status != 0:
+        print("\n%s failed (exit status %d). The end of its log, %s:"
+              % (step.script, status, _display_path(log_path)))
+        with open(log_path, encoding="utf-8", errors="replace") as log:
+            for line in log.readlines()[-25:]:
+                print("      " + line.rstrip())
+    else:
+        print("      done in %.0f s; full log: %s" % (step.seconds, _display_path(log_path)),
+              flush=True)
+    return status
+
+
+def format_command(python, argv):
+    """'python script.py \\' then one '--flag=value \\' line per flag."""
+    lines = ["  $ %s %s" % (python, argv[0])] + ["      %s" % shlex.quote(a)
+                                                  for a in argv[1:]]
+    return " \\\n".join(lines)
+
+
+def _display_path(path):
+    """`path` relative to the repository root if inside it (the commands run
+    there), else absolute."""
+    path = os.path.abspath(path)
+    relative = os.path.relpath(path, REPO)
+    return path if relative.startswith("..") else relative
+
+
+# ---------------------------------------------------------------------------
+# Results.
+
+def write_bert_config(vocab_path, config_path):
+    """bert_config.json for the demo model, vocab_size = lines of the vocab."""
+    with open(vocab_path, encoding="utf-8") as f:
+        vocab_size = sum(1 for line in f if line.strip())
+    config = dict(MODEL, vocab_size=vocab_size)
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return config
+
+
+def read_key_values(path):
+    """'key = value' lines (eval_results.txt) -> {key: float}."""
+    result = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if " = " in line:
+                key, value = line.split(" = ", 1)
+                result[key.strip()] = float(value)
+    return result
+
+
+def count_tfrecords(path):
+    """Number of records in a TFRecord file (read from its framing: an 8-byte
+    length, a 4-byte CRC, the data and a 4-byte CRC per record)."""
+    count = 0
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(8)
+            if len(header) < 8:
+                return count
+            (length,) = struct.unpack("<Q", header)
+            f.seek(4 + length + 4, os.SEEK_CUR)
+            count += 1
+
+
+def majority_baseline(train_tsv, dev_tsv):
+    """(label, dev accuracy) of always predicting train_tsv's most frequent
+    label. Files: a header line, then 'sentence<TAB>label' rows."""
+    def labels(path):
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n").split("\t")[-1] for line in f.readlines()[1:]
+                    if line.strip()]
+    train, dev = labels(train_tsv), labels(dev_tsv)
+    majority = max(sorted(set(train)), key=train.count)
+    return majority, dev.count(majority) / len(dev)
+
+
+def summarize(steps, out_abs, quick):
+    """The summary lines, from the files the steps wrote."""
+    by_name = {s.name: s for s in steps}
+    rows = []
+
+    def add(step_name, result):
+        step = by_name[step_name]
+        seconds = "-" if step.seconds is None else "%.0f s" % step.seconds
+        rows.append((step.script, seconds, result))
+
+    vocab = os.path.join(out_abs, "vocab.txt")
+    with open(vocab, encoding="utf-8") as f:
+        add("vocab", "%d tokens in %s" % (sum(1 for _ in f), _display_path(vocab)))
+    records = os.path.join(out_abs, "pretraining_data.tfrecord")
+    add("pretraining_data", "%d training examples" % count_tfrecords(records))
+    start = read_key_values(os.path.join(out_abs, "pretraining", "eval_results_at_start.txt"))
+    end = read_key_values(os.path.join(out_abs, "pretraining", "eval_results.txt"))
+    add("pretraining", "masked-LM accuracy %.3f -> %.3f, next-sentence accuracy "
+        "%.3f -> %.3f (%d steps)" % (
+            start["masked_lm_accuracy"], end["masked_lm_accuracy"],
+            start["next_sentence_accuracy"], end["next_sentence_accuracy"],
+            end["global_step"]))
+    classifier = read_key_values(os.path.join(out_abs, "classifier", "eval_results.txt"))
+    label, baseline = majority_baseline(os.path.join(DATA, "sentiment", "train.tsv"),
+                                        os.path.join(DATA, "sentiment", "dev.tsv"))
+    add("classifier", "dev accuracy %.3f (majority-class baseline %.3f: always '%s')"
+        % (classifier["eval_accuracy"], baseline, label))
+    with open(os.path.join(out_abs, "squad", "eval_results.json")) as f:
+        squad = json.load(f)
+    add("squad", "dev exact match %.1f, F1 %.1f (of 100)" % (squad["exact_match"], squad["f1"]))
+    features = os.path.join(out_abs, "features.jsonl")
+    with open(features, encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    tokens = sum(len(line["features"]) for line in lines)
+    width = len(lines[0]["features"][0]["layers"][0]["values"])
+    add("features", "%d lines, %d tokens x 2 layers x %d values in %s"
+        % (len(lines), tokens, width, _display_path(features)))
+
+    checks = [
+        ("masked-LM accuracy rose",
+         end["masked_lm_accuracy"] > start["masked_lm_accuracy"] + 0.05),
+        ("classifier beat the majority-class baseline",
+         classifier["eval_accuracy"] > baseline),
+    ]
+    width_script = max(len(r[0]) for r in rows)
+    text = ["", "=" * 78, "Summary%s" % (" (--quick: too little training to learn much)"
+                                         if quick else ""), "=" * 78]
+    for script, seconds, result in rows:
+        text.append("%-*s %6s  %s" % (width_script, script, seconds, result))
+    total = sum(s.seconds or 0 for s in steps)
+    text.append("%-*s %6s" % (width_script, "total", "%.0f s" % total))
+    text.append("")
+    for what, ok in checks:
+        text.append("%s %s" % ("[ok]  " if ok else "[no]  ", what))
+    text.append("")
+    text.append("All outputs: %s/ (logs in %s/logs/, summary in %s/summary.txt)"
+                % ((_display_path(out_abs),) * 3))
+    return text, dict(checks)
+
+
+# ---------------------------------------------------------------------------
+
+def prepare_output_dir(out_abs):
+    """Creates the output folder; clears it if an earlier demo made it.
+    Returns an error message for a folder the demo must not touch."""
+    if os.path.exists(out_abs) and not os.path.isdir(out_abs):
+        return "--output_dir %s is a file, not a folder" % out_abs
+    if os.path.isdir(out_abs) and os.listdir(out_abs):
+        if not os.path.exists(os.path.join(out_abs, MARKER)):
+            return ("--output_dir %s is not empty and was not made by the demo; "
+                    "choose another folder" % out_abs)
+        shutil.rmtree(out_abs)
+    os.makedirs(os.path.join(out_abs, "logs"))
+    open(os.path.join(out_abs, MARKER), "w").close()
+    return None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="End-to-end BERT demo: vocabulary, pre-training, classification, "
+                    "SQuAD and feature extraction on shipped data.")
+    parser.add_argument("--output_dir", default=os.path.join(REPO, "demo_output"),
+                        help="folder for all outputs (default: demo_output/ in the "
+                             "repository; cleared first if an earlier demo made it)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a fast smoke run with far less training")
+    args = parser.parse_args(argv)
+
+    out_abs = os.path.abspath(args.output_dir)
+    error = prepare_output_dir(out_abs)
+    if error:
+        print("ERROR: " + error, file=sys.stderr)
+        return 1
+    out = _display_path(out_abs)
+    python_shown = _display_path(sys.executable) if _display_path(
+        sys.executable) != os.path.abspath(sys.executable) else "python"
+    steps = build_steps(out, quick=args.quick)
+
+    print("BERT end-to-end demo%s: %d steps, outputs in %s/" % (
+        " (--quick)" if args.quick else "", len(steps), out))
+    print("Each command is printed before it runs (from the repository root); "
+          "copy it to run it yourself.")
+    for index, step in enumerate(steps, 1):
+        if run_step(step, index, len(steps), out_abs, python_shown) != 0:
+            return 1
+        if step.name == "vocab":
+            config = write_bert_config(os.path.join(out_abs, "vocab.txt"),
+                                       os.path.join(out_abs, "bert_config.json"))
+            print("\n      Wrote %s/bert_config.json: vocab_size %d (the lines of vocab.txt), "
+                  "%d layers, hidden size %d, %d attention heads."
+                  % (out, config["vocab_size"], config["num_hidden_layers"],
+                     config["hidden_size"], config["num_attention_heads"]))
+
+    text, _ = summarize(steps, out_abs, args.quick)
+    print("\n".join(text))
+    with open(os.path.join(out_abs, "summary.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(text).strip() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
