@@ -218,6 +218,13 @@ def require_file(flag_name, path):
         raise InputError("--%s: file not found: %s" % (flag_name, path))
 
 
+def require_checkpoint(flag_name, path):
+    """Raises InputError if `path` (the value of --flag_name) is set but no
+    checkpoint exists there (an unset flag is fine: random initialisation)."""
+    if path and not tf.train.checkpoint_exists(path):
+        raise InputError("--%s: no checkpoint at %s" % (flag_name, path))
+
+
 def expand_file_patterns(flag_name, patterns):
     """Comma-separated files or globs -> sorted list of existing files.
 

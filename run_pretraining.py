@@ -497,9 +497,7 @@ def main(_):
 
     bert_config = run_common.load_bert_config(FLAGS.bert_config_file,
                                               max_seq_length=FLAGS.max_seq_length)
-    if FLAGS.init_checkpoint and not tf.train.checkpoint_exists(FLAGS.init_checkpoint):
-        raise run_common.InputError(
-            "--init_checkpoint: no checkpoint at %s" % FLAGS.init_checkpoint)
+    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
 
     input_files = run_common.expand_file_patterns("input_file", FLAGS.input_file)
 

@@ -1769,6 +1769,7 @@ def main(_):
     run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
     tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
+    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
         FLAGS.bert_config_file, vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
 

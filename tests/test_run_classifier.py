@@ -801,6 +801,7 @@ def good_inputs(tmp_path):
     (dict(init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt",
           do_lower_case=True), r"--do_lower_case=True.*cased model"),
     (dict(data_dir="/nonexistent/glue/MRPC"), r"--data_dir: directory not found"),
+    (dict(init_checkpoint="/nonexistent/model.ckpt"), r"--init_checkpoint: no checkpoint at"),
     (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
     (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
     (dict(do_train=False, keep_best_checkpoint=True), r"need --do_train and --do_eval"),
