@@ -307,11 +307,49 @@ def _validate_config(config):
             "heads (%d)" % (config.hidden_size, config.num_attention_heads))
 
 
+def _gelu_tanh(x):
+    """The forward GELU computation (tanh form), shared by `gelu` and the
+    fused feed-forward layer so that both give bit-identical values."""
+    cdf = 0.5 * (1.0 + tf.tanh(
+        (np.sqrt(2 / np.pi) * (x + 0.044715 * (x * x * x)))))
+    return x * cdf
+
+
+def _gelu_tanh_grad(x, dy):
+    """dy * d gelu(x) / dx for the tanh form, from `x` alone.
+
+    d/dx [x * 0.5 * (1 + t)] = 0.5 * (1 + t) + 0.5 * x * (1 - t^2) * t'
+    with t = tanh(c * (x + 0.044715 x^3)), t' = c * (1 + 3 * 0.044715 x^2).
+    """
+    c = np.sqrt(2 / np.pi)
+    x2 = x * x
+    t = tf.tanh(c * (x + 0.044715 * (x2 * x)))
+    derivative = 0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * (c * (1.0 + 0.134145 * x2)))
+    return dy * derivative
+
+
+def _after(tensor, dependency):
+    """`tensor` through an Identity that runs only after `dependency`.
+
+    Recomputations in a backward pass read their inputs through this: the
+    distinct input keeps grappler from merging the recomputation with the
+    forward computation (which would keep the forward's intermediates
+    alive until the backward pass, defeating the purpose), and the control
+    dependency keeps the executor from running it early.
+    """
+    with tf.control_dependencies([dependency]):
+        return tf.identity(tensor)
+
+
 def gelu(x):
     """Gaussian Error Linear Unit, tanh approximation (Google's "gelu").
 
     This is a smoother version of the RELU.
     Original paper: https://arxiv.org/abs/1606.08415
+
+    The gradient is computed from `x` alone, so the backward pass keeps one
+    tensor instead of the four or five intermediates of the formula (the
+    feed-forward layer's largest activations).
 
     Args:
       x: float Tensor to perform activation.
@@ -319,9 +357,13 @@ def gelu(x):
     Returns:
       `x` with the GELU activation applied.
     """
-    cdf = 0.5 * (1.0 + tf.tanh(
-        (np.sqrt(2 / np.pi) * (x + 0.044715 * (x * x * x)))))
-    return x * cdf
+    @tf.custom_gradient
+    def _gelu(x):
+        def grad(dy):
+            return _gelu_tanh_grad(_after(x, dy), dy)
+        return _gelu_tanh(x), grad
+
+    return _gelu(tf.convert_to_tensor(x))
 
 
 def gelu_exact(x):
@@ -461,10 +503,35 @@ def dropout(input_tensor, dropout_prob):
         seed = state[0] + tf.constant([0, state[1]], dtype=state[0].dtype)
         state[1] += 1
         keep = tf.random.stateless_uniform(tf.shape(input_tensor), seed=seed) >= dropout_prob
-        scale = tf.cast(1.0 / (1.0 - dropout_prob), input_tensor.dtype)
-        return input_tensor * tf.cast(keep, input_tensor.dtype) * scale
+    else:
+        # What tf.nn.dropout draws (same op, dtype and comparison).
+        keep = tf.random.uniform(tf.shape(input_tensor), dtype=input_tensor.dtype) >= dropout_prob
+    return _apply_dropout_mask(input_tensor, keep, 1.0 / (1.0 - dropout_prob))
 
-    return tf.nn.dropout(input_tensor, rate=dropout_prob)
+
+def _apply_dropout_mask(x, keep, scale):
+    """`x * scale` where `keep` is True, 0 elsewhere.
+
+    Unlike tf.nn.dropout, whose gradient keeps a float copy of the mask, the
+    backward pass keeps only the boolean mask (a quarter of the memory).
+
+    Args:
+      x: float Tensor.
+      keep: bool Tensor of the shape of `x`.
+      scale: Python float, 1 / (1 - dropout_prob).
+
+    Returns:
+      Tensor of the shape and dtype of `x`.
+    """
+    zero = tf.zeros([], dtype=x.dtype)
+
+    @tf.custom_gradient
+    def _dropout(x):
+        def grad(dy):
+            return tf.compat.v2.where(keep, dy * tf.cast(scale, dy.dtype), zero)
+        return tf.compat.v2.where(keep, x * tf.cast(scale, x.dtype), zero), grad
+
+    return _dropout(x)
 
 
 def layer_norm(input_tensor, name=None):
@@ -543,6 +610,50 @@ def dense(input_tensor, units, activation=None, kernel_initializer=None, name="d
         if activation is not None:
             output = activation(output)
         return output
+
+
+def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense"):
+    """`dense(gelu(pre_activation), units)` keeping only `pre_activation`.
+
+    Same variables and the same forward values as `dense` applied to `gelu`
+    (the activation is computed by the same ops); the backward pass
+    recomputes the activation from `pre_activation` for the kernel gradient
+    instead of keeping it, and differentiates it from `pre_activation` too.
+
+    Args:
+      pre_activation: float Tensor [rows, in].
+      units: output width.
+      kernel_initializer: initializer of the kernel.
+      name: variable scope name.
+
+    Returns:
+      Tensor [rows, units] of the input's dtype.
+    """
+    width = pre_activation.shape[-1]
+    with tf.variable_scope(name):
+        kernel = tf.get_variable("kernel", shape=[width, units], initializer=kernel_initializer)
+        bias = tf.get_variable("bias", shape=[units], initializer=tf.zeros_initializer())
+        kernel = tf.convert_to_tensor(kernel)
+        bias = tf.convert_to_tensor(bias)
+        if pre_activation.dtype != kernel.dtype:
+            kernel = tf.cast(kernel, pre_activation.dtype)
+            bias = tf.cast(bias, pre_activation.dtype)
+
+    @tf.custom_gradient
+    def _fused(x, kernel, bias):
+        output = tf.nn.bias_add(tf.matmul(_gelu_tanh(x), kernel), bias)
+
+        def grad(dy):
+            x_again = _after(x, dy)
+            activation = _gelu_tanh(x_again)
+            d_kernel = tf.matmul(activation, dy, transpose_a=True)
+            d_bias = tf.raw_ops.BiasAddGrad(out_backprop=dy)
+            d_activation = tf.matmul(dy, kernel, transpose_b=True)
+            return _gelu_tanh_grad(x_again, d_activation), d_kernel, d_bias
+
+        return output, grad
+
+    return _fused(pre_activation, kernel, bias)
 
 
 def embedding_lookup(input_ids,
@@ -938,14 +1049,22 @@ def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_h
             attention_output = dropout(attention_output, hidden_dropout_prob)
             attention_output = layer_norm(attention_output + layer_input)
 
-    # The activation is only applied to the "intermediate" hidden layer.
+    # The activation is only applied to the "intermediate" hidden layer. With
+    # Google's GELU it is fused into the next layer's matmul (same values),
+    # so that the backward pass keeps only the [rows, intermediate_size]
+    # pre-activation instead of it, the activation and its intermediates.
+    fuse_gelu = intermediate_act_fn is gelu
     with tf.variable_scope("intermediate"):
         intermediate_output = dense(attention_output, intermediate_size,
-                                    activation=intermediate_act_fn, kernel_initializer=init)
+                                    activation=None if fuse_gelu else intermediate_act_fn,
+                                    kernel_initializer=init)
 
     # Down-project back to `hidden_size` then add the residual.
     with tf.variable_scope("output"):
-        layer_output = dense(intermediate_output, hidden_size, kernel_initializer=init)
+        if fuse_gelu:
+            layer_output = _gelu_dense(intermediate_output, hidden_size, kernel_initializer=init)
+        else:
+            layer_output = dense(intermediate_output, hidden_size, kernel_initializer=init)
         layer_output = dropout(layer_output, hidden_dropout_prob)
         layer_output = layer_norm(layer_output + attention_output)
     return layer_output
