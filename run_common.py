@@ -149,6 +149,12 @@ _SHARED_FLAGS = {
         "local GPU (or --num_gpus of them); 'multi_worker_mirrored' spans the "
         "machines named in the TF_CONFIG environment variable.",
         ["none", "mirrored", "multi_worker_mirrored"]),
+    "limit_memory_fragmentation": (
+        flags.DEFINE_bool, False,
+        "CPU training: make glibc's malloc return large freed blocks to the "
+        "system at once (mmap threshold 128 KiB), which lowers peak resident "
+        "memory of a BERT-Base training step by about 1 GiB; may cost some "
+        "speed (more page faults)."),
     "num_gpus": (
         flags.DEFINE_integer, 0,
         "With --distribution_strategy=mirrored: number of GPUs to use (0: all "
@@ -157,7 +163,8 @@ _SHARED_FLAGS = {
 
 TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
 TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_xla",
-                         "precision", "distribution_strategy", "num_gpus")
+                         "precision", "distribution_strategy", "num_gpus",
+                         "limit_memory_fragmentation")
 
 
 def define_flags(*names, **default_overrides):
@@ -187,6 +194,9 @@ def run_script(main):
     """`absl.app.run(main)`, turning `InputError` into a one-line error and
     exit status 1 instead of a traceback."""
     def wrapped(argv):
+        if _flag("limit_memory_fragmentation", False):
+            import recompute
+            recompute.limit_memory_fragmentation()
         try:
             return main(argv)
         except InputError as e:
@@ -488,6 +498,11 @@ def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000
 
     session_config = None
     if _flag("use_xla", False) and not use_tpu:
+        # Auto-clustering covers GPUs only unless these XLA flags are set
+        # before the first session starts; with them the CPU graph is
+        # compiled too.
+        os.environ.setdefault("TF_XLA_FLAGS",
+                              "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit")
         session_config = tf.ConfigProto()
         session_config.graph_options.optimizer_options.global_jit_level = (
             tf.OptimizerOptions.ON_1)
