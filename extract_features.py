@@ -60,7 +60,7 @@ flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
 flags.DEFINE_enum(
     "output_format", "jsonl", ["jsonl", "npz", "tfrecord"],
     "jsonl: the original's JSON Lines. npz: NumPy arrays (see "
-    "docs/features_and_conversion.md). tfrecord: one tf.train.Example per line.")
+    "README.md). tfrecord: one tf.train.Example per line.")
 
 flags.DEFINE_enum(
     "pooling", "none", ["none", "cls", "mean"],
