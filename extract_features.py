@@ -143,45 +143,9 @@ def convert_example(ex_index, example, seq_length, tokenizer):
     The first five examples are logged, as in the original.
     """
     tokens_a = tokenizer.tokenize(example.text_a)
-
-    tokens_b = None
-    if example.text_b:
-        tokens_b = tokenizer.tokenize(example.text_b)
-
-    if tokens_b:
-        # Modifies `tokens_a` and `tokens_b` in place so that the total
-        # length is less than the specified length.
-        # Account for [CLS], [SEP], [SEP] with "- 3"
-        _truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
-    else:
-        # Account for [CLS] and [SEP] with "- 2"
-        if len(tokens_a) > seq_length - 2:
-            tokens_a = tokens_a[0:(seq_length - 2)]
-
-    # The convention in BERT is:
-    # (a) For sequence pairs:
-    #  tokens:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
-    #  type_ids: 0     0  0    0    0     0       0 0     1  1  1  1   1 1
-    # (b) For single sequences:
-    #  tokens:   [CLS] the dog is hairy . [SEP]
-    #  type_ids: 0     0   0   0  0     0 0
-    tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-    input_type_ids = [0] * len(tokens)
-    if tokens_b:
-        tokens += tokens_b + ["[SEP]"]
-        input_type_ids += [1] * (len(tokens_b) + 1)
-
-    input_ids = tokenizer.convert_tokens_to_ids(tokens)
-
-    # The mask has 1 for real tokens and 0 for padding tokens. Only real
-    # tokens are attended to.
-    input_mask = [1] * len(input_ids)
-
-    # Zero-pad up to the sequence length.
-    padding = seq_length - len(input_ids)
-    input_ids += [0] * padding
-    input_mask += [0] * padding
-    input_type_ids += [0] * padding
+    tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+    tokens, input_ids, input_mask, input_type_ids = run_common.pack_sequence_pair(
+        tokens_a, tokens_b, seq_length, tokenizer)
 
     if ex_index < 5:
         tf.logging.info("*** Example ***")
@@ -200,23 +164,6 @@ def convert_examples_to_features(examples, seq_length, tokenizer):
     """Loads a data file into a list of `InputFeatures` (the original's API)."""
     return [convert_example(i, example, seq_length, tokenizer)
             for i, example in enumerate(examples)]
-
-
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-    """Truncates a sequence pair in place to the maximum length."""
-
-    # This is a simple heuristic which will always truncate the longer sequence
-    # one token at a time. This makes more sense than truncating an equal percent
-    # of tokens from each, since if one sequence is very short then each token
-    # that's truncated likely contains more information than a longer sequence.
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_length:
-            break
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
 
 
 def write_features(features, output_file):

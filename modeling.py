@@ -595,21 +595,35 @@ def dense(input_tensor, units, activation=None, kernel_initializer=None, name="d
     Returns:
       Tensor [rows, units] of the input's dtype.
     """
+    kernel, bias = _dense_variables(input_tensor, units, kernel_initializer, name)
+    if input_tensor.shape.ndims == 2:
+        output = tf.matmul(input_tensor, kernel)
+    else:
+        output = tf.tensordot(input_tensor, kernel, [[input_tensor.shape.ndims - 1], [0]])
+    output = tf.nn.bias_add(output, bias)
+    if activation is not None:
+        output = activation(output)
+    return output
+
+
+def _dense_variables(input_tensor, units, kernel_initializer, name):
+    """Creates (or reuses) `<name>/kernel` [in, units] and `<name>/bias`
+    [units] (zeros), as tf.layers.dense does.
+
+    Returns:
+      (kernel, bias) tensors in the input's dtype: float32 master weights
+      cast for a float16/bfloat16 computation.
+    """
     width = input_tensor.shape[-1]
     with tf.variable_scope(name):
         kernel = tf.get_variable("kernel", shape=[width, units], initializer=kernel_initializer)
         bias = tf.get_variable("bias", shape=[units], initializer=tf.zeros_initializer())
-        if input_tensor.dtype != kernel.dtype.base_dtype:
-            kernel = tf.cast(kernel, input_tensor.dtype)
-            bias = tf.cast(bias, input_tensor.dtype)
-        if input_tensor.shape.ndims == 2:
-            output = tf.matmul(input_tensor, kernel)
-        else:
-            output = tf.tensordot(input_tensor, kernel, [[input_tensor.shape.ndims - 1], [0]])
-        output = tf.nn.bias_add(output, bias)
-        if activation is not None:
-            output = activation(output)
-        return output
+    kernel = tf.convert_to_tensor(kernel)
+    bias = tf.convert_to_tensor(bias)
+    if input_tensor.dtype != kernel.dtype:
+        kernel = tf.cast(kernel, input_tensor.dtype)
+        bias = tf.cast(bias, input_tensor.dtype)
+    return kernel, bias
 
 
 def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense"):
@@ -629,15 +643,7 @@ def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense"):
     Returns:
       Tensor [rows, units] of the input's dtype.
     """
-    width = pre_activation.shape[-1]
-    with tf.variable_scope(name):
-        kernel = tf.get_variable("kernel", shape=[width, units], initializer=kernel_initializer)
-        bias = tf.get_variable("bias", shape=[units], initializer=tf.zeros_initializer())
-        kernel = tf.convert_to_tensor(kernel)
-        bias = tf.convert_to_tensor(bias)
-        if pre_activation.dtype != kernel.dtype:
-            kernel = tf.cast(kernel, pre_activation.dtype)
-            bias = tf.cast(bias, pre_activation.dtype)
+    kernel, bias = _dense_variables(pre_activation, units, kernel_initializer, name)
 
     @tf.custom_gradient
     def _fused(x, kernel, bias):

@@ -656,49 +656,11 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
             is_real_example=False)
 
     tokens_a = tokenizer.tokenize(example.text_a)
-    tokens_b = None
-    if example.text_b:
-        tokens_b = tokenizer.tokenize(example.text_b)
-
-    if tokens_b:
-        # Modifies `tokens_a` and `tokens_b` in place so that the total
-        # length is less than the specified length.
-        # Account for [CLS], [SEP], [SEP] with "- 3"
-        _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-    else:
-        # Account for [CLS] and [SEP] with "- 2"
-        if len(tokens_a) > max_seq_length - 2:
-            tokens_a = tokens_a[0:(max_seq_length - 2)]
-
-    # The convention in BERT is:
-    # (a) For sequence pairs:
-    #  tokens:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
-    #  type_ids: 0     0  0    0    0     0       0 0     1  1  1  1   1 1
-    # (b) For single sequences:
-    #  tokens:   [CLS] the dog is hairy . [SEP]
-    #  type_ids: 0     0   0   0  0     0 0
-    #
-    # "type_ids" tell the first sequence from the second; their embeddings
-    # were learned in pre-training. For classification the vector of [CLS]
-    # is the "sentence vector" (this works because the whole model is
-    # fine-tuned).
-    tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-    segment_ids = [0] * len(tokens)
-    if tokens_b:
-        tokens += tokens_b + ["[SEP]"]
-        segment_ids += [1] * (len(tokens_b) + 1)
-
-    input_ids = tokenizer.convert_tokens_to_ids(tokens)
-
-    # The mask has 1 for real tokens and 0 for padding tokens. Only real
-    # tokens are attended to.
-    input_mask = [1] * len(input_ids)
-
-    # Zero-pad up to the sequence length.
-    padding = max_seq_length - len(input_ids)
-    input_ids += [0] * padding
-    input_mask += [0] * padding
-    segment_ids += [0] * padding
+    tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+    # For classification the vector of [CLS] is the "sentence vector" (this
+    # works because the whole model is fine-tuned).
+    tokens, input_ids, input_mask, segment_ids = run_common.pack_sequence_pair(
+        tokens_a, tokens_b, max_seq_length, tokenizer)
 
     assert len(input_ids) == max_seq_length
     assert len(input_mask) == max_seq_length
@@ -816,22 +778,8 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
     return input_fn
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-    """Truncates a sequence pair in place to the maximum length."""
-
-    # This is a simple heuristic which will always truncate the longer sequence
-    # one token at a time. This makes more sense than truncating an equal
-    # percent of tokens from each, since if one sequence is very short then
-    # each token that's truncated likely contains more information than a
-    # longer sequence.
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_length:
-            break
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
+# The original's name for it.
+_truncate_seq_pair = run_common.truncate_seq_pair
 
 
 # ---------------------------------------------------------------------------

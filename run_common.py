@@ -357,6 +357,72 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     return scaffold_fn
 
 
+def truncate_seq_pair(tokens_a, tokens_b, max_length):
+    """Truncates a sequence pair in place to the maximum length.
+
+    This is a simple heuristic which will always truncate the longer sequence
+    one token at a time. This makes more sense than truncating an equal
+    percent of tokens from each, since if one sequence is very short then each
+    token that's truncated likely contains more information than a longer
+    sequence.
+    """
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_length:
+            break
+        if len(tokens_a) > len(tokens_b):
+            tokens_a.pop()
+        else:
+            tokens_b.pop()
+
+
+def pack_sequence_pair(tokens_a, tokens_b, max_seq_length, tokenizer):
+    """BERT's input layout for one text or a pair, as the original scripts
+    build it.
+
+    Truncates (the longer side of a pair first), then lays out
+
+      pair:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
+      ids:    0     0  0    0    0     0       0 0     1  1  1  1   1 1
+      single: [CLS] the dog is hairy . [SEP]   (segment ids all 0)
+
+    and zero-pads to `max_seq_length`.
+
+    Args:
+      tokens_a: word pieces of the first text (truncated in place for pairs).
+      tokens_b: word pieces of the second text, or None / empty.
+      max_seq_length: length of the returned id lists.
+      tokenizer: FullTokenizer, for the ids.
+
+    Returns:
+      (tokens, input_ids, input_mask, segment_ids): the unpadded tokens with
+      [CLS]/[SEP], and three lists of `max_seq_length` ints (mask 1 for real
+      tokens).
+    """
+    if tokens_b:
+        # Account for [CLS], [SEP], [SEP] with "- 3".
+        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+    elif len(tokens_a) > max_seq_length - 2:
+        # Account for [CLS] and [SEP] with "- 2".
+        tokens_a = tokens_a[0:(max_seq_length - 2)]
+
+    tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+    segment_ids = [0] * len(tokens)
+    if tokens_b:
+        tokens += tokens_b + ["[SEP]"]
+        segment_ids += [1] * (len(tokens_b) + 1)
+
+    input_ids = tokenizer.convert_tokens_to_ids(tokens)
+    # Only real tokens are attended to.
+    input_mask = [1] * len(input_ids)
+
+    padding = max_seq_length - len(input_ids)
+    input_ids += [0] * padding
+    input_mask += [0] * padding
+    segment_ids += [0] * padding
+    return tokens, input_ids, input_mask, segment_ids
+
+
 def decode_record(record, name_to_features):
     """Parses one serialized tf.train.Example into a dict of tensors.
 
