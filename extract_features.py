@@ -41,6 +41,7 @@ from absl import flags
 
 import modeling
 import run_common
+import runtime
 import tokenization
 from run_common import InputError
 
@@ -266,7 +267,7 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
 
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
         """The `model_fn` for TPUEstimator."""
-        if mode != tf.estimator.ModeKeys.PREDICT:
+        if mode != runtime.ModeKeys.PREDICT:
             raise ValueError("Only PREDICT modes are supported: %s" % (mode))
 
         unique_ids = features["unique_ids"]
@@ -299,7 +300,7 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
                 layer = tf.reduce_sum(layer * mask, axis=1) / tf.reduce_sum(mask, axis=1)
             predictions["layer_output_%d" % i] = layer
 
-        return tf.estimator.tpu.TPUEstimatorSpec(
+        return runtime.TPUEstimatorSpec(
             mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
 
     return model_fn

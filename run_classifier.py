@@ -39,6 +39,7 @@ from absl import flags
 
 import modeling
 import run_common
+import runtime
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -878,7 +879,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         else:
             is_real_example = tf.ones(tf.shape(label_ids), dtype=tf.float32)
 
-        is_training = (mode == tf.estimator.ModeKeys.TRAIN)
+        is_training = (mode == runtime.ModeKeys.TRAIN)
 
         (total_loss, per_example_loss, logits, probabilities) = create_model(
             bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
@@ -886,10 +887,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
 
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
-        if mode == tf.estimator.ModeKeys.TRAIN:
+        if mode == runtime.ModeKeys.TRAIN:
             train_op = run_common.create_train_op(
                 total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
-            return tf.estimator.tpu.TPUEstimatorSpec(
+            return runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
                 train_op=train_op,
@@ -897,7 +898,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                     total_loss, examples_per_step=params["batch_size"], use_tpu=use_tpu),
                 scaffold_fn=scaffold_fn)
 
-        if mode == tf.estimator.ModeKeys.EVAL:
+        if mode == runtime.ModeKeys.EVAL:
 
             def metric_fn(per_example_loss, label_ids, logits, is_real_example):
                 # The padding examples of TPU eval have weight 0.
@@ -914,7 +915,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
 
             eval_metrics = (metric_fn,
                             [per_example_loss, label_ids, logits, is_real_example])
-            return tf.estimator.tpu.TPUEstimatorSpec(
+            return runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
                 eval_metrics=eval_metrics,
@@ -926,12 +927,12 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
             predictions["label_ids"] = label_ids
         if "is_real_example" in features:
             predictions["is_real_example"] = features["is_real_example"]
-        return tf.estimator.tpu.TPUEstimatorSpec(
+        return runtime.TPUEstimatorSpec(
             mode=mode,
             predictions=predictions,
             export_outputs={
                 tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
-                    tf.estimator.export.PredictOutput({output_name: probabilities}),
+                    runtime.PredictOutput({output_name: probabilities}),
             },
             scaffold_fn=scaffold_fn)
 
@@ -1323,8 +1324,8 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
     segment_ids [batch, max_seq_length] and returns probabilities
     [batch, num_labels] (scores [batch] for regression).
 
-    The model_fn is the training one, run by a plain CPU Estimator, so the
-    export has no TPU graph whatever --use_tpu says.
+    The model_fn is the training one, run on the CPU without a TPU
+    wrapper, so the export has no TPU graph whatever --use_tpu says.
 
     Returns:
       The directory of the SavedModel (a timestamped directory in export_dir).
@@ -1334,9 +1335,6 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
         learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
         use_one_hot_embeddings=False, is_regression=is_regression)
 
-    def estimator_model_fn(features, labels, mode, params):
-        return model_fn(features, labels, mode, params).as_estimator_spec()
-
     seq_length = FLAGS.max_seq_length
 
     def serving_input_receiver_fn():
@@ -1344,14 +1342,11 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
             name: tf.placeholder(tf.int32, [None, seq_length], name=name)
             for name in ("input_ids", "input_mask", "segment_ids")
         }
-        return tf.estimator.export.ServingInputReceiver(features, features)
+        return runtime.ServingInputReceiver(features, features)
 
-    estimator = tf.estimator.Estimator(model_fn=estimator_model_fn,
-                                       model_dir=FLAGS.output_dir, params={})
-    path = estimator.export_saved_model(export_dir, serving_input_receiver_fn,
-                                        checkpoint_path=checkpoint_path)
-    if isinstance(path, bytes):
-        path = path.decode("utf-8")
+    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
+                                      checkpoint_path=checkpoint_path,
+                                      model_dir=FLAGS.output_dir)
     tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
     return path
 

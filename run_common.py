@@ -544,194 +544,44 @@ def __getattr__(name):
 
 
 # ---------------------------------------------------------------------------
-# Run configuration and estimators.
+# Run configuration and the runner (the execution layer lives in runtime.py).
 
 def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000,
                     use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
                     master=None, num_tpu_cores=8, keep_checkpoint_max=5,
                     tpu_job_name=None):
-    """A `tf.estimator.tpu.RunConfig` for TPU, GPU or CPU.
-
-    `tpu_job_name`: name of the TPU worker job, if not 'tpu_worker'.
-
-    Applies --use_xla (global JIT) and, without --use_tpu,
-    --distribution_strategy.
-    """
-    tpu_cluster_resolver = None
-    if use_tpu and tpu_name:
-        tpu_cluster_resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu_name, zone=tpu_zone, project=gcp_project)
-
-    session_config = None
-    if _flag("use_xla", False) and not use_tpu:
-        # Auto-clustering covers GPUs only unless these XLA flags are set
-        # before the first session starts; with them the CPU graph is
-        # compiled too.
-        os.environ.setdefault("TF_XLA_FLAGS",
-                              "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit")
-        session_config = tf.ConfigProto()
-        session_config.graph_options.optimizer_options.global_jit_level = (
-            tf.OptimizerOptions.ON_1)
-
-    strategy = None if use_tpu else _distribution_strategy()
-    num_cpus = len(tf.config.list_logical_devices("CPU")) if strategy is not None else 1
-    if num_cpus > 1:
-        # The Estimator's session must expose the logical CPU devices the
-        # strategy mirrors onto (a v1 Session creates one CPU by default).
-        session_config = session_config or tf.ConfigProto()
-        session_config.device_count["CPU"] = num_cpus
-    is_per_host = tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2
-    return tf.estimator.tpu.RunConfig(
-        cluster=tpu_cluster_resolver,
-        master=master,
-        model_dir=output_dir,
-        save_checkpoints_steps=save_checkpoints_steps,
-        keep_checkpoint_max=keep_checkpoint_max,
-        session_config=session_config,
-        train_distribute=strategy,
-        tpu_config=tf.estimator.tpu.TPUConfig(
-            tpu_job_name=tpu_job_name,
-            iterations_per_loop=iterations_per_loop,
-            num_shards=num_tpu_cores,
-            per_host_input_for_training=is_per_host))
-
-
-def _distribution_strategy():
-    name = _flag("distribution_strategy", "none")
-    if name == "none":
-        return None
-    if name == "mirrored":
-        num_gpus = _flag("num_gpus", 0)
-        devices = None
-        if num_gpus:
-            devices = ["/gpu:%d" % i for i in range(num_gpus)]
-        elif not tf.config.list_logical_devices("GPU"):
-            # No GPU: every logical CPU device (one, unless the process split
-            # the CPU with tf.config.set_logical_device_configuration).
-            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
-        return tf.distribute.MirroredStrategy(devices=devices)
-    if name == "multi_worker_mirrored":
-        return tf.distribute.experimental.MultiWorkerMirroredStrategy()
-    raise InputError("--distribution_strategy: unknown value %r" % name)
+    """`runtime.make_run_config` with the option flags applied (--use_xla,
+    --distribution_strategy, --num_gpus)."""
+    import runtime
+    with _config_errors_as_input_errors():
+        return runtime.make_run_config(
+            output_dir, save_checkpoints_steps, iterations_per_loop=iterations_per_loop,
+            use_tpu=use_tpu, tpu_name=tpu_name, tpu_zone=tpu_zone, gcp_project=gcp_project,
+            master=master, num_tpu_cores=num_tpu_cores,
+            keep_checkpoint_max=keep_checkpoint_max, tpu_job_name=tpu_job_name,
+            use_xla=_flag("use_xla", False),
+            distribution_strategy=_flag("distribution_strategy", "none"),
+            num_gpus=_flag("num_gpus", 0))
 
 
 def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
                    eval_batch_size=None, predict_batch_size=None):
-    """TPUEstimator (TPU, or one CPU/GPU as in the original) or, when a
-    tf.distribute strategy is configured, a plain Estimator running the same
-    TPUEstimator-style `model_fn` and `input_fn`s.
-
-    The returned object has `train`, `evaluate`, `predict` and
-    `export_saved_model`, and passes `params["batch_size"]` to model_fn and
-    input_fn exactly as TPUEstimator does.
-    """
-    if run_config.train_distribute is None:
-        return tf.estimator.tpu.TPUEstimator(
-            use_tpu=use_tpu,
-            model_fn=model_fn,
-            config=run_config,
-            train_batch_size=train_batch_size,
-            eval_batch_size=eval_batch_size,
-            predict_batch_size=predict_batch_size)
-    return _DistributedEstimator(model_fn, run_config, train_batch_size,
-                                 eval_batch_size, predict_batch_size)
+    """`runtime.make_estimator`: the runner for the scripts' model_fn."""
+    import runtime
+    with _config_errors_as_input_errors():
+        return runtime.make_estimator(model_fn, run_config, use_tpu,
+                                      train_batch_size=train_batch_size,
+                                      eval_batch_size=eval_batch_size,
+                                      predict_batch_size=predict_batch_size)
 
 
-class _DistributedEstimator(object):
-    """Runs a TPUEstimator-style model_fn under tf.distribute.
-
-    Each input_fn gets the per-replica batch size (the global batch divided
-    by the number of replicas in sync), so one step consumes
-    `train_batch_size` examples in all, as with a single device.
-    """
-
-    def __init__(self, model_fn, run_config, train_batch_size, eval_batch_size,
-                 predict_batch_size):
-        self._batch_sizes = {
-            tf.estimator.ModeKeys.TRAIN: train_batch_size,
-            tf.estimator.ModeKeys.EVAL: eval_batch_size,
-            tf.estimator.ModeKeys.PREDICT: predict_batch_size,
-        }
-        self._replicas = run_config.train_distribute.num_replicas_in_sync
-        if train_batch_size and train_batch_size % self._replicas:
-            raise InputError("--train_batch_size=%d must be divisible by the %d replicas"
-                             % (train_batch_size, self._replicas))
-
-        def estimator_model_fn(features, labels, mode, params, config):
-            params = dict(params or {})
-            params["batch_size"] = self._per_replica(mode)
-            spec = model_fn(features, labels, mode, params)
-            if hasattr(spec, "as_estimator_spec"):
-                if spec.scaffold_fn is not None:
-                    spec.scaffold_fn()
-                spec = spec._replace(scaffold_fn=None).as_estimator_spec()
-            return spec
-
-        plain_config = tf.estimator.RunConfig(
-            model_dir=run_config.model_dir,
-            save_checkpoints_steps=run_config.save_checkpoints_steps,
-            keep_checkpoint_max=run_config.keep_checkpoint_max,
-            session_config=run_config.session_config,
-            train_distribute=run_config.train_distribute,
-            log_step_count_steps=run_config.log_step_count_steps)
-        self._estimator = tf.estimator.Estimator(model_fn=estimator_model_fn,
-                                                 config=plain_config)
-
-    def _per_replica(self, mode):
-        batch = self._batch_sizes.get(mode)
-        if mode == tf.estimator.ModeKeys.TRAIN and batch:
-            return batch // self._replicas
-        return batch
-
-    def _wrap(self, input_fn, mode):
-        batch = self._per_replica(mode)
-
-        def wrapped(params=None, input_context=None):
-            params = dict(params or {})
-            params["batch_size"] = batch
-            dataset = input_fn(params)
-            if (mode == tf.estimator.ModeKeys.TRAIN and input_context is not None
-                    and input_context.num_input_pipelines > 1):
-                # Each worker takes every n-th batch, so together the workers
-                # consume the stream a single process would.
-                dataset = dataset.shard(input_context.num_input_pipelines,
-                                        input_context.input_pipeline_id)
-            return dataset
-        return wrapped
-
-    def train(self, input_fn, max_steps=None, hooks=None, steps=None):
-        train_input_fn = self._wrap(input_fn, tf.estimator.ModeKeys.TRAIN)
-        if not self._estimator.config.cluster_spec:
-            return self._estimator.train(train_input_fn, max_steps=max_steps, steps=steps,
-                                         hooks=hooks)
-        # Several workers (TF_CONFIG): the Estimator trains them only through
-        # train_and_evaluate (independent-worker mode). Evaluation there needs
-        # an "evaluator" task, which our scripts do not use: they evaluate
-        # after training, as on one machine.
-        if steps is not None:
-            raise InputError("multi-worker training takes max_steps, not steps")
-        tf.estimator.train_and_evaluate(
-            self._estimator,
-            tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps, hooks=hooks),
-            tf.estimator.EvalSpec(train_input_fn, steps=1))
-        return self
-
-    def evaluate(self, input_fn, steps=None, checkpoint_path=None, name=None, hooks=None):
-        return self._estimator.evaluate(self._wrap(input_fn, tf.estimator.ModeKeys.EVAL),
-                                        steps=steps, checkpoint_path=checkpoint_path,
-                                        name=name, hooks=hooks)
-
-    def predict(self, input_fn, yield_single_examples=True, checkpoint_path=None):
-        return self._estimator.predict(self._wrap(input_fn, tf.estimator.ModeKeys.PREDICT),
-                                       yield_single_examples=yield_single_examples,
-                                       checkpoint_path=checkpoint_path)
-
-    def export_saved_model(self, *args, **kwargs):
-        return self._estimator.export_saved_model(*args, **kwargs)
-
-    @property
-    def model_dir(self):
-        return self._estimator.model_dir
+@contextlib.contextmanager
+def _config_errors_as_input_errors():
+    import runtime
+    try:
+        yield
+    except runtime.ConfigError as e:
+        raise InputError(str(e))
 
 
 # ---------------------------------------------------------------------------

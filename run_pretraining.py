@@ -28,6 +28,7 @@ from absl import flags
 
 import modeling
 import run_common
+import runtime
 
 FLAGS = flags.FLAGS
 
@@ -89,7 +90,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         masked_lm_weights = features["masked_lm_weights"]
         next_sentence_labels = features["next_sentence_labels"]
 
-        is_training = (mode == tf.estimator.ModeKeys.TRAIN)
+        is_training = (mode == runtime.ModeKeys.TRAIN)
 
         model = modeling.BertModel(
             config=bert_config,
@@ -114,12 +115,12 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         output_spec = None
-        if mode == tf.estimator.ModeKeys.TRAIN:
+        if mode == runtime.ModeKeys.TRAIN:
             train_op = run_common.create_train_op(
                 total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
             batch_size = params["batch_size"]
             seq_length = modeling.get_shape_list(input_ids, expected_rank=2)[1]
-            output_spec = tf.estimator.tpu.TPUEstimatorSpec(
+            output_spec = runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
                 train_op=train_op,
@@ -127,13 +128,13 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                     total_loss, examples_per_step=batch_size,
                     tokens_per_step=batch_size * seq_length, use_tpu=use_tpu),
                 scaffold_fn=scaffold_fn)
-        elif mode == tf.estimator.ModeKeys.EVAL:
+        elif mode == runtime.ModeKeys.EVAL:
             eval_metrics = (metric_fn, [
                 masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
                 masked_lm_weights, next_sentence_example_loss,
                 next_sentence_log_probs, next_sentence_labels
             ])
-            output_spec = tf.estimator.tpu.TPUEstimatorSpec(
+            output_spec = runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
                 eval_metrics=eval_metrics,

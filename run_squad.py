@@ -42,6 +42,7 @@ from absl import flags
 
 import modeling
 import run_common
+import runtime
 import tokenization
 from run_common import InputError
 
@@ -798,7 +799,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         input_mask = features["input_mask"]
         segment_ids = features["segment_ids"]
 
-        is_training = (mode == tf.estimator.ModeKeys.TRAIN)
+        is_training = (mode == runtime.ModeKeys.TRAIN)
 
         (start_logits, end_logits) = create_model(
             bert_config=bert_config,
@@ -811,7 +812,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         output_spec = None
-        if mode == tf.estimator.ModeKeys.TRAIN:
+        if mode == runtime.ModeKeys.TRAIN:
             seq_length = modeling.get_shape_list(input_ids)[1]
 
             def compute_loss(logits, positions):
@@ -831,7 +832,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             train_op = run_common.create_train_op(
                 total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
 
-            output_spec = tf.estimator.tpu.TPUEstimatorSpec(
+            output_spec = runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
                 train_op=train_op,
@@ -839,13 +840,13 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                 training_hooks=run_common.training_hooks(
                     total_loss, examples_per_step=params["batch_size"],
                     tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu))
-        elif mode == tf.estimator.ModeKeys.PREDICT:
+        elif mode == runtime.ModeKeys.PREDICT:
             predictions = {
                 "unique_ids": unique_ids,
                 "start_logits": start_logits,
                 "end_logits": end_logits,
             }
-            output_spec = tf.estimator.tpu.TPUEstimatorSpec(
+            output_spec = runtime.TPUEstimatorSpec(
                 mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
         else:
             raise ValueError("Only TRAIN and PREDICT modes are supported: %s" % (mode))

@@ -41,6 +41,7 @@ def main():
 
     import modeling
     import run_common
+    import runtime
     run_common.define_flags(run_common.TRAINING_OPTION_FLAGS)
     strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
                 "worker": "multi_worker_mirrored"}[mode]
@@ -78,7 +79,7 @@ def main():
         loss = build_loss(features["input_ids"], features["label"])
         run_common.init_from_checkpoint(init_checkpoint, False)
         train_op = run_common.create_train_op(loss, 1e-2, 10, 0, False)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+        return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
     def input_fn(params):
         dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "label": label_values})
