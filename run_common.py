@@ -315,8 +315,9 @@ def model_options():
 
 
 def _flag(name, default):
-    """Value of a shared flag, or `default` if this script did not define it."""
-    if name in FLAGS:
+    """Value of a shared flag, or `default` if this script did not define it
+    or the flags are not parsed (a script imported as a library)."""
+    if name in FLAGS and FLAGS.is_parsed():
         return getattr(FLAGS, name)
     return default
 
