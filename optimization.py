@@ -46,9 +46,17 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
     return (1.0 - is_warmup) * decayed + is_warmup * warmup
 
 
+# BERT's optimizer settings. Variables whose name contains one of these
+# patterns (LayerNorm scales and offsets, all biases) are not decayed.
+_WEIGHT_DECAY_RATE = 0.01
+_NO_DECAY_PATTERNS = ["LayerNorm", "layer_norm", "bias"]
+# Gradients are rescaled so that their global L2 norm is at most this.
+_CLIP_NORM = 1.0
+
+
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
                      gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None):
-    """Creates an optimizer training op.
+    """Builds the op of one training step of `loss` with BERT's optimizer.
 
     Args:
       loss: float32 scalar loss tensor.
@@ -75,35 +83,27 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
       when due, one update and one increment of the global step.
     """
     global_step = tf.train.get_or_create_global_step()
-
     learning_rate = learning_rate_schedule(global_step, init_lr, num_train_steps,
                                            num_warmup_steps)
-
-    # It is recommended that you use this optimizer for fine tuning, since this
-    # is how the model was trained (note that the Adam m/v variables are NOT
-    # loaded from init_checkpoint.)
+    # Fine-tuning uses the pre-training optimizer too. Its m/v slots start
+    # at zero: init_checkpoint restores the weights only.
     optimizer = AdamWeightDecayOptimizer(
-        learning_rate=learning_rate,
-        weight_decay_rate=0.01,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-        exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
-
+        learning_rate, weight_decay_rate=_WEIGHT_DECAY_RATE, beta_1=0.9, beta_2=0.999,
+        epsilon=1e-6, exclude_from_weight_decay=_NO_DECAY_PATTERNS)
     if use_tpu:
         optimizer = tf.tpu.CrossShardOptimizer(optimizer)
 
     if tvars is None:
         tvars = tf.trainable_variables()
-
-    if loss_scale_manager is not None:
-        scale = loss_scale_manager.scale
-        grads = tf.gradients(loss * scale, tvars)
-        grads = [None if g is None else _to_dense(g) / scale for g in grads]
+    if loss_scale_manager is None:
+        grads = [_to_dense(g) for g in tf.gradients(loss, tvars)]
     else:
-        grads = [None if g is None else _to_dense(g) for g in tf.gradients(loss, tvars)]
+        scale = loss_scale_manager.scale
+        grads = [None if g is None else _to_dense(g) / scale
+                 for g in tf.gradients(loss * scale, tvars)]
 
     replica_context = tf.distribute.get_replica_context()
+    num_replicas = 1
     if (tf.distribute.has_strategy() and replica_context is not None
             and replica_context.num_replicas_in_sync > 1):
         if gradient_accumulation_steps and gradient_accumulation_steps > 1:
@@ -118,8 +118,6 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         for i, g in zip(present, reduced):
             grads[i] = g
         num_replicas = replica_context.num_replicas_in_sync
-    else:
-        num_replicas = 1
 
     if gradient_accumulation_steps and gradient_accumulation_steps > 1:
         return _accumulating_train_op(optimizer, grads, tvars, global_step,
@@ -131,8 +129,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         grads = [None if g is None else tf.where(all_finite, g, tf.zeros_like(g))
                  for g in grads]
 
-    # This is how the model was pre-trained.
-    (grads, _) = tf.clip_by_global_norm(grads, clip_norm=1.0)
+    grads = _clip(grads)
     if num_replicas > 1:
         # A v1 optimizer sums the replicas' gradients when applying them
         # (expecting losses pre-divided by the replica count); every replica
@@ -140,9 +137,9 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         grads = [None if g is None else g / float(num_replicas) for g in grads]
 
     if all_finite is None:
-        train_op = optimizer.apply_gradients(zip(grads, tvars))
+        update = optimizer.apply_gradients(zip(grads, tvars))
         # Increment only after every update ran, so step t uses lr(t).
-        with tf.control_dependencies([train_op]):
+        with tf.control_dependencies([update]):
             return tf.group(global_step.assign_add(1), name="train_op")
 
     def apply_step():
@@ -154,7 +151,16 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         return tf.group(loss_scale_manager.update(all_finite), name="train_op")
 
 
+def _clip(grads):
+    """`grads` (None entries allowed) scaled to a global norm of at most
+    `_CLIP_NORM`, as in BERT's pre-training."""
+    clipped, _ = tf.clip_by_global_norm(grads, clip_norm=_CLIP_NORM)
+    return clipped
+
+
 def _to_dense(grad):
+    """A gradient as a dense tensor (None stays None): sparse embedding
+    gradients are densified, as BERT's optimizer did."""
     if isinstance(grad, tf.IndexedSlices):
         return tf.convert_to_tensor(grad)
     return grad
@@ -199,8 +205,7 @@ def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batch
 
     def apply_step():
         mean_grads = [acc.read_value() / float(num_micro_batches) for acc in accumulators]
-        (clipped, _) = tf.clip_by_global_norm(mean_grads, clip_norm=1.0)
-        update = optimizer.apply_gradients(zip(clipped, [v for _, v in pairs]))
+        update = optimizer.apply_gradients(zip(_clip(mean_grads), [v for _, v in pairs]))
         with tf.control_dependencies([update]):
             resets = [acc.assign(tf.zeros_like(acc), read_value=False) for acc in accumulators]
             resets.append(micro_step.assign(0, read_value=False))
@@ -218,28 +223,33 @@ def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batch
 
 
 def _variable_name(param_name):
-    """Get the variable name from the tensor name."""
-    m = re.match("^(.*):\\d+$", param_name)
-    if m is not None:
-        param_name = m.group(1)
-    return param_name
+    """A variable's name from its tensor's name: "a/b:0" -> "a/b"."""
+    return re.sub(r":\d+$", "", param_name)
 
 
 class AdamWeightDecayOptimizer(tf.train.Optimizer):
-    """A basic Adam optimizer that includes "correct" L2 weight decay.
+    """Adam without bias correction, with decoupled weight decay (BERT's optimizer).
 
-    Adam without bias correction: for each variable p with gradient g,
+    For each variable p with gradient g:
     ``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g^2``,
-    ``p = p - lr * (m / (sqrt(v) + eps) + wd * p)`` where the decay term is
-    left out for variables matched by `exclude_from_weight_decay`. The slots
-    are the variables ``<name>/adam_m`` and ``<name>/adam_v``, as in Google's
-    checkpoints.
+    ``p = p - lr * (m / (sqrt(v) + eps) + wd * p)``, where the decay term is
+    left out for variables whose name matches one of the regular expressions
+    `exclude_from_weight_decay` (or for all when `weight_decay_rate` is 0).
+    The slots are the variables ``<name>/adam_m`` and ``<name>/adam_v``, as in
+    Google's checkpoints.
 
     Written against the standard `tf.compat.v1.train.Optimizer` hooks (slots,
     `_resource_apply_dense`), so `tf.distribute` strategies and
     `CrossShardOptimizer` aggregate gradients as for any built-in optimizer.
     As in the original, `apply_gradients` is called without `global_step`:
     `create_optimizer` increments it after the update.
+
+    Args:
+      learning_rate: float or scalar float tensor.
+      weight_decay_rate: the decay factor wd (float).
+      beta_1, beta_2, epsilon: Adam's b1, b2 and eps.
+      exclude_from_weight_decay: list of regular expressions, or None.
+      name: name of the optimizer's ops.
     """
 
     def __init__(self,
@@ -250,9 +260,7 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
                  epsilon=1e-6,
                  exclude_from_weight_decay=None,
                  name="AdamWeightDecayOptimizer"):
-        """Constructs a AdamWeightDecayOptimizer."""
-        super().__init__(False, name)
-
+        super().__init__(use_locking=False, name=name)
         self.learning_rate = learning_rate
         self.weight_decay_rate = weight_decay_rate
         self.beta_1 = beta_1
@@ -293,28 +301,20 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
                 epsilon=tf.constant(self.epsilon, tf.float32),
                 grad=grad, use_locking=False)
 
-    def _apply_dense(self, grad, param):
-        """The original's update, for reference (non-resource) variables."""
-        m = self.get_slot(param, "m")
-        v = self.get_slot(param, "v")
-        next_m = (tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad))
-        next_v = (tf.multiply(self.beta_2, v) +
-                  tf.multiply(1.0 - self.beta_2, tf.square(grad)))
-
-        update = next_m / (tf.sqrt(next_v) + self.epsilon)
-
-        # Just adding the square of the weights to the loss function is *not*
-        # the correct way of using L2 regularization/weight decay with Adam,
-        # since that will interact with the m and v parameters in strange ways.
-        #
-        # Instead we want to decay the weights in a manner that doesn't interact
-        # with the m/v parameters. This is equivalent to adding the square
-        # of the weights to the loss with plain (non-momentum) SGD.
-        if self._do_use_weight_decay(self._get_variable_name(param.name)):
-            update += self.weight_decay_rate * param
-
-        next_param = param - self._lr_t * update
-        return tf.group(param.assign(next_param), m.assign(next_m), v.assign(next_v))
+    def _apply_dense(self, grad, var):
+        """The update written out, for reference (non-resource) variables."""
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
+        new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+        new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+        step = new_m / (tf.sqrt(new_v) + self.epsilon)
+        # The decay is added to the step, outside Adam's moments: an L2 term
+        # in the loss would instead be rescaled per weight by sqrt(v), so
+        # large-gradient weights would be decayed less.
+        if self._do_use_weight_decay(self._get_variable_name(var.name)):
+            step += self.weight_decay_rate * var
+        return tf.group(var.assign(var - self._lr_t * step), m.assign(new_m),
+                        v.assign(new_v))
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
         # The original densified sparse (embedding) gradients; so do we.
@@ -325,15 +325,12 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         return self._apply_dense(tf.convert_to_tensor(grad), var)
 
     def _do_use_weight_decay(self, param_name):
-        """Whether to use L2 weight decay for `param_name`."""
+        """Whether the variable named `param_name` is decayed."""
         if not self.weight_decay_rate:
             return False
-        if self.exclude_from_weight_decay:
-            for r in self.exclude_from_weight_decay:
-                if re.search(r, param_name) is not None:
-                    return False
-        return True
+        patterns = self.exclude_from_weight_decay or ()
+        return not any(re.search(pattern, param_name) for pattern in patterns)
 
     def _get_variable_name(self, param_name):
-        """Get the variable name from the tensor name."""
+        """`param_name` without a tensor's ":<index>" suffix."""
         return _variable_name(param_name)

@@ -270,16 +270,23 @@ def test_validate_case_other_paths_pass(path):
 
 
 def test_validate_case_agrees_with_original_on_its_seven(original):
+    """Same verdicts as the original on its seven releases (the wording of the
+    message is ours: it names the value passed and the value to pass)."""
     for model_dir in ORIGINAL_LOWER + ORIGINAL_CASED + ["my_model"]:
         for do_lower_case in (True, False):
-            outcomes = []
+            messages = []
             for module in (tokenization, original):
                 try:
                     module.validate_case_matches_checkpoint(do_lower_case, _ckpt(model_dir))
-                    outcomes.append(None)
+                    messages.append(None)
                 except ValueError as e:
-                    outcomes.append(str(e))
-            assert outcomes[0] == outcomes[1], (model_dir, do_lower_case)
+                    messages.append(str(e))
+            ours, theirs = messages
+            assert (ours is None) == (theirs is None), (model_dir, do_lower_case)
+            if ours is not None:
+                assert "--do_lower_case=%s" % do_lower_case in ours
+                assert "--do_lower_case=%s" % (not do_lower_case) in ours
+                assert _ckpt(model_dir) in ours
 
 
 # ---------------------------------------------------------------------------
