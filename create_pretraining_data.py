@@ -55,20 +55,24 @@ run_common.define_flags("input_file", "output_file", "vocab_file", "do_lower_cas
 
 flags.DEFINE_bool(
     "do_whole_word_mask", False,
-    "Whether to use whole word masking rather than per-WordPiece masking.")
+    "Mask whole words: when one WordPiece of a word is chosen, all of the word's "
+    "pieces are masked (default: each WordPiece is chosen on its own).")
 
-flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+flags.DEFINE_integer("random_seed", 12345,
+                     "Seed of the random choices (pairs, truncation, masks).")
 
 flags.DEFINE_integer(
     "dupe_factor", 10,
-    "Number of times to duplicate the input data (with different masks).")
+    "How many passes to make over the corpus; each pass pairs and masks the "
+    "sentences anew.")
 
-flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+flags.DEFINE_float("masked_lm_prob", 0.15,
+                   "Share of each sequence's tokens to mask for the masked-LM task.")
 
 flags.DEFINE_float(
     "short_seq_prob", 0.1,
-    "Probability of creating sequences which are shorter than the "
-    "maximum length.")
+    "Share of instances that aim at a random length below --max_seq_length, so "
+    "that the model also sees short inputs.")
 
 flags.DEFINE_integer(
     "num_workers", 1,
@@ -134,7 +138,7 @@ def _expand_input_files(patterns):
     return files
 
 
-class _AtomicRecordFiles(object):
+class _AtomicRecordFiles:
     """TFRecord files written under temporary names, renamed into place only
     when all are complete (`commit`); `abort` removes them. Records go
     round-robin across the files, as in the original."""
@@ -208,7 +212,7 @@ _FLOAT_ONE = struct.pack("<f", 1.0)
 _FLOAT_ZERO = struct.pack("<f", 0.0)
 
 
-class ExampleEncoder(object):
+class ExampleEncoder:
     """Serializes instances as tf.train.Example bytes.
 
     Args:
@@ -417,7 +421,7 @@ def frame_records(examples):
 # ---------------------------------------------------------------------------
 # Reading and tokenizing documents.
 
-class _Vocab(object):
+class _Vocab:
     """The tokenizer plus the id tables instance creation needs."""
 
     def __init__(self, vocab_file, do_lower_case):
@@ -500,7 +504,7 @@ def _numbered_lines(input_files):
 # ---------------------------------------------------------------------------
 # Instances: the original's algorithm and random draws, on token ids.
 
-class InstanceMaker(object):
+class InstanceMaker:
     """Creates training instances from documents, drawing random numbers
     exactly as the original's create_instances_from_document does.
 
@@ -521,60 +525,67 @@ class InstanceMaker(object):
         self.num_capped = 0
 
     def from_document(self, all_documents, document_index, rng, output):
-        """Appends the serialized instances of one document to `output`."""
+        """Appends the serialized instances of one document to `output`.
+
+        Args:
+          all_documents: list of documents, each a non-empty list of
+            sentences, each a non-empty sequence of token ids.
+          document_index: which document to make instances from.
+          rng: `random.Random`; the draws are the original's, in its order.
+          output: list to append tf.train.Example bytes to.
+        """
+        vocab = self.vocab
+        for tokens_a, tokens_b, is_random_next in self._sentence_pairs(
+                all_documents, document_index, rng):
+            # Masking draws from `rng` before the next pair is made, as in
+            # the original (the generator resumes only after this).
+            tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
+            masked, positions, labels = self._mask(tokens, rng)
+            output.append(self.encoder.encode(masked, len(tokens_a), positions, labels,
+                                              is_random_next))
+
+    def _sentence_pairs(self, all_documents, document_index, rng):
+        """Yields the (tokens A, tokens B, is_random_next) pairs of one document.
+
+        Consecutive sentences are gathered until they reach the target
+        length (or the document ends); a random number of them, at least
+        one, form A. B is either the rest of the gathered sentences, or (on
+        a coin flip, and always when only one sentence was gathered) text
+        from a random other document; the sentences left unused then start
+        the next group. Each pair is truncated to fit max_seq_length with
+        its [CLS] and two [SEP].
+        """
         document = all_documents[document_index]
         max_num_tokens = self.max_seq_length - 3
-        target_seq_length = max_num_tokens
+        # Usually fill the whole sequence; sometimes aim shorter, so that
+        # the model does not only see full-length inputs.
+        target_length = max_num_tokens
         if rng.random() < self.short_seq_prob:
-            target_seq_length = rng.randint(2, max_num_tokens)
+            target_length = rng.randint(2, max_num_tokens)
 
-        current_chunk = []
-        current_length = 0
+        group = []
+        group_length = 0
         i = 0
         while i < len(document):
-            segment = document[i]
-            current_chunk.append(segment)
-            current_length += len(segment)
-            if i == len(document) - 1 or current_length >= target_seq_length:
-                if current_chunk:
-                    a_end = 1
-                    if len(current_chunk) >= 2:
-                        a_end = rng.randint(1, len(current_chunk) - 1)
-                    tokens_a = []
-                    for j in range(a_end):
-                        tokens_a.extend(current_chunk[j])
-
-                    tokens_b = []
-                    if len(current_chunk) == 1 or rng.random() < 0.5:
-                        is_random_next = True
-                        target_b_length = target_seq_length - len(tokens_a)
-                        for _ in range(10):
-                            random_document_index = rng.randint(0, len(all_documents) - 1)
-                            if random_document_index != document_index:
-                                break
-                        random_document = all_documents[random_document_index]
-                        random_start = rng.randint(0, len(random_document) - 1)
-                        for j in range(random_start, len(random_document)):
-                            tokens_b.extend(random_document[j])
-                            if len(tokens_b) >= target_b_length:
-                                break
-                        # The unused segments are "put back" for the next chunk.
-                        i -= len(current_chunk) - a_end
-                    else:
-                        is_random_next = False
-                        for j in range(a_end, len(current_chunk)):
-                            tokens_b.extend(current_chunk[j])
-                    _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-                    assert len(tokens_a) >= 1
-                    assert len(tokens_b) >= 1
-
-                    vocab = self.vocab
-                    tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
-                    masked, positions, labels = self._mask(tokens, rng)
-                    output.append(self.encoder.encode(masked, len(tokens_a), positions,
-                                                      labels, is_random_next))
-                current_chunk = []
-                current_length = 0
+            group.append(document[i])
+            group_length += len(document[i])
+            if group_length < target_length and i < len(document) - 1:
+                i += 1
+                continue
+            num_a = rng.randint(1, len(group) - 1) if len(group) > 1 else 1
+            tokens_a = _concatenated(group[:num_a])
+            if len(group) == 1 or rng.random() < 0.5:
+                is_random_next = True
+                tokens_b = _random_text(all_documents, document_index,
+                                        target_length - len(tokens_a), rng)
+                i -= len(group) - num_a  # Unused sentences go back.
+            else:
+                is_random_next = False
+                tokens_b = _concatenated(group[num_a:])
+            _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+            yield tokens_a, tokens_b, is_random_next
+            group = []
+            group_length = 0
             i += 1
 
     def _mask(self, tokens, rng):
@@ -680,19 +691,49 @@ def _inline_shuffle_matches():
 _shuffle = _inline_shuffle if _inline_shuffle_matches() else (lambda x, rng: rng.shuffle(x))
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
-    """Truncates the longer of the pair, from the front or back at random,
-    until the total fits."""
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_num_tokens:
+def _concatenated(sentences):
+    """The tokens of `sentences` (sequences of ids) as one list."""
+    tokens = []
+    for sentence in sentences:
+        tokens.extend(sentence)
+    return tokens
+
+
+def _random_text(all_documents, document_index, min_length, rng):
+    """Consecutive sentences, from a random start in a random document other
+    than `document_index`, until they reach `min_length` tokens (at least
+    one sentence) or the document ends. Returns their tokens as one list.
+
+    Up to ten documents are drawn to find one that differs (with a single
+    document, its own text is used).
+    """
+    for _ in range(10):
+        other = rng.randint(0, len(all_documents) - 1)
+        if other != document_index:
             break
-        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        assert len(trunc_tokens) >= 1
+    document = all_documents[other]
+    tokens = []
+    for sentence in document[rng.randint(0, len(document) - 1):]:
+        tokens.extend(sentence)
+        if len(tokens) >= min_length:
+            break
+    return tokens
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+    """Shortens the lists `tokens_a`, `tokens_b` in place until together they
+    have at most `max_num_tokens` tokens (which must be at least 2).
+
+    One token at a time is removed from the longer list (B on a tie), from
+    its front or its back on a coin flip, so that cut-off text is seen at
+    both ends.
+    """
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
         if rng.random() < 0.5:
-            del trunc_tokens[0]
+            del longer[0]
         else:
-            trunc_tokens.pop()
+            longer.pop()
 
 
 def _make_instances(documents, maker, dupe_factor, rng, progress=None):
@@ -847,7 +888,7 @@ def _process_shard(shard_index, lines):
     return shard_index, b"".join(framed), lengths, text_bytes, maker.num_capped, to_log
 
 
-class _ShuffleBuffer(object):
+class _ShuffleBuffer:
     """Mixes a stream of records through a buffer of `size`, with its own
     seeded generator: the output order depends only on the stream and seed."""
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Learns a WordPiece vocabulary (vocab.txt) from a plain-text corpus.
 
 The corpus is split into words exactly as tokenization.BasicTokenizer splits

@@ -2,11 +2,11 @@
 
 References: Google's original script (bert-tensorflow 1.0.4, run in a
 subprocess through tests/reference.py; for --do_whole_word_mask, which 1.0.4
-predates, the same module with upstream's later create_masked_lm_predictions
-patched in), TensorFlow's own TFRecord reader and tf.train.Example parser,
-and properties computed here from the records (masking counts, 80/10/10,
-next-sentence labels against the known sentence order).
-"""
+predates, the same module with whole-word masking, written here from its
+description, in place of its create_masked_lm_predictions), TensorFlow's own
+TFRecord reader and tf.train.Example parser, and properties computed here
+from the records (masking counts, 80/10/10, next-sentence labels against the
+known sentence order)."""
 
 import os
 import random
@@ -171,80 +171,59 @@ def original_tokens(features):
 # ---------------------------------------------------------------------------
 # The original, as the reference.
 
-# Upstream google-research/bert's create_masked_lm_predictions with
-# --do_whole_word_mask (added after the code packaged as bert-tensorflow
-# 1.0.4), verbatim; Apache-2.0, Copyright 2018 The Google AI Language Team.
-UPSTREAM_MASKING = '''
-def create_masked_lm_predictions(tokens, masked_lm_prob,
-                                 max_predictions_per_seq, vocab_words, rng):
-  """Creates the predictions for the masked LM objective."""
-
-  cand_indexes = []
-  for (i, token) in enumerate(tokens):
-    if token == "[CLS]" or token == "[SEP]":
-      continue
-    if (FLAGS.do_whole_word_mask and len(cand_indexes) >= 1 and
-        token.startswith("##")):
-      cand_indexes[-1].append(i)
-    else:
-      cand_indexes.append([i])
-
-  rng.shuffle(cand_indexes)
-
-  output_tokens = list(tokens)
-
-  num_to_predict = min(max_predictions_per_seq,
-                       max(1, int(round(len(tokens) * masked_lm_prob))))
-
-  masked_lms = []
-  covered_indexes = set()
-  for index_set in cand_indexes:
-    if len(masked_lms) >= num_to_predict:
-      break
-    if len(masked_lms) + len(index_set) > num_to_predict:
-      continue
-    is_any_index_covered = False
-    for index in index_set:
-      if index in covered_indexes:
-        is_any_index_covered = True
-        break
-    if is_any_index_covered:
-      continue
-    for index in index_set:
-      covered_indexes.add(index)
-
-      masked_token = None
-      if rng.random() < 0.8:
-        masked_token = "[MASK]"
-      else:
-        if rng.random() < 0.5:
-          masked_token = tokens[index]
+# Whole-word masking, for the reference run: bert-tensorflow 1.0.4 predates
+# it, so this function, written here from the feature's description and the
+# random-draw order of 1.0.4's per-piece masking, takes the place of the 1.0.4
+# module's create_masked_lm_predictions (which its
+# create_instances_from_document calls with these arguments). The rules:
+# a "##" WordPiece joins the word before it ([CLS]/[SEP] belong to no word
+# and do not end one); the words are shuffled (one rng.shuffle); the number
+# of predictions is round(len(tokens) * masked_lm_prob), at least 1, at most
+# max_predictions_per_seq; words are taken in shuffled order while the count
+# is below that number, skipping a word whose pieces would exceed it; each
+# piece of a taken word is replaced as in per-piece masking (80% [MASK],
+# 10% kept, 10% a random vocabulary word: rng.random(), then rng.random()
+# and rng.randint). Returns the masked tokens and the sorted positions with
+# their original tokens.
+WHOLE_WORD_MASKING = '''
+def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq,
+                                 vocab_words, rng):
+    words = []
+    for position, token in enumerate(tokens):
+        if token in ("[CLS]", "[SEP]"):
+            continue
+        if words and token.startswith("##"):
+            words[-1].append(position)
         else:
-          masked_token = vocab_words[rng.randint(0, len(vocab_words) - 1)]
-
-      output_tokens[index] = masked_token
-
-      masked_lms.append(MaskedLmInstance(index=index, label=tokens[index]))
-  assert len(masked_lms) <= num_to_predict
-  masked_lms = sorted(masked_lms, key=lambda x: x.index)
-
-  masked_lm_positions = []
-  masked_lm_labels = []
-  for p in masked_lms:
-    masked_lm_positions.append(p.index)
-    masked_lm_labels.append(p.label)
-
-  return (output_tokens, masked_lm_positions, masked_lm_labels)
+            words.append([position])
+    rng.shuffle(words)
+    budget = min(max_predictions_per_seq,
+                 max(1, int(round(masked_lm_prob * len(tokens)))))
+    masked = list(tokens)
+    chosen = []
+    for word in words:
+        if len(chosen) >= budget:
+            break
+        if len(chosen) + len(word) > budget:
+            continue
+        for position in word:
+            if rng.random() < 0.8:
+                masked[position] = "[MASK]"
+            elif rng.random() >= 0.5:
+                masked[position] = vocab_words[rng.randint(0, len(vocab_words) - 1)]
+            chosen.append(position)
+    chosen.sort()
+    return masked, chosen, [tokens[position] for position in chosen]
 '''
 
-UPSTREAM_RUNNER = '''
+WHOLE_WORD_RUNNER = '''
 import os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, %(tests)r)
 from absl import app
 from reference import load_original
 module = load_original("create_pretraining_data")
-module.flags.DEFINE_bool("do_whole_word_mask", False, "Whole word masking.")
+module.flags.DEFINE_bool("do_whole_word_mask", False, "Whole-word masking.")
 exec(open(%(masking)r).read(), module.__dict__)
 app.run(module.main, argv=["create_pretraining_data"] + sys.argv[1:])
 '''
@@ -253,12 +232,12 @@ app.run(module.main, argv=["create_pretraining_data"] + sys.argv[1:])
 def start_original(args, directory, whole_word_mask=False):
     """Starts the original script in a subprocess; returns the Popen."""
     if whole_word_mask:
-        masking = os.path.join(directory, "upstream_masking.py")
+        masking = os.path.join(directory, "whole_word_masking.py")
         with open(masking, "w") as f:
-            f.write(UPSTREAM_MASKING)
-        runner = os.path.join(directory, "upstream_runner.py")
+            f.write(WHOLE_WORD_MASKING)
+        runner = os.path.join(directory, "whole_word_runner.py")
         with open(runner, "w") as f:
-            f.write(UPSTREAM_RUNNER % {"tests": TESTS, "masking": masking})
+            f.write(WHOLE_WORD_RUNNER % {"tests": TESTS, "masking": masking})
         cmd = [sys.executable, runner] + args
     else:
         cmd = [sys.executable, os.path.join(TESTS, "reference.py"),
