@@ -1,7 +1,15 @@
-"""convert_checkpoint.py on tiny Hugging Face models generated with
-`transformers` (test-only reference): every tensor round-trips to Google's
-variable names (transposed where due), the converted model computes what the
-Hugging Face model computes, old/other file layouts, and bad input.
+"""convert_checkpoint.py on tiny Hugging Face models: every tensor
+round-trips to Google's variable names (transposed where due), the converted
+model computes what the Hugging Face model computes, old/other file layouts,
+and bad input.
+
+The Hugging Face side is stored in tests/fixtures/convert_checkpoint/, written
+once by `transformers` (test-only reference) with
+`python tests/fixtures/make_hf_fixtures.py`: each model directory holds the
+config.json and model.safetensors of `save_pretrained`, and reference.npz
+holds the models' state dicts (taken from PyTorch, not from the files) and
+their outputs. So these tests need neither torch nor transformers, except the
+one that writes a pytorch_model.bin (torch only).
 
 The expected Google names below are written out from Google's released
 checkpoints' layout, independently of the converter's mapping tables.
@@ -9,6 +17,7 @@ checkpoints' layout, independently of the converter's mapping tables.
 
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -19,29 +28,28 @@ import convert_checkpoint
 import modeling
 from run_common import InputError
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 HIDDEN, LAYERS, INTERMEDIATE, VOCAB_SIZE, POSITIONS = 16, 2, 24, 40, 32
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                        "convert_checkpoint")
+REGENERATE = "regenerate with: python tests/fixtures/make_hf_fixtures.py"
+
+# Inputs of the parity test (also fed to the Hugging Face models by the
+# fixture generator): one padded example, one two-segment example.
+PARITY_IDS = np.array([[2, 7, 9, 11, 3, 0], [2, 5, 3, 12, 13, 3]], dtype=np.int64)
+PARITY_MASK = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], dtype=np.int64)
+PARITY_TYPES = np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1]], dtype=np.int64)
 
 
-def hf_config(**overrides):
+def hf_config_values(**overrides):
+    """The tiny models' Hugging Face BertConfig arguments (a dict), for the
+    fixture generator; `overrides` replace entries."""
     values = dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                   num_attention_heads=2, intermediate_size=INTERMEDIATE,
                   max_position_embeddings=POSITIONS, type_vocab_size=2, hidden_act="gelu")
     values.update(overrides)
-    return transformers.BertConfig(**values)
-
-
-def randomize(model, seed):
-    """Every parameter random (biases and LayerNorms too), so a swapped or
-    untransposed tensor cannot go unnoticed."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
-    return model
+    return values
 
 
 def write_vocab(directory, size=VOCAB_SIZE):
@@ -51,21 +59,46 @@ def write_vocab(directory, size=VOCAB_SIZE):
         f.write("\n".join(tokens) + "\n")
 
 
+def hf_model_dir(name, destination):
+    """Copies fixture model `name` (config.json and model.safetensors as
+    transformers' save_pretrained wrote them) to the new directory
+    `destination`, adds a vocab.txt, and returns `destination` (a str)."""
+    destination = str(destination)
+    shutil.copytree(os.path.join(FIXTURES, name), destination)
+    write_vocab(destination)
+    return destination
+
+
 @pytest.fixture(scope="module")
-def hf_pretraining(tmp_path_factory):
-    """A random BertForPreTraining saved as safetensors, and its state dict."""
-    directory = str(tmp_path_factory.mktemp("hf_pretraining"))
-    model = randomize(transformers.BertForPreTraining(hf_config()), seed=0).eval()
-    model.save_pretrained(directory)
-    write_vocab(directory)
-    return directory, model
+def reference():
+    """reference.npz as a dict: "state:<model>:<name>" (the PyTorch state
+    dicts), "out:<model>:hidden_states" / "out:<model>:pooler_output" and
+    "bf16:<name>" (see make_hf_fixtures.py)."""
+    with np.load(os.path.join(FIXTURES, "reference.npz")) as data:
+        return {key: data[key] for key in data.files}
+
+
+def state_dict(reference, model):
+    """The stored PyTorch state dict (name -> np.ndarray) of fixture `model`."""
+    prefix = "state:%s:" % model
+    state = {k[len(prefix):]: v for k, v in reference.items() if k.startswith(prefix)}
+    assert state, "no state dict for %s in reference.npz; %s" % (model, REGENERATE)
+    return state
+
+
+@pytest.fixture(scope="module")
+def hf_pretraining(tmp_path_factory, reference):
+    """A random BertForPreTraining saved as safetensors (a directory), and
+    its state dict."""
+    directory = hf_model_dir("pretraining", tmp_path_factory.mktemp("hf") / "pretraining")
+    return directory, state_dict(reference, "pretraining")
 
 
 def expected_google_tensors(state):
     """Google name -> expected value, from a Hugging Face state dict
     (BertForPreTraining names), written out by hand."""
     def t(name):
-        return state[name].detach().numpy()
+        return np.asarray(state[name])
 
     out = {
         "bert/embeddings/word_embeddings": t("bert.embeddings.word_embeddings.weight"),
@@ -120,14 +153,14 @@ def converted(hf_pretraining, tmp_path_factory):
 
 
 def test_every_tensor_round_trips(hf_pretraining, converted):
-    _, model = hf_pretraining
+    _, state = hf_pretraining
     output_dir, result = converted
     assert sorted(os.listdir(output_dir)) == [
         "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
         "vocab.txt"]
     assert result["warnings"] == []
     variables = read_checkpoint(os.path.join(output_dir, "bert_model.ckpt"))
-    expected = expected_google_tensors(model.state_dict())
+    expected = expected_google_tensors(state)
     assert sorted(variables) == sorted(expected)
     for name, value in expected.items():
         assert variables[name].dtype == np.float32, name
@@ -165,23 +198,18 @@ def test_variable_names_are_those_bert_model_builds(converted):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hf_act", ["gelu", "gelu_new"])
-def test_converted_model_computes_what_hugging_face_computes(tmp_path, hf_act):
+def test_converted_model_computes_what_hugging_face_computes(tmp_path, reference, hf_act):
     # hidden_act matters: "gelu" (erf) and "gelu_new" (tanh) differ by ~1e-3,
-    # more than the tolerance, so a wrong mapping fails here.
-    directory = str(tmp_path / "hf")
-    model = randomize(transformers.BertModel(hf_config(hidden_act=hf_act)), seed=1).eval()
-    model.save_pretrained(directory)
-    write_vocab(directory)
+    # more than the tolerance, so a wrong mapping fails here. The fixture's
+    # outputs are transformers' BertModel on PARITY_* (output_hidden_states).
+    directory = hf_model_dir("bert_" + hf_act, tmp_path / "hf")
     output_dir = str(tmp_path / "tf")
     convert_checkpoint.convert(directory, output_dir)
+    hf_hidden = reference["out:bert_%s:hidden_states" % hf_act]
+    hf_pooled = reference["out:bert_%s:pooler_output" % hf_act]
+    assert hf_hidden.shape == (LAYERS + 1,) + PARITY_IDS.shape + (HIDDEN,), REGENERATE
 
-    ids = np.array([[2, 7, 9, 11, 3, 0], [2, 5, 3, 12, 13, 3]], dtype=np.int64)
-    mask = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], dtype=np.int64)
-    types = np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1]], dtype=np.int64)
-    with torch.no_grad():
-        hf_out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                       token_type_ids=torch.tensor(types), output_hidden_states=True)
-
+    ids, mask, types = PARITY_IDS, PARITY_MASK, PARITY_TYPES
     config = modeling.BertConfig.from_json_file(os.path.join(output_dir, "bert_config.json"))
     with tf.Graph().as_default():
         bert = modeling.BertModel(config, is_training=False, input_ids=tf.constant(ids, tf.int32),
@@ -193,28 +221,32 @@ def test_converted_model_computes_what_hugging_face_computes(tmp_path, hf_act):
             sess.run(tf.global_variables_initializer())
             layers, pooled = sess.run([bert.get_all_encoder_layers(), bert.get_pooled_output()])
     real = mask.astype(bool)
+    assert len(layers) == LAYERS
     for n, layer in enumerate(layers):
-        np.testing.assert_allclose(layer[real], hf_out.hidden_states[n + 1].numpy()[real],
+        np.testing.assert_allclose(layer[real], hf_hidden[n + 1][real],
                                    atol=1e-4, rtol=0, err_msg="layer %d" % n)
-    np.testing.assert_allclose(pooled, hf_out.pooler_output.numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(pooled, hf_pooled, atol=1e-4, rtol=0)
 
 
 def test_pytorch_bin_with_old_layer_norm_names(hf_pretraining, converted, tmp_path):
     # pytorch-pretrained-bert era checkpoints: pytorch_model.bin, LayerNorm
     # gamma/beta, the MLM bias under cls.predictions.decoder.bias and a
-    # position_ids buffer.
-    _, model = hf_pretraining
+    # position_ids buffer. Writing (and the converter reading) a .bin takes
+    # PyTorch itself.
+    torch = pytest.importorskip(
+        "torch", reason="writing and reading a pytorch_model.bin needs PyTorch")
+    source, stored = hf_pretraining
     state = {}
-    for name, value in model.state_dict().items():
+    for name, value in stored.items():
         name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
             "LayerNorm.bias", "LayerNorm.beta")
-        state[name] = value.clone()
+        state[name] = torch.from_numpy(np.array(value))
     state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias")
     state["bert.embeddings.position_ids"] = torch.arange(POSITIONS)[None]
     directory = tmp_path / "bin"
     directory.mkdir()
     torch.save(state, str(directory / "pytorch_model.bin"))
-    model.config.to_json_file(str(directory / "config.json"))
+    shutil.copy(os.path.join(source, "config.json"), str(directory / "config.json"))
     write_vocab(str(directory))
     convert_checkpoint.convert(str(directory), str(tmp_path / "out"))
     a = read_checkpoint(str(tmp_path / "out" / "bert_model.ckpt"))
@@ -233,27 +265,27 @@ def test_pytorch_bin_without_torch_asks_for_safetensors(tmp_path, monkeypatch):
         convert_checkpoint.load_hf_weights(str(directory))
 
 
-def test_bfloat16_safetensors(tmp_path):
-    from safetensors.torch import save_file
-    values = torch.randn(3, 5).to(torch.bfloat16)
-    save_file({"w": values, "f16": values.to(torch.float16)}, str(tmp_path / "m.safetensors"))
-    loaded = convert_checkpoint._load_safetensors(str(tmp_path / "m.safetensors"))
-    np.testing.assert_array_equal(loaded["w"], values.to(torch.float32).numpy())
-    np.testing.assert_array_equal(loaded["f16"], values.to(torch.float16).numpy())
+def test_bfloat16_safetensors(reference):
+    # bf16.safetensors was written by safetensors.torch (BF16 and F16
+    # tensors); the expected values are PyTorch's float32/float16 casts.
+    loaded = convert_checkpoint._load_safetensors(os.path.join(FIXTURES, "bf16.safetensors"))
+    assert sorted(loaded) == ["f16", "w"]
+    assert reference["bf16:w"].dtype == np.float32
+    assert reference["bf16:f16"].dtype == np.float16
+    np.testing.assert_array_equal(loaded["w"], reference["bf16:w"])
+    np.testing.assert_array_equal(loaded["f16"], reference["bf16:f16"])
 
 
-def test_bert_model_without_prefix_and_without_heads(tmp_path):
+def test_bert_model_without_prefix_and_without_heads(tmp_path, reference):
     # BertModel (and sentence-transformers) checkpoints have no "bert." prefix
     # and no pre-training heads; the heads are left out with a warning.
-    directory = str(tmp_path / "hf")
-    model = randomize(transformers.BertModel(hf_config(hidden_act="relu")), seed=2)
-    model.save_pretrained(directory)
-    write_vocab(directory)
+    directory = hf_model_dir("bert_relu", tmp_path / "hf")
     result = convert_checkpoint.convert(directory, str(tmp_path / "out"))
     variables = read_checkpoint(result["checkpoint"])
     assert not [n for n in variables if n.startswith("cls/")]
+    state = state_dict(reference, "bert_relu")
     np.testing.assert_array_equal(variables["bert/encoder/layer_1/output/dense/kernel"],
-                                  model.encoder.layer[1].output.dense.weight.detach().numpy().T)
+                                  state["encoder.layer.1.output.dense.weight"].T)
     assert any("masked LM head" in w for w in result["warnings"])
     with open(result["bert_config_file"]) as f:
         assert json.load(f)["hidden_act"] == "relu"

@@ -1,9 +1,11 @@
 """Tests for modeling.py against independent references: hand-written
 variable lists, a NumPy re-computation of the model, and Hugging Face
-`transformers` BertModel (test-only) loaded from a Google-named checkpoint."""
+`transformers` BertModel (test-only; its outputs stored as a fixture) on the
+same weights as a Google-named checkpoint."""
 
 import json
 import math
+import os
 import re
 
 import numpy as np
@@ -463,62 +465,47 @@ def test_get_assignment_map_from_checkpoint(tmp_path):
 
 # ---------------------------------------------------------------------------
 # Parity with Hugging Face transformers, through a Google-named checkpoint.
+# The Hugging Face side is stored in tests/fixtures/modeling_parity.npz:
+# transformers' BertModel run once on the weights and inputs below by
+# `python tests/fixtures/make_hf_fixtures.py` (so this test needs neither
+# torch nor transformers). The weights and inputs are rebuilt here with NumPy.
+HF_PARITY_FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                                 "modeling_parity.npz")
 
-def _hf_to_google_name(name):
-    """`encoder.layer.0.attention.self.query.weight` ->
-    `bert/encoder/layer_0/attention/self/query/kernel` (and whether the value
-    is a torch Linear weight needing a transpose)."""
-    parts = name.split(".")
-    if parts[0] == "encoder" and parts[1] == "layer":
-        parts = ["encoder", "layer_" + parts[2]] + parts[3:]
-    last = parts[-1]
-    transpose = False
-    if parts[-2] == "LayerNorm":
-        parts[-1] = {"weight": "gamma", "bias": "beta"}[last]
-    elif parts[-2].endswith("_embeddings"):
-        parts = parts[:-1]
-    elif last == "weight":
-        parts[-1] = "kernel"
-        transpose = True
-    return "bert/" + "/".join(parts), transpose
+
+def hf_parity_case():
+    """The parity test's model and inputs, all from fixed NumPy seeds:
+    (config dict, Google name -> float32 weights, (ids, mask, types) int32
+    [3, 10]). Every weight is random and well away from the init (LayerNorm
+    gammas around 1), so a swapped or misplaced tensor shows; the third
+    example is padded after 3 tokens."""
+    config = tiny_config_dict(40, intermediate_size=48, max_position_embeddings=24)
+    rng = np.random.RandomState(0)
+    values = {}
+    for name, shape in sorted(_google_variable_shapes(config).items()):
+        value = rng.standard_normal(shape) * (0.5 if "/embeddings/" in name else 0.2)
+        if name.endswith("LayerNorm/gamma"):
+            value += 1.0
+        values[name] = value.astype(np.float32)
+    ids, mask, types = _inputs(batch=3, seq=10, vocab=40, seed=5)
+    mask[2, 3:] = 0
+    return config, values, (ids, mask, types)
 
 
 def test_parity_with_hugging_face_bert(tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = tiny_config_dict(40, intermediate_size=48, max_position_embeddings=24)
-    hf_config = transformers.BertConfig(
-        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
-        num_hidden_layers=config["num_hidden_layers"],
-        num_attention_heads=config["num_attention_heads"],
-        intermediate_size=config["intermediate_size"], hidden_act="gelu_new",
-        max_position_embeddings=config["max_position_embeddings"],
-        type_vocab_size=config["type_vocab_size"], layer_norm_eps=1e-12,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    hf_config._attn_implementation = "eager"
-    hf_model = transformers.BertModel(hf_config).eval()
-    values = {}
-    with torch.no_grad():
-        for name, param in hf_model.named_parameters():
-            # Random values well away from the init, so everything matters.
-            param.copy_(torch.randn_like(param) * (0.5 if "embeddings" in name else 0.2)
-                        + (1.0 if name.endswith("LayerNorm.weight") else 0.0))
-            google_name, transpose = _hf_to_google_name(name)
-            value = param.detach().numpy()
-            values[google_name] = (value.T if transpose else value).copy()
-    assert set(values) == set(_google_variable_shapes(config))
+    config, values, (ids, mask, types) = hf_parity_case()
+    with np.load(HF_PARITY_FIXTURE) as data:
+        hf = {key: data[key] for key in data.files}
+    # The fixture must have been made from these very weights and inputs.
+    regenerate = "regenerate with: python tests/fixtures/make_hf_fixtures.py"
+    for name, value in zip(("input_ids", "attention_mask", "token_type_ids"),
+                           (ids, mask, types)):
+        np.testing.assert_array_equal(hf[name], value, err_msg=regenerate)
+    np.testing.assert_allclose(hf["weight_sums"],
+                               [values[name].sum(dtype=np.float64) for name in sorted(values)],
+                               rtol=1e-6, err_msg=regenerate)
     ckpt = _save_checkpoint(str(tmp_path / "bert_model.ckpt"), values)
-
-    ids, mask, types = _inputs(batch=3, seq=10, vocab=40, seed=5)
-    mask[2, 3:] = 0
-    with torch.no_grad():
-        hf_out = hf_model(input_ids=torch.tensor(ids, dtype=torch.long),
-                          attention_mask=torch.tensor(mask, dtype=torch.long),
-                          token_type_ids=torch.tensor(types, dtype=torch.long),
-                          output_hidden_states=True)
-    hf_hidden = [h.numpy() for h in hf_out.hidden_states]
+    hf_hidden = hf["hidden_states"]  # Embedding output, then every layer.
 
     with tf.Graph().as_default():
         model = modeling.BertModel(modeling.BertConfig.from_dict(config), False,
@@ -537,6 +524,6 @@ def test_parity_with_hugging_face_bert(tmp_path):
     assert len(layers) == len(hf_hidden) - 1
     for ours, theirs in zip(layers, hf_hidden[1:]):
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(seq_out, hf_out.last_hidden_state.numpy(), rtol=0, atol=1e-4)
-    np.testing.assert_allclose(pooled, hf_out.pooler_output.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(seq_out, hf["last_hidden_state"], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(pooled, hf["pooler_output"], rtol=0, atol=1e-4)
     assert np.abs(seq_out).mean() > 0.3
