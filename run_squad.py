@@ -1,23 +1,13 @@
-# coding=utf-8
-# Copyright 2018 The Google AI Language Team Authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-"""Run BERT on SQuAD 1.1 and SQuAD 2.0.
+"""Fine-tune BERT for extractive question answering on SQuAD 1.1 and 2.0.
 
-The same flags, data pipeline, model and output files as Google's original
-run_squad.py, plus:
+A question and a window of its context go in as "[CLS] question [SEP]
+context [SEP]"; the model scores every token as the start and as the end of
+the answer, and the best valid span is mapped back to the context's text.
+Flags, data pipeline, variable names and output files (predictions.json,
+nbest_predictions.json, null_odds.json) are those of Google's original
+run_squad.py. In addition:
 
-* the official evaluation built in: when --predict_file carries answers,
+* the official evaluation is built in: when --predict_file carries answers,
   eval_results.json holds the official SQuAD 1.1 (exact_match, f1) or 2.0
   (exact, f1, HasAns_*, NoAns_*, best_*) metrics; `--evaluate_only` scores an
   existing predictions.json, and `evaluate()` does it from Python;
@@ -26,9 +16,17 @@ run_squad.py, plus:
 * clear errors for files that are not SQuAD JSON (naming the field and the
   question id), a summary of skipped training answers, atomic output files,
   and no crash when every n-best answer of a 2.0 question is the null answer.
+
+The building blocks (read_squad_examples, convert_examples_to_features,
+create_model, model_fn_builder, input_fn_builder, write_predictions) take
+their settings as arguments, with the flags' defaults, so they also work from
+Python with the flags unparsed. Only the training options (--precision,
+--recompute_grad, --gradient_accumulation_steps) reach create_model and the
+model_fn through the flags, and those fall back to their defaults there.
 """
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -48,6 +46,9 @@ from run_common import InputError
 
 FLAGS = flags.FLAGS
 
+# ---------------------------------------------------------------------------
+# Flags.
+
 run_common.define_flags(
     "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
     "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
@@ -55,46 +56,50 @@ run_common.define_flags(
     "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
     max_seq_length=384)
 
-flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
+flags.DEFINE_string(
+    "train_file", None,
+    "SQuAD JSON file to fine-tune on (such as train-v1.1.json).")
 
 flags.DEFINE_string(
     "predict_file", None,
-    "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
+    "SQuAD JSON file whose questions are answered (such as dev-v1.1.json). If its "
+    "questions carry answers, the predictions are also scored.")
 
 flags.DEFINE_integer(
     "doc_stride", 128,
-    "When splitting up a long document into chunks, how much stride to "
-    "take between chunks.")
+    "A context too long for one input is read in overlapping windows; each window "
+    "starts this many word pieces after the previous one.")
 
 flags.DEFINE_integer(
     "max_query_length", 64,
-    "The maximum number of tokens for the question. Questions longer than "
-    "this will be truncated to this length.")
+    "Questions are cut to this many word pieces.")
 
 flags.DEFINE_integer(
     "n_best_size", 20,
-    "The total number of n-best predictions to generate in the "
-    "nbest_predictions.json output file.")
+    "Candidate start and end positions considered per window, and answers listed "
+    "per question in nbest_predictions.json.")
 
 flags.DEFINE_integer(
     "max_answer_length", 30,
-    "The maximum length of an answer that can be generated. This is needed "
-    "because the start and end predictions are not conditioned on one another.")
+    "Longest answer, in word pieces, that may be predicted (the start and the end "
+    "are scored independently, so nothing else bounds their distance).")
 
 flags.DEFINE_bool(
     "verbose_logging", False,
-    "If true, all of the warnings related to data processing will be printed. "
-    "A number of warnings are expected for a normal SQuAD evaluation.")
+    "Log every training answer that is not found at its answer_start and every "
+    "prediction that cannot be aligned with the context's characters (a few are "
+    "normal on SQuAD).")
 
 flags.DEFINE_bool(
     "version_2_with_negative", False,
-    "If true, the SQuAD examples contain some that do not have an answer.")
+    "SQuAD 2.0: some questions have no answer in their context, and \"no "
+    "answer\" may be predicted.")
 
 flags.DEFINE_float(
     "null_score_diff_threshold", 0.0,
-    "If null_score - best_non_null is greater than the threshold predict null.")
+    "SQuAD 2.0: a question is predicted unanswerable when the null answer's score "
+    "exceeds the best span's score by more than this.")
 
-# Beyond the original.
 flags.DEFINE_bool(
     "evaluate_only", False,
     "Do not run the model: score the predictions.json (and, for SQuAD 2.0, "
@@ -112,82 +117,82 @@ flags.DEFINE_bool(
 # is predicted "" at every threshold (the original crashed there).
 NO_ANSWER_NULL_ODDS = 1000000.0
 
-
-def _flag_value(name, value):
-    """`value`, or the flag's current value (its default if unparsed) if None."""
-    if value is not None:
-        return value
-    return FLAGS[name].value
+# unique_id of the first window; later windows count up from it.
+_FIRST_UNIQUE_ID = 1000000000
 
 
 # ---------------------------------------------------------------------------
-# Data: SQuAD json -> SquadExample -> InputFeatures -> TFRecord.
+# Data: SQuAD JSON -> SquadExample (one per question) -> InputFeatures (one
+# per window of the context) -> TFRecord.
 
-class SquadExample(object):
-    """A single training/test example for simple sequence classification.
+@dataclasses.dataclass(eq=False, repr=False)
+class SquadExample:
+    """One question with its context.
 
-    For examples without an answer, the start and end position are -1.
+    Attributes:
+      qas_id: the question's "id".
+      question_text: the question.
+      doc_tokens: the context split at whitespace (see `split_paragraph`).
+      orig_answer_text: training only: the answer as annotated ("" for an
+        unanswerable question).
+      start_position, end_position: training only: indexes in doc_tokens of
+        the answer's first and last word (-1 for an unanswerable question).
+      is_impossible: a SQuAD 2.0 training question without an answer.
     """
 
-    def __init__(self,
-                 qas_id,
-                 question_text,
-                 doc_tokens,
-                 orig_answer_text=None,
-                 start_position=None,
-                 end_position=None,
-                 is_impossible=False):
-        self.qas_id = qas_id
-        self.question_text = question_text
-        self.doc_tokens = doc_tokens
-        self.orig_answer_text = orig_answer_text
-        self.start_position = start_position
-        self.end_position = end_position
-        self.is_impossible = is_impossible
-
-    def __str__(self):
-        return self.__repr__()
+    qas_id: str
+    question_text: str
+    doc_tokens: list
+    orig_answer_text: str | None = None
+    start_position: int | None = None
+    end_position: int | None = None
+    is_impossible: bool = False
 
     def __repr__(self):
-        s = ""
-        s += "qas_id: %s" % (tokenization.printable_text(self.qas_id))
-        s += ", question_text: %s" % (tokenization.printable_text(self.question_text))
-        s += ", doc_tokens: [%s]" % (" ".join(self.doc_tokens))
-        if self.start_position:
-            s += ", start_position: %d" % (self.start_position)
-            s += ", end_position: %d" % (self.end_position)
-            s += ", is_impossible: %r" % (self.is_impossible)
-        return s
+        parts = ["qas_id: %s" % tokenization.printable_text(self.qas_id),
+                 "question_text: %s" % tokenization.printable_text(self.question_text),
+                 "doc_tokens: [%s]" % " ".join(self.doc_tokens)]
+        if self.start_position:  # (as the original: not shown when 0)
+            parts += ["start_position: %d" % self.start_position,
+                      "end_position: %d" % self.end_position,
+                      "is_impossible: %r" % self.is_impossible]
+        return ", ".join(parts)
 
 
-class InputFeatures(object):
-    """A single set of features of data (one window of one example)."""
+@dataclasses.dataclass(eq=False)
+class InputFeatures:
+    """The model input for one window of one example.
 
-    def __init__(self,
-                 unique_id,
-                 example_index,
-                 doc_span_index,
-                 tokens,
-                 token_to_orig_map,
-                 token_is_max_context,
-                 input_ids,
-                 input_mask,
-                 segment_ids,
-                 start_position=None,
-                 end_position=None,
-                 is_impossible=None):
-        self.unique_id = unique_id
-        self.example_index = example_index
-        self.doc_span_index = doc_span_index
-        self.tokens = tokens
-        self.token_to_orig_map = token_to_orig_map
-        self.token_is_max_context = token_is_max_context
-        self.input_ids = input_ids
-        self.input_mask = input_mask
-        self.segment_ids = segment_ids
-        self.start_position = start_position
-        self.end_position = end_position
-        self.is_impossible = is_impossible
+    Attributes:
+      unique_id: identifies the window (and its RawResult).
+      example_index: index of its SquadExample.
+      doc_span_index: index of the window within the example.
+      tokens: "[CLS]", question pieces, "[SEP]", the window's context pieces,
+        "[SEP]" (unpadded).
+      token_to_orig_map: position in `tokens` of each context piece -> index
+        of its word in the example's doc_tokens.
+      token_is_max_context: the same positions -> whether this window is the
+        one where that piece has the most context (`_check_is_max_context`).
+      input_ids, input_mask, segment_ids: int lists [max_seq_length], padded
+        with 0.
+      start_position, end_position: training only: the answer's positions in
+        `tokens`, or 0, 0 ([CLS]) if it is not inside this window or the
+        question has none.
+      is_impossible: the example's is_impossible.
+    """
+
+    unique_id: int
+    example_index: int
+    doc_span_index: int
+    tokens: list
+    token_to_orig_map: dict
+    token_is_max_context: dict
+    input_ids: list
+    input_mask: list
+    segment_ids: list
+    start_position: int | None = None
+    end_position: int | None = None
+    is_impossible: bool | None = None
 
 
 # What write_predictions needs of an InputFeatures: prediction keeps only this
@@ -197,31 +202,33 @@ PredictionFeature = collections.namedtuple(
     ["unique_id", "example_index", "doc_span_index", "tokens", "token_to_orig_map",
      "token_is_max_context"])
 
-
-def _is_whitespace(c):
-    return c == " " or c == "\t" or c == "\r" or c == "\n" or ord(c) == 0x202F
+# The characters that separate words of a context. U+202F (narrow no-break
+# space) is one of them, as in the original.
+_WORD_SEPARATORS = frozenset(" \t\r\n\u202f")
 
 
 def split_paragraph(paragraph_text):
-    """Whitespace-splits a context as the original read_squad_examples does.
+    """Splits a context into words at `_WORD_SEPARATORS`.
+
+    Args:
+      paragraph_text: the context string.
 
     Returns:
       (doc_tokens, char_to_word_offset): the words, and for every character
-      of `paragraph_text` the index of the word it belongs to (whitespace
-      maps to the word before it; leading whitespace to -1).
+      of `paragraph_text` the index of the word it belongs to (a separator
+      belongs to the word before it; leading separators to -1).
     """
     doc_tokens = []
     char_to_word_offset = []
-    prev_is_whitespace = True
-    for c in paragraph_text:
-        if _is_whitespace(c):
-            prev_is_whitespace = True
+    inside_word = False
+    for char in paragraph_text:
+        if char in _WORD_SEPARATORS:
+            inside_word = False
+        elif inside_word:
+            doc_tokens[-1] += char
         else:
-            if prev_is_whitespace:
-                doc_tokens.append(c)
-            else:
-                doc_tokens[-1] += c
-            prev_is_whitespace = False
+            doc_tokens.append(char)
+            inside_word = True
         char_to_word_offset.append(len(doc_tokens) - 1)
     return doc_tokens, char_to_word_offset
 
@@ -291,16 +298,19 @@ def iterate_questions(dataset, where):
                 yield paragraph, qa, qa_where
 
 
-def read_squad_examples(input_file, is_training, version_2_with_negative=None):
-    """Read a SQuAD json file into a list of SquadExample.
+def read_squad_examples(input_file, is_training, version_2_with_negative=False):
+    """Reads a SQuAD json file into SquadExamples, one per question.
 
     Training answers whose text is not found at their answer_start are
     skipped (as in the original) and reported in one summary warning.
 
     Args:
       input_file: SQuAD json path.
-      is_training: read answers (exactly one per answerable question).
-      version_2_with_negative: read "is_impossible" (default: the flag).
+      is_training: read the answers (exactly one per answerable question).
+      version_2_with_negative: read "is_impossible" (SQuAD 2.0).
+
+    Returns:
+      A list of SquadExample, in file order.
 
     Raises:
       InputError: not a SQuAD file, naming the field and question id.
@@ -310,76 +320,57 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=None):
     return examples
 
 
-def read_squad_examples_and_skipped(input_file, is_training, version_2_with_negative=None):
+def read_squad_examples_and_skipped(input_file, is_training, version_2_with_negative=False,
+                                    verbose_logging=False):
     """`read_squad_examples`, also returning the ids of the skipped training
-    questions (answer text not found at answer_start)."""
-    version_2_with_negative = _flag_value("version_2_with_negative",
-                                          version_2_with_negative)
-    verbose_logging = FLAGS["verbose_logging"].value
+    questions (answer text not found at answer_start).
+
+    Args:
+      verbose_logging: warn about every skipped question, not just the
+        first five.
+
+    Returns:
+      (examples, skipped_ids).
+    """
     flag_name = "train_file" if is_training else "predict_file"
     dataset = load_squad_json(input_file, flag_name)
     where = "--%s %s" % (flag_name, input_file)
 
     examples = []
     skipped = []
-    last_paragraph = None
-    for paragraph, qa, qa_where in iterate_questions(dataset, where):
-        if paragraph is not last_paragraph:
-            last_paragraph = paragraph
-            paragraph_text = paragraph["context"]
-            doc_tokens, char_to_word_offset = split_paragraph(paragraph_text)
-
-        qas_id = qa["id"]
-        question_text = qa["question"]
-        start_position = None
-        end_position = None
-        orig_answer_text = None
-        is_impossible = False
+    paragraph = None
+    for qa_paragraph, qa, qa_where in iterate_questions(dataset, where):
+        if qa_paragraph is not paragraph:
+            # All questions of a paragraph share one list of words.
+            paragraph = qa_paragraph
+            context = paragraph["context"]
+            words, char_to_word = split_paragraph(context)
+        example = SquadExample(qas_id=qa["id"], question_text=qa["question"],
+                               doc_tokens=words)
         if is_training:
-            if version_2_with_negative:
-                is_impossible = bool(qa.get("is_impossible", False))
             answers = _field(qa, "answers", list, qa_where)
-            if (len(answers) != 1) and (not is_impossible):
+            if version_2_with_negative and qa.get("is_impossible", False):
+                example.is_impossible = True
+                example.orig_answer_text = ""
+                example.start_position = example.end_position = -1
+            elif len(answers) != 1:
                 raise InputError(
                     "%s: for training, each question should have exactly 1 answer, "
                     "not %d" % (qa_where, len(answers)))
-            if not is_impossible:
-                answer = answers[0]
-                orig_answer_text = _field(answer, "text", str, qa_where + ", answer")
-                answer_offset = _field(answer, "answer_start", int, qa_where + ", answer")
-                answer_length = len(orig_answer_text)
-                actual_text = None
-                if (answer_length > 0 and 0 <= answer_offset
-                        and answer_offset + answer_length <= len(paragraph_text)):
-                    start_position = char_to_word_offset[answer_offset]
-                    end_position = char_to_word_offset[answer_offset + answer_length - 1]
-                    actual_text = " ".join(doc_tokens[start_position:(end_position + 1)])
-                # Only add answers where the text can be exactly recovered from
-                # the document. If this CAN'T happen it's likely due to weird
-                # Unicode stuff (or a wrong answer_start) so we just skip the
-                # example: for training, not every example is kept.
-                cleaned_answer_text = " ".join(
-                    tokenization.whitespace_tokenize(orig_answer_text))
-                if (actual_text is None or start_position < 0
-                        or actual_text.find(cleaned_answer_text) == -1):
-                    if verbose_logging or len(skipped) < 5:
-                        tf.logging.warning("Could not find answer: '%s' vs. '%s' (%s)",
-                                           actual_text, cleaned_answer_text, qa_where)
-                    skipped.append(qas_id)
-                    continue
             else:
-                start_position = -1
-                end_position = -1
-                orig_answer_text = ""
-
-        examples.append(SquadExample(
-            qas_id=qas_id,
-            question_text=question_text,
-            doc_tokens=doc_tokens,
-            orig_answer_text=orig_answer_text,
-            start_position=start_position,
-            end_position=end_position,
-            is_impossible=is_impossible))
+                text = _field(answers[0], "text", str, qa_where + ", answer")
+                start = _field(answers[0], "answer_start", int, qa_where + ", answer")
+                span = _locate_answer(text, start, context, words, char_to_word)
+                if span is None:
+                    if verbose_logging or len(skipped) < 5:
+                        tf.logging.warning(
+                            "Could not find answer %r at answer_start %d, which holds %r "
+                            "(%s)", text, start, context[start:start + len(text)], qa_where)
+                    skipped.append(qa["id"])
+                    continue
+                example.orig_answer_text = text
+                example.start_position, example.end_position = span
+        examples.append(example)
 
     if skipped:
         tf.logging.warning(
@@ -390,276 +381,265 @@ def read_squad_examples_and_skipped(input_file, is_training, version_2_with_nega
     return examples, skipped
 
 
+def _locate_answer(text, start, context, words, char_to_word):
+    """The words that hold a training answer.
+
+    Args:
+      text, start: the answer's "text" and "answer_start" (a character
+        offset in `context`).
+      context: the paragraph text.
+      words, char_to_word: `split_paragraph(context)`.
+
+    Returns:
+      (first, last) word indexes, or None when the characters from `start`
+      on do not fall in words that contain `text` (whitespace collapsed). As
+      in the original, containing it is enough: an answer that is part of a
+      word (e.g. "Japan" in "Japanese") is kept, as that word.
+    """
+    end = start + len(text)  # exclusive
+    if not text or start < 0 or end > len(context):
+        return None
+    first, last = char_to_word[start], char_to_word[end - 1]
+    if first < 0:  # The answer starts in the whitespace before the first word.
+        return None
+    if " ".join(text.split()) not in " ".join(words[first:last + 1]):
+        return None
+    return first, last
+
+
 _DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
 
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length,
                                  doc_stride, max_query_length, is_training,
                                  output_fn):
-    """Converts examples to InputFeatures, one per document window, passing
-    each to `output_fn` as soon as it is made (so they can be streamed to a
-    file instead of kept in memory).
+    """Turns examples into model inputs, one InputFeatures per window.
 
-    Windows: the document's word pieces are cut into spans of at most
-    max_seq_length - len(query) - 3 tokens, each starting `doc_stride` tokens
-    after the previous one. Input layout: [CLS] query [SEP] span [SEP].
+    The context's word pieces are read in windows of at most
+    max_seq_length - len(question pieces) - 3 pieces, each starting
+    `doc_stride` pieces after the previous one, and every window becomes
+    "[CLS] question [SEP] window [SEP]" padded to max_seq_length.
+
+    Args:
+      examples: SquadExamples.
+      tokenizer: a tokenization.FullTokenizer.
+      max_seq_length: length of every input.
+      doc_stride: pieces between the starts of consecutive windows.
+      max_query_length: questions are cut to this many pieces.
+      is_training: set start_position and end_position from the examples'
+        answers.
+      output_fn: called with each InputFeatures as soon as it is made (so
+        they can be streamed to a file instead of kept in memory).
 
     Returns:
-      The number of features made.
+      The number of features made. Their unique_ids count up from
+      1000000000 in the order they are made.
     """
-    unique_id = 1000000000
-    num_features = 0
-
-    for (example_index, example) in enumerate(examples):
-        if example_index % 5000 == 0 and example_index:
-            tf.logging.info("Converted %d of %d examples (%d features)",
-                            example_index, len(examples), num_features)
-        query_tokens = tokenizer.tokenize(example.question_text)
-
-        if len(query_tokens) > max_query_length:
-            query_tokens = query_tokens[0:max_query_length]
-
-        tok_to_orig_index = []
-        orig_to_tok_index = []
-        all_doc_tokens = []
-        for (i, token) in enumerate(example.doc_tokens):
-            orig_to_tok_index.append(len(all_doc_tokens))
-            sub_tokens = tokenizer.tokenize(token)
-            for sub_token in sub_tokens:
-                tok_to_orig_index.append(i)
-                all_doc_tokens.append(sub_token)
-
-        tok_start_position = None
-        tok_end_position = None
-        if is_training and example.is_impossible:
-            tok_start_position = -1
-            tok_end_position = -1
+    unique_id = _FIRST_UNIQUE_ID
+    for example_index, example in enumerate(examples):
+        if example_index and example_index % 5000 == 0:
+            tf.logging.info("Converted %d of %d examples (%d features)", example_index,
+                            len(examples), unique_id - _FIRST_UNIQUE_ID)
+        query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
+        pieces, piece_to_word, word_to_piece = _split_words(example.doc_tokens, tokenizer)
+        answer = None
         if is_training and not example.is_impossible:
-            tok_start_position = orig_to_tok_index[example.start_position]
-            if example.end_position < len(example.doc_tokens) - 1:
-                tok_end_position = orig_to_tok_index[example.end_position + 1] - 1
-            else:
-                tok_end_position = len(all_doc_tokens) - 1
-            (tok_start_position, tok_end_position) = _improve_answer_span(
-                all_doc_tokens, tok_start_position, tok_end_position, tokenizer,
-                example.orig_answer_text)
+            answer = _answer_pieces(example, pieces, word_to_piece, tokenizer)
 
-        # The -3 accounts for [CLS], [SEP] and [SEP]
-        max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
-
-        # We can have documents that are longer than the maximum sequence
-        # length. To deal with this we do a sliding window approach, where we
-        # take chunks of the up to our max length with a stride of
-        # `doc_stride`.
-        doc_spans = []
-        start_offset = 0
-        while start_offset < len(all_doc_tokens):
-            length = len(all_doc_tokens) - start_offset
-            if length > max_tokens_for_doc:
-                length = max_tokens_for_doc
-            doc_spans.append(_DocSpan(start=start_offset, length=length))
-            if start_offset + length == len(all_doc_tokens):
-                break
-            start_offset += min(length, doc_stride)
-
-        for (doc_span_index, doc_span) in enumerate(doc_spans):
-            tokens = []
+        # Room for the context next to [CLS], the question and two [SEP].
+        windows = _doc_windows(len(pieces), max_seq_length - len(query_tokens) - 3,
+                               doc_stride)
+        for window_index, window in enumerate(windows):
+            tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
+            doc_offset = len(tokens)
             token_to_orig_map = {}
             token_is_max_context = {}
-            segment_ids = []
-            tokens.append("[CLS]")
-            segment_ids.append(0)
-            for token in query_tokens:
-                tokens.append(token)
-                segment_ids.append(0)
+            for piece in range(window.start, window.start + window.length):
+                token_to_orig_map[len(tokens)] = piece_to_word[piece]
+                token_is_max_context[len(tokens)] = _check_is_max_context(
+                    windows, window_index, piece)
+                tokens.append(pieces[piece])
             tokens.append("[SEP]")
-            segment_ids.append(0)
-
-            for i in range(doc_span.length):
-                split_token_index = doc_span.start + i
-                token_to_orig_map[len(tokens)] = tok_to_orig_index[split_token_index]
-
-                is_max_context = _check_is_max_context(doc_spans, doc_span_index,
-                                                       split_token_index)
-                token_is_max_context[len(tokens)] = is_max_context
-                tokens.append(all_doc_tokens[split_token_index])
-                segment_ids.append(1)
-            tokens.append("[SEP]")
-            segment_ids.append(1)
 
             input_ids = tokenizer.convert_tokens_to_ids(tokens)
-
-            # The mask has 1 for real tokens and 0 for padding tokens. Only
-            # real tokens are attended to.
-            input_mask = [1] * len(input_ids)
-
-            # Zero-pad up to the sequence length.
-            while len(input_ids) < max_seq_length:
-                input_ids.append(0)
-                input_mask.append(0)
-                segment_ids.append(0)
-
-            assert len(input_ids) == max_seq_length
-            assert len(input_mask) == max_seq_length
-            assert len(segment_ids) == max_seq_length
-
-            start_position = None
-            end_position = None
-            if is_training and not example.is_impossible:
-                # For training, if our document chunk does not contain an
-                # annotation, the target is [CLS] (position 0).
-                doc_start = doc_span.start
-                doc_end = doc_span.start + doc_span.length - 1
-                out_of_span = False
-                if not (tok_start_position >= doc_start and tok_end_position <= doc_end):
-                    out_of_span = True
-                if out_of_span:
-                    start_position = 0
-                    end_position = 0
-                else:
-                    doc_offset = len(query_tokens) + 2
-                    start_position = tok_start_position - doc_start + doc_offset
-                    end_position = tok_end_position - doc_start + doc_offset
-
-            if is_training and example.is_impossible:
-                start_position = 0
-                end_position = 0
-
-            if example_index < 20:
-                _log_feature(unique_id, example_index, doc_span_index, tokens,
-                             token_to_orig_map, token_is_max_context, input_ids,
-                             input_mask, segment_ids, is_training, example,
-                             start_position, end_position)
-
+            padding = [0] * (max_seq_length - len(tokens))
             feature = InputFeatures(
                 unique_id=unique_id,
                 example_index=example_index,
-                doc_span_index=doc_span_index,
+                doc_span_index=window_index,
                 tokens=tokens,
                 token_to_orig_map=token_to_orig_map,
                 token_is_max_context=token_is_max_context,
-                input_ids=input_ids,
-                input_mask=input_mask,
-                segment_ids=segment_ids,
-                start_position=start_position,
-                end_position=end_position,
+                input_ids=input_ids + padding,
+                input_mask=[1] * len(tokens) + padding,
+                segment_ids=[0] * doc_offset + [1] * (window.length + 1) + padding,
                 is_impossible=example.is_impossible)
-
-            # Run callback
+            if is_training:
+                feature.start_position, feature.end_position = _window_target(
+                    answer, window, doc_offset)
+            if example_index < 20:
+                _log_feature(feature, is_training)
             output_fn(feature)
-            num_features += 1
-
             unique_id += 1
 
+    num_features = unique_id - _FIRST_UNIQUE_ID
     tf.logging.info("Converted %d examples into %d features", len(examples), num_features)
     return num_features
 
 
-def _log_feature(unique_id, example_index, doc_span_index, tokens, token_to_orig_map,
-                 token_is_max_context, input_ids, input_mask, segment_ids, is_training,
-                 example, start_position, end_position):
-    """Logs one feature as the original does for the first 20 examples."""
+def _split_words(words, tokenizer):
+    """Word pieces of a context's words.
+
+    Returns:
+      (pieces, piece_to_word, word_to_piece): all pieces in order; for each
+      piece the index of its word; for each word the index of its first
+      piece.
+    """
+    pieces = []
+    piece_to_word = []
+    word_to_piece = []
+    for word_index, word in enumerate(words):
+        word_to_piece.append(len(pieces))
+        for piece in tokenizer.tokenize(word):
+            pieces.append(piece)
+            piece_to_word.append(word_index)
+    return pieces, piece_to_word, word_to_piece
+
+
+def _answer_pieces(example, pieces, word_to_piece, tokenizer):
+    """(first, last) piece of a training example's answer: the pieces of its
+    words, narrowed by `_improve_answer_span`."""
+    first = word_to_piece[example.start_position]
+    # The answer's last piece is the one before the next word's first piece.
+    if example.end_position + 1 < len(example.doc_tokens):
+        last = word_to_piece[example.end_position + 1] - 1
+    else:
+        last = len(pieces) - 1
+    return _improve_answer_span(pieces, first, last, tokenizer, example.orig_answer_text)
+
+
+def _doc_windows(num_pieces, window_size, doc_stride):
+    """The windows (_DocSpan start, length) that cover pieces 0..num_pieces-1:
+    each at most `window_size` long and starting `doc_stride` pieces (or one
+    window, if shorter) after the previous one; the last reaches the end."""
+    if num_pieces and window_size < 1:
+        raise ValueError("No room for the context: max_seq_length must exceed the "
+                         "question's length + 3")
+    windows = []
+    start = 0
+    while start < num_pieces:
+        length = min(window_size, num_pieces - start)
+        windows.append(_DocSpan(start=start, length=length))
+        if start + length == num_pieces:
+            break
+        start += min(length, doc_stride)
+    return windows
+
+
+def _window_target(answer, window, doc_offset):
+    """Training target positions in a window's tokens.
+
+    Args:
+      answer: (first, last) piece of the answer, or None if there is none.
+      window: _DocSpan.
+      doc_offset: position in the tokens of the window's first piece.
+
+    Returns:
+      (start_position, end_position): the answer's token positions if it lies
+      wholly in the window; else 0, 0 ([CLS], "no answer here").
+    """
+    if answer is None:
+        return 0, 0
+    first, last = answer
+    if first < window.start or last >= window.start + window.length:
+        return 0, 0
+    return first - window.start + doc_offset, last - window.start + doc_offset
+
+
+def _log_feature(feature, is_training):
+    """Logs one feature (done for the windows of the first 20 examples)."""
     tf.logging.info("*** Example ***")
-    tf.logging.info("unique_id: %s" % (unique_id))
-    tf.logging.info("example_index: %s" % (example_index))
-    tf.logging.info("doc_span_index: %s" % (doc_span_index))
-    tf.logging.info("tokens: %s" % " ".join([tokenization.printable_text(x) for x in tokens]))
-    tf.logging.info("token_to_orig_map: %s" % " ".join(
-        ["%d:%d" % (x, y) for (x, y) in token_to_orig_map.items()]))
-    tf.logging.info("token_is_max_context: %s" % " ".join(
-        ["%d:%s" % (x, y) for (x, y) in token_is_max_context.items()]))
-    tf.logging.info("input_ids: %s" % " ".join([str(x) for x in input_ids]))
-    tf.logging.info("input_mask: %s" % " ".join([str(x) for x in input_mask]))
-    tf.logging.info("segment_ids: %s" % " ".join([str(x) for x in segment_ids]))
-    if is_training and example.is_impossible:
-        tf.logging.info("impossible example")
-    if is_training and not example.is_impossible:
-        answer_text = " ".join(tokens[start_position:(end_position + 1)])
-        tf.logging.info("start_position: %d" % (start_position))
-        tf.logging.info("end_position: %d" % (end_position))
-        tf.logging.info("answer: %s" % (tokenization.printable_text(answer_text)))
+    lines = [
+        ("unique_id", feature.unique_id),
+        ("example_index", feature.example_index),
+        ("doc_span_index", feature.doc_span_index),
+        ("tokens", " ".join(tokenization.printable_text(t) for t in feature.tokens)),
+        ("token_to_orig_map", " ".join(
+            "%d:%d" % item for item in feature.token_to_orig_map.items())),
+        ("token_is_max_context", " ".join(
+            "%d:%s" % item for item in feature.token_is_max_context.items())),
+        ("input_ids", " ".join(map(str, feature.input_ids))),
+        ("input_mask", " ".join(map(str, feature.input_mask))),
+        ("segment_ids", " ".join(map(str, feature.segment_ids))),
+    ]
+    if is_training and feature.is_impossible:
+        lines.append(("answer", "none (impossible example)"))
+    elif is_training:
+        answer = feature.tokens[feature.start_position:feature.end_position + 1]
+        lines += [("start_position", feature.start_position),
+                  ("end_position", feature.end_position),
+                  ("answer", tokenization.printable_text(" ".join(answer)))]
+    for name, value in lines:
+        tf.logging.info("%s: %s", name, value)
 
 
 def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
-    """Returns tokenized answer spans that better match the annotated answer.
+    """Narrows an answer's piece span to the pieces of the answer itself.
 
-    The SQuAD annotations are character based. We first project them to
-    whitespace-tokenized words. But then after WordPiece tokenization, we can
-    often find a "better match". For example:
-
-      Question: What year was John Smith born?
-      Context: The leader was John Smith (1895-1943).
-      Answer: 1895
-
-    The original whitespace-tokenized answer will be "(1895-1943).". However
-    after tokenization, our tokens will be "( 1895 - 1943 ) .". So we can match
-    the exact answer, 1895.
-
-    However, this is not always possible: if the annotator chose "Japan" as a
-    character sub-span of the word "Japanese", WordPiece does not split
-    "Japanese", so we just use "Japanese" as the annotation.
+    Answers are annotated in characters, and located first as whole
+    whitespace-separated words: for the answer "1895" in "(1895-1943).", the
+    word is "(1895-1943).". Its pieces "( 1895 - 1943 ) ." contain the
+    answer's own pieces, which make a tighter target. When no sub-span
+    matches (an answer that is part of a piece, like "Japan" in "Japanese"),
+    the word span stays.
 
     Args:
-      doc_tokens: the document's word pieces.
-      input_start, input_end: word-piece span of the whole answer words.
-      tokenizer: a FullTokenizer.
-      orig_answer_text: the annotated answer text.
+      doc_tokens: the context's word pieces.
+      input_start, input_end: first and last piece of the answer's words.
+      tokenizer: tokenizes `orig_answer_text` into pieces.
+      orig_answer_text: the annotated answer.
 
     Returns:
-      (start, end): the smallest sub-span whose word pieces equal the
-      answer's, or (input_start, input_end) if there is none.
+      (start, end): the sub-span of [input_start, input_end] whose pieces
+      are the answer's (the earliest start, then the longest), or
+      (input_start, input_end).
     """
-    tok_answer_text = " ".join(tokenizer.tokenize(orig_answer_text))
-
-    for new_start in range(input_start, input_end + 1):
-        for new_end in range(input_end, new_start - 1, -1):
-            text_span = " ".join(doc_tokens[new_start:(new_end + 1)])
-            if text_span == tok_answer_text:
-                return (new_start, new_end)
-
-    return (input_start, input_end)
+    answer = " ".join(tokenizer.tokenize(orig_answer_text))
+    for start in range(input_start, input_end + 1):
+        for end in range(input_end, start - 1, -1):
+            if " ".join(doc_tokens[start:end + 1]) == answer:
+                return start, end
+    return input_start, input_end
 
 
 def _check_is_max_context(doc_spans, cur_span_index, position):
-    """Check if this is the 'max context' doc span for the token.
+    """Whether window `cur_span_index` is where piece `position` has the most
+    context.
 
-    Because of the sliding window approach taken to scoring documents, a
-    single token can appear in multiple documents. E.g.
-      Doc: the man went to the store and bought a gallon of milk
-      Span A: the man went to the
-      Span B: to the store and bought
-      Span C: and bought a gallon of
-      ...
+    Windows overlap, so a piece near the edge of one window may sit in the
+    middle of the next. Its context in a window is the smaller of the number
+    of pieces before and after it there; ties go to the longer window (+0.01
+    per piece), then to the earlier one. Only that window's score for the
+    piece is used as an answer start.
 
-    Now the word 'bought' will have two scores from spans B and C. We only
-    want to consider the score with "maximum context", which we define as the
-    *minimum* of its left and right context (the *sum* of left and right
-    context will always be the same, of course), plus 0.01 * span length to
-    break ties in favour of longer spans, then of the first span.
-
-    In the example the maximum context for 'bought' would be span C since it
-    has 1 left context and 3 right context, while span B has 4 left context
-    and 0 right context.
+    Args:
+      doc_spans: the example's windows (_DocSpan start, length).
+      cur_span_index: the window asked about.
+      position: index of the piece in the whole context.
     """
+    best_index = None
     best_score = None
-    best_span_index = None
-    for (span_index, doc_span) in enumerate(doc_spans):
-        end = doc_span.start + doc_span.length - 1
-        if position < doc_span.start:
+    for index, span in enumerate(doc_spans):
+        last = span.start + span.length - 1
+        if not span.start <= position <= last:
             continue
-        if position > end:
-            continue
-        num_left_context = position - doc_span.start
-        num_right_context = end - position
-        score = min(num_left_context, num_right_context) + 0.01 * doc_span.length
+        score = min(position - span.start, last - position) + 0.01 * span.length
         if best_score is None or score > best_score:
-            best_score = score
-            best_span_index = span_index
-
-    return cur_span_index == best_span_index
+            best_index, best_score = index, score
+    return best_index == cur_span_index
 
 
-class FeatureWriter(object):
+class FeatureWriter:
     """Writes InputFeatures to a TFRecord file as tf.train.Examples.
 
     Records go to a temporary file renamed to `filename` by `close()`, so an
@@ -674,28 +654,22 @@ class FeatureWriter(object):
         self._writer = tf.io.TFRecordWriter(self._tmp_filename)
 
     def process_feature(self, feature):
-        """Write a InputFeature to the TFRecordWriter as a tf.train.Example."""
-        self.num_features += 1
-
-        def create_int_feature(values):
-            return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-        features = collections.OrderedDict()
-        features["unique_ids"] = create_int_feature([feature.unique_id])
-        features["input_ids"] = create_int_feature(feature.input_ids)
-        features["input_mask"] = create_int_feature(feature.input_mask)
-        features["segment_ids"] = create_int_feature(feature.segment_ids)
-
+        """Appends one InputFeatures: unique_ids, input_ids, input_mask,
+        segment_ids and, for training, start_positions, end_positions and
+        is_impossible (0/1), all int64."""
+        values = [("unique_ids", [feature.unique_id]),
+                  ("input_ids", feature.input_ids),
+                  ("input_mask", feature.input_mask),
+                  ("segment_ids", feature.segment_ids)]
         if self.is_training:
-            features["start_positions"] = create_int_feature([feature.start_position])
-            features["end_positions"] = create_int_feature([feature.end_position])
-            impossible = 0
-            if feature.is_impossible:
-                impossible = 1
-            features["is_impossible"] = create_int_feature([impossible])
-
-        tf_example = tf.train.Example(features=tf.train.Features(feature=features))
-        self._writer.write(tf_example.SerializeToString())
+            values += [("start_positions", [feature.start_position]),
+                       ("end_positions", [feature.end_position]),
+                       ("is_impossible", [int(bool(feature.is_impossible))])]
+        record = tf.train.Example(features=tf.train.Features(feature={
+            name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(value)))
+            for name, value in values}))
+        self._writer.write(record.SerializeToString())
+        self.num_features += 1
 
     def close(self):
         """Finishes the file and moves it to `filename`."""
@@ -710,9 +684,9 @@ class FeatureWriter(object):
 
 
 def _write_features(writer, examples, tokenizer, is_training, keep=None):
-    """Converts `examples` with the flags' lengths, streaming every feature to
-    `writer` (and passing it to `keep`, if given); removes the partial file on
-    failure."""
+    """Converts `examples` with the lengths of the flags, streaming every
+    feature to `writer` (and passing it to `keep`, if given); removes the
+    partial file on failure."""
     def output_fn(feature):
         writer.process_feature(feature)
         if keep is not None:
@@ -720,13 +694,8 @@ def _write_features(writer, examples, tokenizer, is_training, keep=None):
 
     try:
         convert_examples_to_features(
-            examples=examples,
-            tokenizer=tokenizer,
-            max_seq_length=FLAGS.max_seq_length,
-            doc_stride=FLAGS.doc_stride,
-            max_query_length=FLAGS.max_query_length,
-            is_training=is_training,
-            output_fn=output_fn)
+            examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
+            FLAGS.max_query_length, is_training, output_fn)
     except BaseException:
         writer.abort()
         raise
@@ -734,18 +703,23 @@ def _write_features(writer, examples, tokenizer, is_training, keep=None):
 
 
 # ---------------------------------------------------------------------------
-# Model.
+# Model and model_fn.
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
                  use_one_hot_embeddings):
-    """Creates the span-prediction model.
+    """BERT with a span-prediction head: two scores for every token.
 
     Args:
+      bert_config: modeling.BertConfig.
+      is_training: enables dropout.
       input_ids, input_mask, segment_ids: int32 [batch_size, seq_length].
+      use_one_hot_embeddings: embedding lookup by one-hot matmul (TPUs).
 
     Returns:
-      (start_logits, end_logits): float32 [batch_size, seq_length] each, from
-      `cls/squad/output_weights` [2, hidden] and `cls/squad/output_bias` [2].
+      (start_logits, end_logits): float32 [batch_size, seq_length] each, the
+      scores of every token as the answer's start and end. The head's
+      variables are `cls/squad/output_weights` [2, hidden_size] and
+      `cls/squad/output_bias` [2].
     """
     model = modeling.BertModel(
         config=bert_config,
@@ -755,135 +729,132 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
         token_type_ids=segment_ids,
         use_one_hot_embeddings=use_one_hot_embeddings,
         **run_common.model_options())
+    sequence_output = model.get_sequence_output()
+    batch_size, seq_length, hidden_size = modeling.get_shape_list(
+        sequence_output, expected_rank=3)
 
-    final_hidden = model.get_sequence_output()
-
-    final_hidden_shape = modeling.get_shape_list(final_hidden, expected_rank=3)
-    batch_size = final_hidden_shape[0]
-    seq_length = final_hidden_shape[1]
-    hidden_size = final_hidden_shape[2]
-
-    output_weights = tf.get_variable(
-        "cls/squad/output_weights", [2, hidden_size],
-        initializer=tf.truncated_normal_initializer(stddev=0.02))
-
-    output_bias = tf.get_variable(
-        "cls/squad/output_bias", [2], initializer=tf.zeros_initializer())
-
-    final_hidden_matrix = tf.reshape(final_hidden, [batch_size * seq_length, hidden_size])
-    logits = tf.matmul(final_hidden_matrix, output_weights, transpose_b=True)
-    logits = tf.nn.bias_add(logits, output_bias)
-
+    # One dense layer from each token's final hidden state to 2 scores.
+    weights = tf.get_variable("cls/squad/output_weights", [2, hidden_size],
+                              initializer=tf.truncated_normal_initializer(stddev=0.02))
+    bias = tf.get_variable("cls/squad/output_bias", [2], initializer=tf.zeros_initializer())
+    token_states = tf.reshape(sequence_output, [batch_size * seq_length, hidden_size])
+    logits = tf.nn.bias_add(tf.matmul(token_states, weights, transpose_b=True), bias)
     logits = tf.reshape(logits, [batch_size, seq_length, 2])
-    logits = tf.transpose(logits, [2, 0, 1])
+    start_logits, end_logits = tf.unstack(logits, axis=2)
+    return start_logits, end_logits
 
-    unstacked_logits = tf.unstack(logits, axis=0)
 
-    (start_logits, end_logits) = (unstacked_logits[0], unstacked_logits[1])
+def _position_loss(logits, positions):
+    """Mean cross-entropy of the softmax over positions.
 
-    return (start_logits, end_logits)
+    Args:
+      logits: float32 [batch_size, seq_length].
+      positions: int32 [batch_size], the true positions.
+
+    Returns:
+      float32 scalar.
+    """
+    seq_length = modeling.get_shape_list(logits)[1]
+    targets = tf.one_hot(positions, depth=seq_length, dtype=tf.float32)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    return -tf.reduce_mean(tf.reduce_sum(targets * log_probs, axis=-1))
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
                      use_one_hot_embeddings):
-    """Returns `model_fn` closure for TPUEstimator."""
+    """Makes the model_fn for the runner (TPUEstimator contract).
 
-    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        """The `model_fn` for TPUEstimator."""
+    Args:
+      bert_config: modeling.BertConfig.
+      init_checkpoint: checkpoint to start from, or None.
+      learning_rate, num_train_steps, num_warmup_steps: the optimizer's
+        schedule (training only).
+      use_tpu: build for TPU (scaffold_fn, no host hooks).
+      use_one_hot_embeddings: see `create_model`.
 
+    Returns:
+      model_fn(features, labels, mode, params). TRAIN: the loss is the mean
+      of the start and end position losses. PREDICT: predictions
+      unique_ids [batch_size], start_logits and end_logits [batch_size,
+      seq_length]. Other modes raise ValueError.
+    """
+
+    def model_fn(features, labels, mode, params):
+        """features: unique_ids, input_ids, input_mask, segment_ids (and
+        start_positions, end_positions for TRAIN), int32; params: batch_size."""
+        del labels  # The targets are in `features`.
         run_common.log_features(features)
-
-        unique_ids = features["unique_ids"]
-        input_ids = features["input_ids"]
-        input_mask = features["input_mask"]
-        segment_ids = features["segment_ids"]
-
-        is_training = (mode == runtime.ModeKeys.TRAIN)
-
-        (start_logits, end_logits) = create_model(
+        is_training = mode == runtime.ModeKeys.TRAIN
+        start_logits, end_logits = create_model(
             bert_config=bert_config,
             is_training=is_training,
-            input_ids=input_ids,
-            input_mask=input_mask,
-            segment_ids=segment_ids,
+            input_ids=features["input_ids"],
+            input_mask=features["input_mask"],
+            segment_ids=features["segment_ids"],
             use_one_hot_embeddings=use_one_hot_embeddings)
-
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
-        output_spec = None
         if mode == runtime.ModeKeys.TRAIN:
-            seq_length = modeling.get_shape_list(input_ids)[1]
-
-            def compute_loss(logits, positions):
-                one_hot_positions = tf.one_hot(positions, depth=seq_length, dtype=tf.float32)
-                log_probs = tf.nn.log_softmax(logits, axis=-1)
-                loss = -tf.reduce_mean(tf.reduce_sum(one_hot_positions * log_probs, axis=-1))
-                return loss
-
-            start_positions = features["start_positions"]
-            end_positions = features["end_positions"]
-
-            start_loss = compute_loss(start_logits, start_positions)
-            end_loss = compute_loss(end_logits, end_positions)
-
-            total_loss = (start_loss + end_loss) / 2.0
-
+            loss = (_position_loss(start_logits, features["start_positions"]) +
+                    _position_loss(end_logits, features["end_positions"])) / 2.0
             train_op = run_common.create_train_op(
-                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
-
-            output_spec = runtime.TPUEstimatorSpec(
-                mode=mode,
-                loss=total_loss,
-                train_op=train_op,
-                scaffold_fn=scaffold_fn,
-                training_hooks=run_common.training_hooks(
-                    total_loss, examples_per_step=params["batch_size"],
-                    tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu))
-        elif mode == runtime.ModeKeys.PREDICT:
-            predictions = {
-                "unique_ids": unique_ids,
-                "start_logits": start_logits,
-                "end_logits": end_logits,
-            }
-            output_spec = runtime.TPUEstimatorSpec(
-                mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
-        else:
-            raise ValueError("Only TRAIN and PREDICT modes are supported: %s" % (mode))
-
-        return output_spec
+                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
+            seq_length = modeling.get_shape_list(features["input_ids"])[1]
+            hooks = run_common.training_hooks(
+                loss, examples_per_step=params["batch_size"],
+                tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu)
+            return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op,
+                                            scaffold_fn=scaffold_fn, training_hooks=hooks)
+        if mode == runtime.ModeKeys.PREDICT:
+            predictions = {"unique_ids": features["unique_ids"],
+                           "start_logits": start_logits,
+                           "end_logits": end_logits}
+            return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
+                                            scaffold_fn=scaffold_fn)
+        raise ValueError("run_squad's model_fn supports TRAIN and PREDICT, not %s" % mode)
 
     return model_fn
 
 
+# ---------------------------------------------------------------------------
+# input_fn.
+
 def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
-    """Creates an `input_fn` closure to be passed to TPUEstimator."""
+    """Makes the input_fn that reads a FeatureWriter file.
 
+    Args:
+      input_file: TFRecord file of FeatureWriter.
+      seq_length: max_seq_length the file was written with.
+      is_training: also read start_positions and end_positions; repeat the
+        file forever and shuffle it (buffer of 100 records).
+      drop_remainder: drop a last, smaller batch.
+
+    Returns:
+      input_fn(params) -> tf.data.Dataset of dicts of int32 tensors
+      (unique_ids [batch_size], input_ids, input_mask, segment_ids
+      [batch_size, seq_length], ...), batch_size from params.
+    """
     name_to_features = {
-        "unique_ids": tf.FixedLenFeature([], tf.int64),
-        "input_ids": tf.FixedLenFeature([seq_length], tf.int64),
-        "input_mask": tf.FixedLenFeature([seq_length], tf.int64),
-        "segment_ids": tf.FixedLenFeature([seq_length], tf.int64),
+        "unique_ids": tf.io.FixedLenFeature([], tf.int64),
+        "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
     }
-
     if is_training:
-        name_to_features["start_positions"] = tf.FixedLenFeature([], tf.int64)
-        name_to_features["end_positions"] = tf.FixedLenFeature([], tf.int64)
+        for name in ("start_positions", "end_positions"):
+            name_to_features[name] = tf.io.FixedLenFeature([], tf.int64)
 
     def input_fn(params):
-        """The actual input function."""
-        batch_size = params["batch_size"]
-
-        # For training, we want a lot of parallel reading and shuffling.
-        # For eval, we want no shuffling and parallel reading doesn't matter.
-        d = tf.data.TFRecordDataset(input_file)
+        """params: batch_size."""
+        dataset = tf.data.TFRecordDataset(input_file)
         if is_training:
-            d = d.repeat()
-            d = d.shuffle(buffer_size=100)
-
-        d = d.map(lambda record: run_common.decode_record(record, name_to_features))
-        d = d.batch(batch_size, drop_remainder=drop_remainder)
-        return d
+            # The examples were shuffled before writing; this only mixes
+            # neighbours between epochs.
+            dataset = dataset.repeat().shuffle(buffer_size=100)
+        dataset = dataset.map(
+            lambda record: run_common.decode_record(record, name_to_features))
+        return dataset.batch(params["batch_size"], drop_remainder=drop_remainder)
 
     return input_fn
 
@@ -893,6 +864,8 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
+# A scored span of one window: feature_index is the window's index among its
+# example's features; start_index and end_index are positions in its tokens.
 _PrelimPrediction = collections.namedtuple(
     "PrelimPrediction",
     ["feature_index", "start_index", "end_index", "start_logit", "end_logit"])
@@ -909,17 +882,26 @@ def _as_float_list(logits):
 
 
 def compute_predictions(all_examples, all_features, all_results, n_best_size,
-                        max_answer_length, do_lower_case, version_2_with_negative=None,
-                        null_score_diff_threshold=None, verbose_logging=None):
-    """The original write_predictions' computation, without the files.
+                        max_answer_length, do_lower_case, version_2_with_negative=False,
+                        null_score_diff_threshold=0.0, verbose_logging=False):
+    """The answers of write_predictions, without writing files.
+
+    For each example, every window proposes the spans between its
+    `n_best_size` best start and end positions that lie in its context
+    (starting where it has max context, at most `max_answer_length` pieces);
+    with SQuAD 2.0 the null answer ([CLS] to [CLS], from the window where it
+    scores lowest) competes too. Spans are ranked by start + end logit and the
+    `n_best_size` best distinct texts are kept.
 
     Args:
       all_examples: SquadExamples, in the order their features were made.
       all_features: InputFeatures (or PredictionFeatures) of all examples.
       all_results: RawResults (logits lists or numpy arrays [seq_length]).
       n_best_size, max_answer_length, do_lower_case: as the flags.
-      version_2_with_negative, null_score_diff_threshold, verbose_logging:
-        default to the flags.
+      version_2_with_negative: SQuAD 2.0 (null answers, null odds).
+      null_score_diff_threshold: SQuAD 2.0: predict "" when the null odds
+        exceed it.
+      verbose_logging: log answers that cannot be aligned with the context.
 
     Returns:
       (all_predictions, all_nbest_json, scores_diff_json): OrderedDicts qas_id
@@ -927,179 +909,116 @@ def compute_predictions(all_examples, all_features, all_results, n_best_size,
       end_logit); -> null odds (score_null - best non-null score; SQuAD 2.0
       only, empty otherwise).
     """
-    version_2_with_negative = _flag_value("version_2_with_negative", version_2_with_negative)
-    null_score_diff_threshold = _flag_value("null_score_diff_threshold",
-                                            null_score_diff_threshold)
-    verbose_logging = _flag_value("verbose_logging", verbose_logging)
-
-    example_index_to_features = collections.defaultdict(list)
+    features_by_example = collections.defaultdict(list)
     for feature in all_features:
-        example_index_to_features[feature.example_index].append(feature)
-
-    unique_id_to_result = {}
-    for result in all_results:
-        unique_id_to_result[result.unique_id] = result
+        features_by_example[feature.example_index].append(feature)
+    result_by_id = {result.unique_id: result for result in all_results}
 
     all_predictions = collections.OrderedDict()
     all_nbest_json = collections.OrderedDict()
     scores_diff_json = collections.OrderedDict()
-
-    for (example_index, example) in enumerate(all_examples):
-        features = example_index_to_features[example_index]
-
-        prelim_predictions = []
-        # keep track of the minimum score of null start+end of position 0
-        score_null = 1000000  # large and positive
-        min_null_feature_index = 0  # the paragraph slice with min null score
-        null_start_logit = 0  # the start logit at the slice with min null score
-        null_end_logit = 0  # the end logit at the slice with min null score
-        for (feature_index, feature) in enumerate(features):
-            result = unique_id_to_result[feature.unique_id]
-            start_logits = _as_float_list(result.start_logits)
-            end_logits = _as_float_list(result.end_logits)
-            start_indexes = _get_best_indexes(start_logits, n_best_size)
-            end_indexes = _get_best_indexes(end_logits, n_best_size)
-            # if we could have irrelevant answers, get the min score of irrelevant
-            if version_2_with_negative:
-                feature_null_score = start_logits[0] + end_logits[0]
-                if feature_null_score < score_null:
-                    score_null = feature_null_score
-                    min_null_feature_index = feature_index
-                    null_start_logit = start_logits[0]
-                    null_end_logit = end_logits[0]
-            for start_index in start_indexes:
-                for end_index in end_indexes:
-                    # We could hypothetically create invalid predictions, e.g.,
-                    # predict that the start of the span is in the question. We
-                    # throw out all invalid predictions.
-                    if start_index >= len(feature.tokens):
-                        continue
-                    if end_index >= len(feature.tokens):
-                        continue
-                    if start_index not in feature.token_to_orig_map:
-                        continue
-                    if end_index not in feature.token_to_orig_map:
-                        continue
-                    if not feature.token_is_max_context.get(start_index, False):
-                        continue
-                    if end_index < start_index:
-                        continue
-                    length = end_index - start_index + 1
-                    if length > max_answer_length:
-                        continue
-                    prelim_predictions.append(
-                        _PrelimPrediction(
-                            feature_index=feature_index,
-                            start_index=start_index,
-                            end_index=end_index,
-                            start_logit=start_logits[start_index],
-                            end_logit=end_logits[end_index]))
-
+    for example_index, example in enumerate(all_examples):
+        features = features_by_example[example_index]
+        spans, null_score, null = _score_spans(features, result_by_id, n_best_size,
+                                               max_answer_length)
         if version_2_with_negative:
-            prelim_predictions.append(
-                _PrelimPrediction(
-                    feature_index=min_null_feature_index,
-                    start_index=0,
-                    end_index=0,
-                    start_logit=null_start_logit,
-                    end_logit=null_end_logit))
-        prelim_predictions = sorted(
-            prelim_predictions,
-            key=lambda x: (x.start_logit + x.end_logit),
-            reverse=True)
+            spans.append(null)
+        # Stable: equal scores keep the order the spans were proposed in.
+        spans.sort(key=lambda span: span.start_logit + span.end_logit, reverse=True)
 
-        seen_predictions = {}
         nbest = []
-        for pred in prelim_predictions:
+        texts = set()
+        for span in spans:
             if len(nbest) >= n_best_size:
                 break
-            if pred.start_index > 0:  # this is a non-null prediction
-                feature = features[pred.feature_index]
-                tok_tokens = feature.tokens[pred.start_index:(pred.end_index + 1)]
-                orig_doc_start = feature.token_to_orig_map[pred.start_index]
-                orig_doc_end = feature.token_to_orig_map[pred.end_index]
-                orig_tokens = example.doc_tokens[orig_doc_start:(orig_doc_end + 1)]
-                tok_text = " ".join(tok_tokens)
-
-                # De-tokenize WordPieces that have been split off.
-                tok_text = tok_text.replace(" ##", "")
-                tok_text = tok_text.replace("##", "")
-
-                # Clean whitespace
-                tok_text = tok_text.strip()
-                tok_text = " ".join(tok_text.split())
-                orig_text = " ".join(orig_tokens)
-
-                final_text = get_final_text(tok_text, orig_text, do_lower_case,
-                                            verbose_logging=verbose_logging)
-                if final_text in seen_predictions:
-                    continue
-
-                seen_predictions[final_text] = True
+            if span.start_index == 0:  # The null answer.
+                text = ""
             else:
-                final_text = ""
-                seen_predictions[final_text] = True
-
-            nbest.append(
-                _NbestPrediction(
-                    text=final_text,
-                    start_logit=pred.start_logit,
-                    end_logit=pred.end_logit))
-
-        # if we didn't include the empty option in the n-best, include it
-        if version_2_with_negative:
-            if "" not in seen_predictions:
-                nbest.append(
-                    _NbestPrediction(
-                        text="", start_logit=null_start_logit, end_logit=null_end_logit))
-        # In very rare edge cases we could have no valid predictions. So we
-        # just create a nonce prediction in this case to avoid failure.
+                text = _span_text(example, features[span.feature_index], span,
+                                  do_lower_case, verbose_logging)
+                if text in texts:
+                    continue
+            texts.add(text)
+            nbest.append(_NbestPrediction(text, span.start_logit, span.end_logit))
+        if version_2_with_negative and "" not in texts:
+            nbest.append(_NbestPrediction("", null.start_logit, null.end_logit))
         if not nbest:
-            nbest.append(_NbestPrediction(text="empty", start_logit=0.0, end_logit=0.0))
+            # No valid span at all: a placeholder, as the original.
+            nbest.append(_NbestPrediction("empty", 0.0, 0.0))
 
-        assert len(nbest) >= 1
+        probabilities = _compute_softmax([e.start_logit + e.end_logit for e in nbest])
+        all_nbest_json[example.qas_id] = [
+            collections.OrderedDict([("text", entry.text), ("probability", probability),
+                                     ("start_logit", entry.start_logit),
+                                     ("end_logit", entry.end_logit)])
+            for entry, probability in zip(nbest, probabilities)]
 
-        total_scores = []
-        best_non_null_entry = None
-        for entry in nbest:
-            total_scores.append(entry.start_logit + entry.end_logit)
-            if not best_non_null_entry:
-                if entry.text:
-                    best_non_null_entry = entry
-
-        probs = _compute_softmax(total_scores)
-
-        nbest_json = []
-        for (i, entry) in enumerate(nbest):
-            output = collections.OrderedDict()
-            output["text"] = entry.text
-            output["probability"] = probs[i]
-            output["start_logit"] = entry.start_logit
-            output["end_logit"] = entry.end_logit
-            nbest_json.append(output)
-
-        assert len(nbest_json) >= 1
-
+        best_non_null = next((entry for entry in nbest if entry.text), None)
         if not version_2_with_negative:
-            all_predictions[example.qas_id] = nbest_json[0]["text"]
-        elif best_non_null_entry is None:
+            all_predictions[example.qas_id] = nbest[0].text
+        elif best_non_null is None:
             # Every n-best entry is the null answer (no valid span at all): the
             # original crashed here. Predict null at any threshold.
             scores_diff_json[example.qas_id] = NO_ANSWER_NULL_ODDS
             all_predictions[example.qas_id] = ""
         else:
-            # predict "" iff the null score - the score of best non-null > threshold
-            score_diff = score_null - best_non_null_entry.start_logit - (
-                best_non_null_entry.end_logit)
+            score_diff = null_score - best_non_null.start_logit - best_non_null.end_logit
             scores_diff_json[example.qas_id] = score_diff
-            if score_diff > null_score_diff_threshold:
-                all_predictions[example.qas_id] = ""
-            else:
-                all_predictions[example.qas_id] = best_non_null_entry.text
-
-        all_nbest_json[example.qas_id] = nbest_json
-
+            all_predictions[example.qas_id] = (
+                "" if score_diff > null_score_diff_threshold else best_non_null.text)
     return all_predictions, all_nbest_json, scores_diff_json
+
+
+def _score_spans(features, result_by_id, n_best_size, max_answer_length):
+    """The candidate spans of one example's windows.
+
+    Returns:
+      (spans, null_score, null): the valid spans (_PrelimPrediction), window
+      by window, best starts first, then best ends; the lowest null score
+      (start + end logit at [CLS]) over the windows (1000000 without
+      windows); and the null answer of that window (the first if tied).
+    """
+    spans = []
+    null_score = 1000000
+    null = _PrelimPrediction(0, 0, 0, 0, 0)
+    for feature_index, feature in enumerate(features):
+        result = result_by_id[feature.unique_id]
+        start_logits = _as_float_list(result.start_logits)
+        end_logits = _as_float_list(result.end_logits)
+        if start_logits[0] + end_logits[0] < null_score:
+            null_score = start_logits[0] + end_logits[0]
+            null = _PrelimPrediction(feature_index, 0, 0, start_logits[0], end_logits[0])
+        best_ends = _get_best_indexes(end_logits, n_best_size)
+        for start in _get_best_indexes(start_logits, n_best_size):
+            for end in best_ends:
+                if _is_valid_span(feature, start, end, max_answer_length):
+                    spans.append(_PrelimPrediction(feature_index, start, end,
+                                                   start_logits[start], end_logits[end]))
+    return spans, null_score, null
+
+
+def _is_valid_span(feature, start, end, max_answer_length):
+    """Whether positions start..end of a window can be an answer: both in its
+    context (not [CLS], the question, [SEP] or padding), the window the one
+    with max context for the start, and 1 to max_answer_length pieces."""
+    if start not in feature.token_to_orig_map or end not in feature.token_to_orig_map:
+        return False
+    if not feature.token_is_max_context.get(start, False):
+        return False
+    return start <= end < start + max_answer_length
+
+
+def _span_text(example, feature, span, do_lower_case, verbose_logging):
+    """The text of the context that a span of a window's tokens covers."""
+    pieces = feature.tokens[span.start_index:span.end_index + 1]
+    first_word = feature.token_to_orig_map[span.start_index]
+    last_word = feature.token_to_orig_map[span.end_index]
+    words = example.doc_tokens[first_word:last_word + 1]
+    # Join the pieces back into words ("john ##son" -> "johnson").
+    pred_text = " ".join(pieces).replace(" ##", "").replace("##", "")
+    pred_text = " ".join(pred_text.split())
+    return get_final_text(pred_text, " ".join(words), do_lower_case,
+                          verbose_logging=verbose_logging)
 
 
 def write_json(path, value):
@@ -1112,28 +1031,25 @@ def write_json(path, value):
 def write_predictions(all_examples, all_features, all_results, n_best_size,
                       max_answer_length, do_lower_case, output_prediction_file,
                       output_nbest_file, output_null_log_odds_file,
-                      version_2_with_negative=None, null_score_diff_threshold=None,
-                      verbose_logging=None):
-    """Write final predictions to the json file and log-odds of null if needed.
+                      version_2_with_negative=False, null_score_diff_threshold=0.0,
+                      verbose_logging=False):
+    """Computes the answers (`compute_predictions`) and writes them.
 
-    Computes as `compute_predictions` and writes predictions.json,
-    nbest_predictions.json and (SQuAD 2.0) null_odds.json in the original's
-    format.
+    Writes predictions.json (qas_id -> text), nbest_predictions.json (qas_id
+    -> n-best list) and, for SQuAD 2.0, null_odds.json (qas_id -> null odds)
+    to the given paths, in the original's format.
 
     Returns:
       (all_predictions, all_nbest_json, scores_diff_json), as
       `compute_predictions`.
     """
-    version_2_with_negative = _flag_value("version_2_with_negative", version_2_with_negative)
-    tf.logging.info("Writing predictions to: %s" % (output_prediction_file))
-    tf.logging.info("Writing nbest to: %s" % (output_nbest_file))
-
+    tf.logging.info("Writing predictions to: %s", output_prediction_file)
+    tf.logging.info("Writing nbest to: %s", output_nbest_file)
     all_predictions, all_nbest_json, scores_diff_json = compute_predictions(
         all_examples, all_features, all_results, n_best_size, max_answer_length,
         do_lower_case, version_2_with_negative=version_2_with_negative,
         null_score_diff_threshold=null_score_diff_threshold,
         verbose_logging=verbose_logging)
-
     write_json(output_prediction_file, all_predictions)
     write_json(output_nbest_file, all_nbest_json)
     if version_2_with_negative:
@@ -1142,180 +1058,119 @@ def write_predictions(all_examples, all_features, all_results, n_best_size,
 
 
 def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
-    """Project the tokenized prediction back to the original text.
+    """Finds the characters of `orig_text` that the prediction covers.
 
-    When we created the data, we kept track of the alignment between original
-    (whitespace tokenized) tokens and our WordPiece tokenized tokens. So now
-    `orig_text` contains the span of our original text corresponding to the
-    span that we predicted.
+    `orig_text` is the whole words that the predicted pieces fall in (e.g.
+    "Smith's"), and `pred_text` the pieces joined (e.g. "smith"), normalised
+    by the tokenizer (lower case, no accents, punctuation split off). The
+    answer should be the original characters of just the prediction
+    ("Smith").
 
-    However, `orig_text` may contain extra characters that we don't want in our
-    prediction. For example, let's say:
-      pred_text = steve smith
-      orig_text = Steve Smith's
+    `orig_text` is tokenized again by the BasicTokenizer and the prediction
+    found in that text. Without spaces, the tokenized text and `orig_text`
+    usually have the same length, and then their characters correspond one
+    to one: the prediction's first and last character give the answer's
+    bounds in `orig_text`. When not (the prediction is not found, the lengths
+    differ, or an end falls on a space), `orig_text` is returned whole.
 
-    We don't want to return `orig_text` because it contains the extra "'s".
+    Args:
+      pred_text: the predicted pieces, "##" joined, single spaces.
+      orig_text: the words of the context they belong to, single spaces.
+      do_lower_case: as the tokenizer that made the pieces.
+      verbose_logging: log why the alignment failed.
 
-    We don't want to return `pred_text` because it's already been normalized
-    (the SQuAD eval script also does punctuation stripping/lower casing but our
-    tokenizer does additional normalization like stripping accent characters).
-
-    What we really want to return is "Steve Smith".
-
-    Therefore, we have to apply a semi-complicated alignment heuristic between
-    `pred_text` and `orig_text` to get a character-to-character alignment. This
-    can fail in certain cases in which case we just return `orig_text`.
+    Returns:
+      A substring of `orig_text` (or all of it).
     """
-
-    def _strip_spaces(text):
-        ns_chars = []
-        ns_to_s_map = collections.OrderedDict()
-        for (i, c) in enumerate(text):
-            if c == " ":
-                continue
-            ns_to_s_map[len(ns_chars)] = i
-            ns_chars.append(c)
-        ns_text = "".join(ns_chars)
-        return (ns_text, ns_to_s_map)
-
-    # We first tokenize `orig_text`, strip whitespace from the result and
-    # `pred_text`, and check if they are the same length. If they are NOT the
-    # same length, the heuristic has failed. If they are the same length, we
-    # assume the characters are one-to-one aligned.
     tokenizer = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
-
     tok_text = " ".join(tokenizer.tokenize(orig_text))
 
-    start_position = tok_text.find(pred_text)
-    if start_position == -1:
+    def fail(message, *args):
         if verbose_logging:
-            tf.logging.info("Unable to find text: '%s' in '%s'" % (pred_text, orig_text))
-        return orig_text
-    end_position = start_position + len(pred_text) - 1
-
-    (orig_ns_text, orig_ns_to_s_map) = _strip_spaces(orig_text)
-    (tok_ns_text, tok_ns_to_s_map) = _strip_spaces(tok_text)
-
-    if len(orig_ns_text) != len(tok_ns_text):
-        if verbose_logging:
-            tf.logging.info("Length not equal after stripping spaces: '%s' vs '%s'",
-                            orig_ns_text, tok_ns_text)
+            tf.logging.info(message, *args)
         return orig_text
 
-    # We then project the characters in `pred_text` back to `orig_text` using
-    # the character-to-character alignment.
-    tok_s_to_ns_map = {}
-    for (i, tok_index) in tok_ns_to_s_map.items():
-        tok_s_to_ns_map[tok_index] = i
+    tok_start = tok_text.find(pred_text)
+    if tok_start == -1:
+        return fail("Unable to find text: '%s' in '%s'", pred_text, orig_text)
+    tok_end = tok_start + len(pred_text) - 1
 
-    orig_start_position = None
-    if start_position in tok_s_to_ns_map:
-        ns_start_position = tok_s_to_ns_map[start_position]
-        if ns_start_position in orig_ns_to_s_map:
-            orig_start_position = orig_ns_to_s_map[ns_start_position]
-
-    if orig_start_position is None:
-        if verbose_logging:
-            tf.logging.info("Couldn't map start position")
-        return orig_text
-
-    orig_end_position = None
-    if end_position in tok_s_to_ns_map:
-        ns_end_position = tok_s_to_ns_map[end_position]
-        if ns_end_position in orig_ns_to_s_map:
-            orig_end_position = orig_ns_to_s_map[ns_end_position]
-
-    if orig_end_position is None:
-        if verbose_logging:
-            tf.logging.info("Couldn't map end position")
-        return orig_text
-
-    output_text = orig_text[orig_start_position:(orig_end_position + 1)]
-    return output_text
+    # The positions of the characters that are not spaces; the n-th of
+    # tok_text corresponds to the n-th of orig_text.
+    orig_chars = [i for i, char in enumerate(orig_text) if char != " "]
+    tok_chars = [i for i, char in enumerate(tok_text) if char != " "]
+    if len(orig_chars) != len(tok_chars):
+        return fail("Length not equal after stripping spaces: '%s' vs '%s'",
+                    orig_text.replace(" ", ""), tok_text.replace(" ", ""))
+    rank = {position: n for n, position in enumerate(tok_chars)}
+    if tok_start not in rank:
+        return fail("Couldn't map start position")
+    if tok_end not in rank:
+        return fail("Couldn't map end position")
+    return orig_text[orig_chars[rank[tok_start]]:orig_chars[rank[tok_end]] + 1]
 
 
 def _get_best_indexes(logits, n_best_size):
-    """Get the n-best logits from a list: indexes of the `n_best_size` largest,
-    largest first (ties: lower index first)."""
-    index_and_score = sorted(enumerate(logits), key=lambda x: x[1], reverse=True)
-
-    best_indexes = []
-    for i in range(len(index_and_score)):
-        if i >= n_best_size:
-            break
-        best_indexes.append(index_and_score[i][0])
-    return best_indexes
+    """Indexes of the `n_best_size` largest logits, largest first (equal
+    logits: lower index first)."""
+    by_score = sorted(range(len(logits)), key=lambda i: logits[i], reverse=True)
+    return by_score[:n_best_size]
 
 
 def _compute_softmax(scores):
-    """Compute softmax probability over raw logits (a list of floats)."""
+    """Softmax of a list of floats, as a list ([] for [])."""
     if not scores:
         return []
-
-    max_score = None
-    for score in scores:
-        if max_score is None or score > max_score:
-            max_score = score
-
-    exp_scores = []
-    total_sum = 0.0
-    for score in scores:
-        x = math.exp(score - max_score)
-        exp_scores.append(x)
-        total_sum += x
-
-    probs = []
-    for score in exp_scores:
-        probs.append(score / total_sum)
-    return probs
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    # Summed left to right, not with sum(): Python >= 3.12 sums floats with
+    # compensation, which would change the probabilities' last digits.
+    total = 0.0
+    for value in exps:
+        total += value
+    return [value / total for value in exps]
 
 
 # ---------------------------------------------------------------------------
-# Official evaluation (evaluate-v1.1.py and evaluate-v2.0.py), built in.
+# The official evaluation (evaluate-v1.1.py and evaluate-v2.0.py), built in:
+# same names, numbers and output keys.
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+
 
 def normalize_answer(s):
-    """Lower text and remove punctuation, articles and extra whitespace."""
+    """An answer as the official scripts compare it: lower case, without
+    ASCII punctuation and the articles a/an/the, single spaces."""
+    text = "".join(char for char in s.lower() if char not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
 
-    def remove_articles(text):
-        return re.sub(r"\b(a|an|the)\b", " ", text)
 
-    def white_space_fix(text):
-        return " ".join(text.split())
-
-    def remove_punc(text):
-        exclude = set(string.punctuation)
-        return "".join(ch for ch in text if ch not in exclude)
-
-    def lower(text):
-        return text.lower()
-
-    return white_space_fix(remove_articles(remove_punc(lower(s))))
+def _overlap_f1(prediction_tokens, gold_tokens):
+    """F1 of the tokens two answers share (as bags); 0 if they share none."""
+    common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
 
 
 def f1_score_v1(prediction, ground_truth):
     """SQuAD 1.1 token-overlap F1 (0 when nothing overlaps, even both empty)."""
-    prediction_tokens = normalize_answer(prediction).split()
-    ground_truth_tokens = normalize_answer(ground_truth).split()
-    common = collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / len(prediction_tokens)
-    recall = 1.0 * num_same / len(ground_truth_tokens)
-    f1 = (2 * precision * recall) / (precision + recall)
-    return f1
+    return _overlap_f1(normalize_answer(prediction).split(),
+                       normalize_answer(ground_truth).split())
 
 
 def exact_match_score_v1(prediction, ground_truth):
+    """SQuAD 1.1 exact match (a bool) of the normalised answers."""
     return normalize_answer(prediction) == normalize_answer(ground_truth)
 
 
 def metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
-    scores_for_ground_truths = []
-    for ground_truth in ground_truths:
-        score = metric_fn(prediction, ground_truth)
-        scores_for_ground_truths.append(score)
-    return max(scores_for_ground_truths)
+    """The best `metric_fn(prediction, truth)` over the gold answers."""
+    return max(metric_fn(prediction, truth) for truth in ground_truths)
 
 
 def _answer_texts(qa, where):
@@ -1338,35 +1193,28 @@ def evaluate_v1(dataset, predictions, where="dataset"):
     Raises:
       InputError: a question without answers (a SQuAD 2.0 file?).
     """
-    f1 = exact_match = total = 0
+    exact_match = f1 = 0
+    total = 0
     missing = []
     for _, qa, qa_where in iterate_questions(dataset, where):
         total += 1
-        ground_truths = _answer_texts(qa, qa_where)
-        if not ground_truths:
+        gold = _answer_texts(qa, qa_where)
+        if not gold:
             raise InputError("%s has no answers: SQuAD 1.1 evaluation needs at least "
                              "one (for SQuAD 2.0 use --version_2_with_negative)" % qa_where)
         if qa["id"] not in predictions:
             missing.append(qa["id"])
             continue
         prediction = predictions[qa["id"]]
-        exact_match += metric_max_over_ground_truths(
-            exact_match_score_v1, prediction, ground_truths)
-        f1 += metric_max_over_ground_truths(f1_score_v1, prediction, ground_truths)
+        exact_match += metric_max_over_ground_truths(exact_match_score_v1, prediction, gold)
+        f1 += metric_max_over_ground_truths(f1_score_v1, prediction, gold)
     if missing:
         tf.logging.warning("Unanswered questions will receive score 0: %d (first: %s)",
                            len(missing), missing[0])
     if not total:
         raise InputError("%s has no questions" % where)
-    exact_match = 100.0 * exact_match / total
-    f1 = 100.0 * f1 / total
-    return collections.OrderedDict([("exact_match", exact_match), ("f1", f1)])
-
-
-def _get_tokens(s):
-    if not s:
-        return []
-    return normalize_answer(s).split()
+    return collections.OrderedDict([("exact_match", 100.0 * exact_match / total),
+                                    ("f1", 100.0 * f1 / total)])
 
 
 def compute_exact(a_gold, a_pred):
@@ -1375,20 +1223,13 @@ def compute_exact(a_gold, a_pred):
 
 
 def compute_f1(a_gold, a_pred):
-    """SQuAD 2.0 token-overlap F1 of one answer (1 if both are empty)."""
-    gold_toks = _get_tokens(a_gold)
-    pred_toks = _get_tokens(a_pred)
-    common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
-    num_same = sum(common.values())
-    if len(gold_toks) == 0 or len(pred_toks) == 0:
-        # If either is no-answer, then F1 is 1 if they agree, 0 otherwise
-        return int(gold_toks == pred_toks)
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / len(pred_toks)
-    recall = 1.0 * num_same / len(gold_toks)
-    f1 = (2 * precision * recall) / (precision + recall)
-    return f1
+    """SQuAD 2.0 token-overlap F1 of one answer; an empty answer ("no
+    answer") scores 1 against an empty one and 0 against any other."""
+    gold_tokens = normalize_answer(a_gold).split()
+    pred_tokens = normalize_answer(a_pred).split()
+    if not gold_tokens or not pred_tokens:
+        return int(gold_tokens == pred_tokens)
+    return _overlap_f1(pred_tokens, gold_tokens)
 
 
 def make_qid_to_has_ans(dataset, where="dataset"):
@@ -1400,8 +1241,8 @@ def make_qid_to_has_ans(dataset, where="dataset"):
 
 
 def get_raw_scores(dataset, preds, where="dataset"):
-    """Per-question exact and F1 of `preds` (max over gold answers; the only
-    gold answer of an unanswerable question is "").
+    """Per-question exact and F1 of `preds`, the best over the gold answers
+    (the only gold answer of an unanswerable question is "").
 
     Returns:
       (exact_scores, f1_scores): dicts qas_id -> score in [0, 1], for the
@@ -1411,39 +1252,27 @@ def get_raw_scores(dataset, preds, where="dataset"):
     f1_scores = {}
     for _, qa, qa_where in iterate_questions(dataset, where):
         qid = qa["id"]
-        gold_answers = [a for a in _answer_texts(qa, qa_where) if normalize_answer(a)]
-        if not gold_answers:
-            # For unanswerable questions, only correct answer is empty string
-            gold_answers = [""]
+        # Gold answers that normalise to nothing count as "no answer".
+        gold = [a for a in _answer_texts(qa, qa_where) if normalize_answer(a)] or [""]
         if qid not in preds:
             continue
-        a_pred = preds[qid]
-        # Take max over all gold answers
-        exact_scores[qid] = max(compute_exact(a, a_pred) for a in gold_answers)
-        f1_scores[qid] = max(compute_f1(a, a_pred) for a in gold_answers)
+        exact_scores[qid] = max(compute_exact(a, preds[qid]) for a in gold)
+        f1_scores[qid] = max(compute_f1(a, preds[qid]) for a in gold)
     return exact_scores, f1_scores
 
 
 def apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
-    """Scores with every question whose na_prob > na_prob_thresh answered ""."""
-    new_scores = {}
-    for qid, s in scores.items():
-        pred_na = na_probs[qid] > na_prob_thresh
-        if pred_na:
-            new_scores[qid] = float(not qid_to_has_ans[qid])
-        else:
-            new_scores[qid] = s
-    return new_scores
+    """`scores` with every question whose na_prob > na_prob_thresh answered
+    "" (1.0 if it has no answer, else 0.0)."""
+    return {qid: float(not qid_to_has_ans[qid]) if na_probs[qid] > na_prob_thresh else score
+            for qid, score in scores.items()}
 
 
 def make_eval_dict(exact_scores, f1_scores, qid_list=None):
+    """exact, f1 (0-100) and total over the questions of `qid_list` (all of
+    `exact_scores` if None or empty)."""
     if not qid_list:
-        total = len(exact_scores)
-        return collections.OrderedDict([
-            ("exact", 100.0 * sum(exact_scores.values()) / total),
-            ("f1", 100.0 * sum(f1_scores.values()) / total),
-            ("total", total),
-        ])
+        qid_list = list(exact_scores)
     total = len(qid_list)
     return collections.OrderedDict([
         ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
@@ -1453,8 +1282,9 @@ def make_eval_dict(exact_scores, f1_scores, qid_list=None):
 
 
 def merge_eval(main_eval, new_eval, prefix):
-    for k in new_eval:
-        main_eval["%s_%s" % (prefix, k)] = new_eval[k]
+    """Adds `new_eval`'s entries to `main_eval` as prefix_key."""
+    for key, value in new_eval.items():
+        main_eval["%s_%s" % (prefix, key)] = value
 
 
 def search_null_threshold(preds, scores, na_probs, qid_to_has_ans):
@@ -1473,24 +1303,19 @@ def search_null_threshold(preds, scores, na_probs, qid_to_has_ans):
       (best_score, best_thresh): best_score on a 0-100 scale; best_thresh is
       None if answering every question null is best.
     """
-    num_no_ans = sum(1 for k in qid_to_has_ans if not qid_to_has_ans[k])
-    cur_score = num_no_ans
-    best_score = cur_score
+    # All null: every unanswerable question is right.
+    score = sum(1 for has_ans in qid_to_has_ans.values() if not has_ans)
+    best_score = score
     best_thresh = None
-    qid_list = sorted(na_probs, key=lambda k: na_probs[k])
-    for qid in qid_list:
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
         if qid not in scores:
             continue
         if qid_to_has_ans[qid]:
-            diff = scores[qid]
-        else:
-            if preds[qid]:
-                diff = -1
-            else:
-                diff = 0
-        cur_score += diff
-        if cur_score > best_score:
-            best_score = cur_score
+            score += scores[qid]
+        elif preds[qid]:
+            score -= 1  # An unanswerable question loses its (right) null.
+        if score > best_score:
+            best_score = score
             best_thresh = na_probs[qid]
     return 100.0 * best_score / len(scores), best_thresh
 
@@ -1529,37 +1354,30 @@ def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0, where="
     if not qid_to_has_ans:
         raise InputError("%s has no questions" % where)
     _check_covers(predictions, qid_to_has_ans, "predictions")
-    if na_probs is None:
-        na_probs = {k: 0.0 for k in predictions}
-        has_na_probs = False
-    else:
+    if na_probs is not None:
         _check_covers(na_probs, qid_to_has_ans, "null odds")
-        has_na_probs = True
-    has_ans_qids = [k for k, v in qid_to_has_ans.items() if v]
-    no_ans_qids = [k for k, v in qid_to_has_ans.items() if not v]
     exact_raw, f1_raw = get_raw_scores(dataset, predictions, where)
-    exact_thresh = apply_no_ans_threshold(exact_raw, na_probs, qid_to_has_ans, na_prob_thresh)
-    f1_thresh = apply_no_ans_threshold(f1_raw, na_probs, qid_to_has_ans, na_prob_thresh)
-    out_eval = make_eval_dict(exact_thresh, f1_thresh)
-    if has_ans_qids:
-        merge_eval(out_eval, make_eval_dict(exact_thresh, f1_thresh, qid_list=has_ans_qids),
-                   "HasAns")
-    if no_ans_qids:
-        merge_eval(out_eval, make_eval_dict(exact_thresh, f1_thresh, qid_list=no_ans_qids),
-                   "NoAns")
-    if has_na_probs:
+    # Without null odds, na_prob_thresh nulls nothing.
+    odds = na_probs if na_probs is not None else {k: 0.0 for k in predictions}
+    exact = apply_no_ans_threshold(exact_raw, odds, qid_to_has_ans, na_prob_thresh)
+    f1 = apply_no_ans_threshold(f1_raw, odds, qid_to_has_ans, na_prob_thresh)
+
+    result = make_eval_dict(exact, f1)
+    has_ans = [k for k, v in qid_to_has_ans.items() if v]
+    no_ans = [k for k, v in qid_to_has_ans.items() if not v]
+    if has_ans:
+        merge_eval(result, make_eval_dict(exact, f1, qid_list=has_ans), "HasAns")
+    if no_ans:
+        merge_eval(result, make_eval_dict(exact, f1, qid_list=no_ans), "NoAns")
+    if na_probs is not None:
         # Only the dataset's questions take part (the official script's
         # na_probs come from the same run, so they are the same set).
         na_probs = {k: na_probs[k] for k in qid_to_has_ans}
-        best_exact, exact_thresh_value = find_best_thresh(
+        result["best_exact"], result["best_exact_thresh"] = find_best_thresh(
             predictions, exact_raw, na_probs, qid_to_has_ans)
-        best_f1, f1_thresh_value = find_best_thresh(
+        result["best_f1"], result["best_f1_thresh"] = find_best_thresh(
             predictions, f1_raw, na_probs, qid_to_has_ans)
-        out_eval["best_exact"] = best_exact
-        out_eval["best_exact_thresh"] = exact_thresh_value
-        out_eval["best_f1"] = best_f1
-        out_eval["best_f1_thresh"] = f1_thresh_value
-    return out_eval
+    return result
 
 
 def _check_covers(values, qid_to_has_ans, what):
@@ -1577,6 +1395,7 @@ def evaluate(dataset, predictions, na_probs=None, version_2_with_negative=False)
     if version_2_with_negative:
         return evaluate_v2(dataset, predictions, na_probs=na_probs)
     return evaluate_v1(dataset, predictions)
+
 
 
 def dataset_has_answers(dataset, version_2_with_negative):
@@ -1664,49 +1483,65 @@ def _log_results(header, result):
 
 
 def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_json=None,
-                   null_odds=None):
-    """Evaluates the predictions in `output_dir` (or those given) and writes
-    eval_results.json, and with --tune_null_threshold the tuned files.
+                   null_odds=None, version_2_with_negative=False, tune_threshold=False,
+                   null_score_diff_threshold=0.0):
+    """Scores predictions against `dataset` and writes eval_results.json (and,
+    with tune_threshold, predictions_best_threshold.json and
+    eval_results_best_threshold.json) to `output_dir`.
+
+    Args:
+      dataset: parsed SQuAD json with answers.
+      output_dir: where the results go, and where predictions.json,
+        nbest_predictions.json and null_odds.json are read from when they
+        are not given.
+      where: names the dataset in messages.
+      all_predictions, all_nbest_json, null_odds: write_predictions' results,
+        or None to read them from `output_dir` (null_odds.json is optional).
+      version_2_with_negative: SQuAD 2.0 metrics.
+      tune_threshold: also choose the best null threshold (2.0 only;
+        `tune_null_threshold`).
+      null_score_diff_threshold: the threshold the predictions were made
+        with (for the log).
 
     Returns:
       The eval dict of predictions.json.
     """
-    version_2 = FLAGS.version_2_with_negative
     if all_predictions is None:
         all_predictions = _read_json(os.path.join(output_dir, "predictions.json"),
                                      "predictions.json in --output_dir")
     null_odds_file = os.path.join(output_dir, "null_odds.json")
-    if version_2 and null_odds is None and tf.io.gfile.exists(null_odds_file):
+    if version_2_with_negative and null_odds is None and tf.io.gfile.exists(null_odds_file):
         null_odds = _read_json(null_odds_file, "null_odds.json in --output_dir")
 
-    if version_2:
+    if version_2_with_negative:
         result = evaluate_v2(dataset, all_predictions, na_probs=null_odds, where=where)
+        header = ("***** Eval results (predictions.json, null_score_diff_threshold=%s) *****"
+                  % null_score_diff_threshold)
     else:
         result = evaluate_v1(dataset, all_predictions, where=where)
-    _log_results("***** Eval results (predictions.json, null_score_diff_threshold=%s) *****"
-                 % FLAGS.null_score_diff_threshold if version_2
-                 else "***** Eval results (predictions.json) *****", result)
+        header = "***** Eval results (predictions.json) *****"
+    _log_results(header, result)
     write_json(os.path.join(output_dir, "eval_results.json"), result)
+    if not tune_threshold:
+        return result
 
-    if FLAGS.tune_null_threshold:
-        if null_odds is None:
-            raise InputError("--tune_null_threshold needs null_odds.json in %s" % output_dir)
-        if all_nbest_json is None:
-            all_nbest_json = _read_json(os.path.join(output_dir, "nbest_predictions.json"),
-                                        "nbest_predictions.json in --output_dir")
-        threshold, tuned, tuned_result = tune_null_threshold(dataset, all_nbest_json,
-                                                             null_odds, where)
-        write_json(os.path.join(output_dir, "predictions_best_threshold.json"), tuned)
-        write_json(os.path.join(output_dir, "eval_results_best_threshold.json"), tuned_result)
-        _log_results("***** Eval results (predictions_best_threshold.json) *****",
-                     tuned_result)
-        tf.logging.info(
-            "Best --null_score_diff_threshold on %s: %r (F1 %.2f, exact %.2f). "
-            "predictions_best_threshold.json uses it; predictions.json is untuned "
-            "(--null_score_diff_threshold=%r: F1 %.2f, exact %.2f). The threshold was "
-            "chosen on the same questions it is scored on.",
-            where, threshold, tuned_result["f1"], tuned_result["exact"],
-            FLAGS.null_score_diff_threshold, result["f1"], result["exact"])
+    if null_odds is None:
+        raise InputError("--tune_null_threshold needs null_odds.json in %s" % output_dir)
+    if all_nbest_json is None:
+        all_nbest_json = _read_json(os.path.join(output_dir, "nbest_predictions.json"),
+                                    "nbest_predictions.json in --output_dir")
+    threshold, tuned, tuned_result = tune_null_threshold(dataset, all_nbest_json,
+                                                         null_odds, where)
+    write_json(os.path.join(output_dir, "predictions_best_threshold.json"), tuned)
+    write_json(os.path.join(output_dir, "eval_results_best_threshold.json"), tuned_result)
+    _log_results("***** Eval results (predictions_best_threshold.json) *****", tuned_result)
+    tf.logging.info(
+        "Best --null_score_diff_threshold on %s: %r (F1 %.2f, exact %.2f). "
+        "predictions_best_threshold.json uses it; predictions.json is untuned "
+        "(--null_score_diff_threshold=%r: F1 %.2f, exact %.2f). The threshold was "
+        "chosen on the same questions it is scored on.",
+        where, threshold, tuned_result["f1"], tuned_result["exact"],
+        null_score_diff_threshold, result["f1"], result["exact"])
     return result
 
 
@@ -1714,38 +1549,46 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
 # Main.
 
 def validate_flags_or_throw(bert_config):
-    """Validate the input FLAGS or throw an InputError."""
+    """Checks the flags against each other and the model.
+
+    Args:
+      bert_config: modeling.BertConfig of --bert_config_file.
+
+    Raises:
+      InputError: naming the flags at fault (also a --do_lower_case that
+        contradicts a Google checkpoint's name, and missing data files).
+    """
     tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
 
     if not FLAGS.do_train and not FLAGS.do_predict:
-        raise InputError("At least one of `do_train` or `do_predict` must be True.")
-
-    if FLAGS.do_train:
-        if not FLAGS.train_file:
-            raise InputError("If `do_train` is True, then `train_file` must be specified.")
-        run_common.require_file("train_file", FLAGS.train_file)
-    if FLAGS.do_predict:
-        if not FLAGS.predict_file:
-            raise InputError("If `do_predict` is True, then `predict_file` must be specified.")
-        run_common.require_file("predict_file", FLAGS.predict_file)
+        raise InputError("Nothing to do: set --do_train, --do_predict or both.")
+    for action, file_flag in (("do_train", "train_file"), ("do_predict", "predict_file")):
+        if getattr(FLAGS, action):
+            if not getattr(FLAGS, file_flag):
+                raise InputError("--%s needs --%s." % (action, file_flag))
+            run_common.require_file(file_flag, getattr(FLAGS, file_flag))
 
     if FLAGS.max_seq_length > bert_config.max_position_embeddings:
         raise InputError(
-            "Cannot use sequence length %d because the BERT model "
-            "was only trained up to sequence length %d" %
-            (FLAGS.max_seq_length, bert_config.max_position_embeddings))
-
+            "--max_seq_length %d is longer than the model's max_position_embeddings (%d)"
+            % (FLAGS.max_seq_length, bert_config.max_position_embeddings))
+    # [CLS] question [SEP] context [SEP]: at least one context piece.
     if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
         raise InputError(
-            "The max_seq_length (%d) must be greater than max_query_length "
-            "(%d) + 3" % (FLAGS.max_seq_length, FLAGS.max_query_length))
-
+            "--max_seq_length (%d) leaves no room for the context: it must exceed "
+            "--max_query_length (%d) + 3" % (FLAGS.max_seq_length, FLAGS.max_query_length))
     for name in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
         if getattr(FLAGS, name) < 1:
             raise InputError("--%s must be at least 1, not %d" % (name, getattr(FLAGS, name)))
-
     if FLAGS.tune_null_threshold and not FLAGS.version_2_with_negative:
         raise InputError("--tune_null_threshold needs --version_2_with_negative")
+
+
+def _evaluation_settings():
+    """run_evaluation's keyword arguments from the flags."""
+    return dict(version_2_with_negative=FLAGS.version_2_with_negative,
+                tune_threshold=FLAGS.tune_null_threshold,
+                null_score_diff_threshold=FLAGS.null_score_diff_threshold)
 
 
 def evaluate_only():
@@ -1757,12 +1600,65 @@ def evaluate_only():
     where = "--predict_file %s" % FLAGS.predict_file
     if not dataset_has_answers(dataset, FLAGS.version_2_with_negative):
         raise InputError("%s has no answers to evaluate against" % where)
-    return run_evaluation(dataset, FLAGS.output_dir, where)
+    return run_evaluation(dataset, FLAGS.output_dir, where, **_evaluation_settings())
+
+
+def _predict(estimator, tokenizer):
+    """Predicts --predict_file: writes eval.tf_record, the prediction files
+    and, if the file has answers, the evaluation."""
+    examples = read_squad_examples(FLAGS.predict_file, is_training=False,
+                                   version_2_with_negative=FLAGS.version_2_with_negative)
+    writer = FeatureWriter(os.path.join(FLAGS.output_dir, "eval.tf_record"),
+                           is_training=False)
+    # Only what write_predictions needs stays in memory; the model inputs are
+    # streamed to eval.tf_record.
+    features = []
+    _write_features(writer, examples, tokenizer, is_training=False,
+                    keep=lambda f: features.append(PredictionFeature(
+                        f.unique_id, f.example_index, f.doc_span_index, f.tokens,
+                        f.token_to_orig_map, f.token_is_max_context)))
+    tf.logging.info("***** Running predictions *****")
+    tf.logging.info("  Num orig examples = %d", len(examples))
+    tf.logging.info("  Num split examples = %d", len(features))
+    tf.logging.info("  Batch size = %d", FLAGS.predict_batch_size)
+
+    input_fn = input_fn_builder(writer.filename, FLAGS.max_seq_length, is_training=False,
+                                drop_remainder=False)
+    results = []
+    for prediction in estimator.predict(input_fn, yield_single_examples=True):
+        if len(results) % 1000 == 0:
+            tf.logging.info("Processing example: %d of %d", len(results), len(features))
+        # float32 arrays: a quarter of the memory of lists of Python floats,
+        # and the same values once converted.
+        results.append(RawResult(
+            unique_id=int(prediction["unique_ids"]),
+            start_logits=np.array(prediction["start_logits"], dtype=np.float32).ravel(),
+            end_logits=np.array(prediction["end_logits"], dtype=np.float32).ravel()))
+
+    version_2 = FLAGS.version_2_with_negative
+    all_predictions, all_nbest_json, null_odds = write_predictions(
+        examples, features, results, FLAGS.n_best_size, FLAGS.max_answer_length,
+        FLAGS.do_lower_case, os.path.join(FLAGS.output_dir, "predictions.json"),
+        os.path.join(FLAGS.output_dir, "nbest_predictions.json"),
+        os.path.join(FLAGS.output_dir, "null_odds.json"),
+        version_2_with_negative=version_2,
+        null_score_diff_threshold=FLAGS.null_score_diff_threshold,
+        verbose_logging=FLAGS.verbose_logging)
+
+    dataset = load_squad_json(FLAGS.predict_file, "predict_file")
+    if dataset_has_answers(dataset, version_2):
+        run_evaluation(dataset, FLAGS.output_dir, "--predict_file %s" % FLAGS.predict_file,
+                       all_predictions, all_nbest_json, null_odds if version_2 else None,
+                       **_evaluation_settings())
+    else:
+        tf.logging.info("--predict_file has no answers: not evaluating.")
+        if FLAGS.tune_null_threshold:
+            tf.logging.warning("--tune_null_threshold needs answers in --predict_file: "
+                               "no threshold tuned.")
 
 
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
-
     if FLAGS.evaluate_only:
         evaluate_only()
         return
@@ -1773,9 +1669,7 @@ def main(_):
     run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
         FLAGS.bert_config_file, vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
-
     validate_flags_or_throw(bert_config)
-
     tf.io.gfile.makedirs(FLAGS.output_dir)
 
     run_config = run_common.make_run_config(
@@ -1784,122 +1678,48 @@ def main(_):
         FLAGS.num_tpu_cores)
 
     train_examples = None
-    num_train_steps = None
-    num_warmup_steps = None
+    num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
-        train_examples = read_squad_examples(input_file=FLAGS.train_file, is_training=True)
+        train_examples, _ = read_squad_examples_and_skipped(
+            FLAGS.train_file, is_training=True,
+            version_2_with_negative=FLAGS.version_2_with_negative,
+            verbose_logging=FLAGS.verbose_logging)
         if not train_examples:
             raise InputError("--train_file %s has no usable training questions"
                              % FLAGS.train_file)
         num_train_steps = run_common.num_train_steps(
             len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs)
         num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+        # Shuffled here, with a fixed seed, so that input_fn's small shuffle
+        # buffer is enough.
+        random.Random(12345).shuffle(train_examples)
 
-        # Pre-shuffle the input to avoid having to make a very large shuffle
-        # buffer in in the `input_fn`.
-        rng = random.Random(12345)
-        rng.shuffle(train_examples)
-
+    # One-hot embedding lookups are faster on TPUs, gathers elsewhere.
     model_fn = model_fn_builder(
-        bert_config=bert_config,
-        init_checkpoint=FLAGS.init_checkpoint,
-        learning_rate=FLAGS.learning_rate,
-        num_train_steps=num_train_steps,
-        num_warmup_steps=num_warmup_steps,
-        use_tpu=FLAGS.use_tpu,
-        use_one_hot_embeddings=FLAGS.use_tpu)
-
-    # If TPU is not available, this will fall back to normal Estimator on CPU
-    # or GPU.
+        bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate, num_train_steps,
+        num_warmup_steps, use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
     estimator = run_common.make_estimator(
-        model_fn, run_config, FLAGS.use_tpu,
-        train_batch_size=FLAGS.train_batch_size,
+        model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
         predict_batch_size=FLAGS.predict_batch_size)
 
     if FLAGS.do_train:
-        # We write to a temporary file to avoid storing very large constant
-        # tensors in memory.
-        train_writer = FeatureWriter(
-            filename=os.path.join(FLAGS.output_dir, "train.tf_record"), is_training=True)
-        _write_features(train_writer, train_examples, tokenizer, is_training=True)
-
+        # The features go through a file rather than memory: SQuAD's are large.
+        writer = FeatureWriter(os.path.join(FLAGS.output_dir, "train.tf_record"),
+                               is_training=True)
+        _write_features(writer, train_examples, tokenizer, is_training=True)
         tf.logging.info("***** Running training *****")
         tf.logging.info("  Num orig examples = %d", len(train_examples))
-        tf.logging.info("  Num split examples = %d", train_writer.num_features)
+        tf.logging.info("  Num split examples = %d", writer.num_features)
         tf.logging.info("  Batch size = %d", FLAGS.train_batch_size)
         tf.logging.info("  Num steps = %d", num_train_steps)
-        del train_examples
-
-        train_input_fn = input_fn_builder(
-            input_file=train_writer.filename,
-            seq_length=FLAGS.max_seq_length,
-            is_training=True,
-            drop_remainder=True)
-        estimator.train(input_fn=train_input_fn, max_steps=num_train_steps)
+        del train_examples  # Only the file is read from here on.
+        estimator.train(
+            input_fn=input_fn_builder(writer.filename, FLAGS.max_seq_length,
+                                      is_training=True, drop_remainder=True),
+            max_steps=num_train_steps)
 
     if FLAGS.do_predict:
-        eval_examples = read_squad_examples(input_file=FLAGS.predict_file, is_training=False)
-
-        eval_writer = FeatureWriter(
-            filename=os.path.join(FLAGS.output_dir, "eval.tf_record"), is_training=False)
-        # Only what write_predictions needs stays in memory; the model inputs
-        # are streamed to eval.tf_record.
-        eval_features = []
-
-        def keep_feature(feature):
-            eval_features.append(PredictionFeature(
-                feature.unique_id, feature.example_index, feature.doc_span_index,
-                feature.tokens, feature.token_to_orig_map, feature.token_is_max_context))
-
-        _write_features(eval_writer, eval_examples, tokenizer, is_training=False,
-                        keep=keep_feature)
-
-        tf.logging.info("***** Running predictions *****")
-        tf.logging.info("  Num orig examples = %d", len(eval_examples))
-        tf.logging.info("  Num split examples = %d", len(eval_features))
-        tf.logging.info("  Batch size = %d", FLAGS.predict_batch_size)
-
-        predict_input_fn = input_fn_builder(
-            input_file=eval_writer.filename,
-            seq_length=FLAGS.max_seq_length,
-            is_training=False,
-            drop_remainder=False)
-
-        # If running eval on the TPU, you will need to specify the number of
-        # steps.
-        all_results = []
-        for result in estimator.predict(predict_input_fn, yield_single_examples=True):
-            if len(all_results) % 1000 == 0:
-                tf.logging.info("Processing example: %d of %d" % (
-                    len(all_results), len(eval_features)))
-            # float32 arrays: a quarter of the memory of lists of floats, the
-            # same values once converted.
-            all_results.append(
-                RawResult(
-                    unique_id=int(result["unique_ids"]),
-                    start_logits=np.array(result["start_logits"], dtype=np.float32).ravel(),
-                    end_logits=np.array(result["end_logits"], dtype=np.float32).ravel()))
-
-        output_prediction_file = os.path.join(FLAGS.output_dir, "predictions.json")
-        output_nbest_file = os.path.join(FLAGS.output_dir, "nbest_predictions.json")
-        output_null_log_odds_file = os.path.join(FLAGS.output_dir, "null_odds.json")
-
-        all_predictions, all_nbest_json, null_odds = write_predictions(
-            eval_examples, eval_features, all_results,
-            FLAGS.n_best_size, FLAGS.max_answer_length,
-            FLAGS.do_lower_case, output_prediction_file,
-            output_nbest_file, output_null_log_odds_file)
-
-        dataset = load_squad_json(FLAGS.predict_file, "predict_file")
-        if dataset_has_answers(dataset, FLAGS.version_2_with_negative):
-            run_evaluation(dataset, FLAGS.output_dir, "--predict_file %s" % FLAGS.predict_file,
-                           all_predictions, all_nbest_json,
-                           null_odds if FLAGS.version_2_with_negative else None)
-        else:
-            tf.logging.info("--predict_file has no answers: not evaluating.")
-            if FLAGS.tune_null_threshold:
-                tf.logging.warning("--tune_null_threshold needs answers in --predict_file: "
-                                   "no threshold tuned.")
+        _predict(estimator, tokenizer)
 
 
 if __name__ == "__main__":

@@ -543,6 +543,129 @@ def test_missing_file_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# run_squad as a library: the building blocks work with the flags unparsed
+# (as in the original's Colab recipes), so nothing may read FLAGS.x.
+
+_LIBRARY_SCRIPT = r"""
+import json, os, sys
+root, tmp = sys.argv[1], sys.argv[2]
+sys.path[:0] = [root, os.path.join(root, "tests")]
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+import modeling, run_squad, runtime, tokenization
+from tiny import write_config, write_vocab
+
+def unparsed():
+    assert not flags.FLAGS.is_parsed()
+
+unparsed()
+words = "who what is the red car of john smith a blue boat".split()
+vocab = write_vocab(tmp, words)
+config = modeling.BertConfig.from_json_file(write_config(tmp, len(words) + 5))
+tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+context = "the red car of john smith is a blue boat of the red car of john"
+squad = {"data": [{"paragraphs": [{"context": context, "qas": [
+    {"id": "a", "question": "what is the car of john smith", "is_impossible": False,
+     "answers": [{"text": "blue boat", "answer_start": context.find("blue boat")}]},
+    {"id": "n", "question": "who", "is_impossible": True, "answers": []}]}]}]}
+path = os.path.join(tmp, "squad.json")
+with open(path, "w") as f:
+    json.dump(squad, f)
+
+# Reading: the defaults are the flags' defaults (SQuAD 1.1: "is_impossible"
+# is not read, so a question without answers is an error for training).
+examples = run_squad.read_squad_examples(path, is_training=True,
+                                         version_2_with_negative=True)
+assert [(e.qas_id, e.is_impossible, e.start_position) for e in examples] == [
+    ("a", False, 8), ("n", True, -1)], examples
+try:
+    run_squad.read_squad_examples(path, is_training=True)
+    raise AssertionError("SQuAD 1.1 default read an unanswerable question")
+except run_squad.InputError as e:
+    assert "exactly 1 answer" in str(e)
+unparsed()
+
+# Features through FeatureWriter and input_fn: 16 tokens, 2 windows each.
+seq_length = 16
+record_file = os.path.join(tmp, "train.tf_record")
+writer = run_squad.FeatureWriter(record_file, is_training=True)
+features = []
+def keep(feature):
+    writer.process_feature(feature)
+    features.append(feature)
+run_squad.convert_examples_to_features(examples, tokenizer, seq_length, 4, 8, True, keep)
+writer.close()
+assert len(features) > len(examples)
+answer = [f for f in features if f.start_position > 0]
+assert answer and all(f.tokens[f.start_position:f.end_position + 1] == ["blue", "boat"]
+                      for f in answer)
+
+with tf.Graph().as_default():
+    tf.set_random_seed(0)
+    dataset = run_squad.input_fn_builder(record_file, seq_length, True, True)(
+        {"batch_size": 2})
+    batch = tf.data.make_one_shot_iterator(dataset).get_next()
+    model_fn = run_squad.model_fn_builder(config, None, 1e-3, 10, 1, False, False)
+    spec = model_fn(batch, None, runtime.ModeKeys.TRAIN, {"batch_size": 2})
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        losses = [sess.run([spec.train_op, spec.loss])[1] for _ in range(3)]
+        step = sess.run(tf.train.get_global_step())
+    assert np.all(np.isfinite(losses)) and step == 3, (losses, step)
+unparsed()
+
+# create_model: the head is one dense layer over BERT's sequence output.
+ids = np.array([f.input_ids for f in features[:3]], np.int32)
+mask = np.array([f.input_mask for f in features[:3]], np.int32)
+segments = np.array([f.segment_ids for f in features[:3]], np.int32)
+with tf.Graph().as_default():
+    start, end = run_squad.create_model(config, False, tf.constant(ids), tf.constant(mask),
+                                        tf.constant(segments), False)
+    with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+        encoder = modeling.BertModel(config, False, tf.constant(ids), tf.constant(mask),
+                                     tf.constant(segments), scope="bert")
+        weights = tf.get_variable("cls/squad/output_weights")
+        bias = tf.get_variable("cls/squad/output_bias")
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(bias.assign([0.5, -0.25]))
+        start, end, hidden, w, b = sess.run(
+            [start, end, encoder.get_sequence_output(), weights, bias])
+assert start.shape == end.shape == (3, seq_length)
+reference = hidden @ w.T + b  # [3, seq_length, 2]
+np.testing.assert_allclose(start, reference[..., 0], rtol=1e-5, atol=1e-5)
+np.testing.assert_allclose(end, reference[..., 1], rtol=1e-5, atol=1e-5)
+unparsed()
+
+# Predictions with the defaults: SQuAD 1.1, no null_odds.json.
+predict_examples = run_squad.read_squad_examples(path, is_training=False)
+predict_features = []
+run_squad.convert_examples_to_features(predict_examples, tokenizer, seq_length, 4, 8, False,
+                                       predict_features.append)
+rng = np.random.RandomState(0)
+results = [run_squad.RawResult(f.unique_id, rng.randn(seq_length), rng.randn(seq_length))
+           for f in predict_features]
+files = [os.path.join(tmp, n) for n in ("p.json", "n.json", "o.json")]
+predictions, nbest, null_odds = run_squad.write_predictions(
+    predict_examples, predict_features, results, 5, 4, True, *files)
+assert list(predictions) == ["a", "n"] and null_odds == {}
+assert all(text in context for text in predictions.values()), predictions
+assert os.path.exists(files[0]) and not os.path.exists(files[2])
+unparsed()
+print("library use ok")
+"""
+
+
+@pytest.mark.slow
+def test_library_use_with_flags_unparsed(tmp_path):
+    proc = subprocess.run([PYTHON, "-c", _LIBRARY_SCRIPT, ROOT, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "library use ok" in proc.stdout
+
+
+# ---------------------------------------------------------------------------
 # Differential test of the data pipeline and write_predictions against
 # Google's original, in a subprocess.
 
@@ -583,8 +706,35 @@ for run in spec["runs"]:
         rs.write_predictions(examples, features, results, spec["n_best_size"],
                              spec["max_answer_length"], True, d + "/predictions.json",
                              d + "/nbest_predictions.json", d + "/null_odds.json")
+out["final_texts"] = [rs.get_final_text(pred, orig, lower)
+                      for pred, orig, lower in spec["final_text_cases"]]
 json.dump(out, open(sys.argv[3], "w"))
 """
+
+
+def _final_text_cases():
+    """(pred_text, orig_text, do_lower_case) for get_final_text: texts with
+    accents, punctuation, no-break and zero-width spaces; predictions mostly
+    runs of their tokens (sometimes cut inside a token), else unrelated."""
+    rng = np.random.RandomState(1)
+    parts = ["ab", "AB", "c", "'s", ".", "-", "(", ")", "\u00e9", "Caf\u00e9", "Na\u00efve",
+             "(1895-1943).", "Smith's", "\u00a0", "\u200b", "x y", "  "]
+    cases = []
+    for _ in range(600):
+        orig = " ".join("".join(rng.choice(parts, size=rng.randint(1, 4)))
+                        for _ in range(rng.randint(1, 4)))
+        lower = bool(rng.rand() < 0.7)
+        tokens = tokenization.BasicTokenizer(do_lower_case=lower).tokenize(orig)
+        if tokens and rng.rand() < 0.85:
+            first = rng.randint(len(tokens))
+            pred = " ".join(tokens[first:rng.randint(first, len(tokens)) + 1])
+            if rng.rand() < 0.3:
+                cut = rng.randint(len(pred) + 1)
+                pred = pred[cut:] if rng.rand() < 0.5 else pred[:cut]
+        else:
+            pred = "".join(rng.choice(parts, size=rng.randint(0, 3)))
+        cases.append([pred, orig, lower])
+    return cases
 
 
 def _corpus():
@@ -708,8 +858,9 @@ def test_pipeline_and_predictions_match_original(tmp_path):
                 version_2_with_negative=run["v2"], null_score_diff_threshold=run["threshold"],
                 verbose_logging=False)
 
+    final_text_cases = _final_text_cases()
     spec = dict(runs=runs, vocab=vocab, logits=logits, n_best_size=5, max_answer_length=10,
-                **lengths)
+                final_text_cases=final_text_cases, **lengths)
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
     out_path = tmp_path / "original.json"
@@ -717,6 +868,11 @@ def test_pipeline_and_predictions_match_original(tmp_path):
                     str(spec_path), str(out_path)], check=True, cwd=ROOT,
                    capture_output=True, timeout=300)
     original = json.loads(out_path.read_text())
+    ours_final_texts = [run_squad.get_final_text(*case) for case in final_text_cases]
+    assert ours_final_texts == original["final_texts"]
+    # The cases exercise both the alignment and its fallback to orig_text.
+    trimmed = sum(text != case[1] for text, case in zip(ours_final_texts, final_text_cases))
+    assert 100 < trimmed < len(final_text_cases) - 100
     for run in runs:
         assert ours[run["name"]] == original[run["name"]], run["name"]
         if not run["training"]:
@@ -873,11 +1029,15 @@ def test_main_squad_v2_train_predict_tune(tmp_path):
 def test_main_flag_errors(tmp_path):
     values, _ = _main_flags(tmp_path, version_2=False)
     for overrides, message in [
-            (dict(do_train=False, do_predict=False), "At least one of `do_train`"),
-            (dict(train_file=None), "`train_file` must be specified"),
+            (dict(do_train=False, do_predict=False), "Nothing to do: set --do_train"),
+            (dict(train_file=None), "--do_train needs --train_file"),
+            (dict(predict_file=None), "--do_predict needs --predict_file"),
             (dict(train_file=str(tmp_path / "missing.json")), "--train_file: file not found"),
-            (dict(max_query_length=61), "must be greater than max_query_length"),
-            (dict(max_seq_length=128), "Cannot use sequence length 128"),
+            (dict(max_query_length=61), r"--max_seq_length \(64\) leaves no room .* "
+             r"--max_query_length \(61\) \+ 3"),
+            (dict(doc_stride=0), "--doc_stride must be at least 1, not 0"),
+            (dict(max_seq_length=128), "--max_seq_length 128 is longer than the model's "
+             r"max_position_embeddings \(64\)"),
             (dict(tune_null_threshold=True), "--tune_null_threshold needs"),
             (dict(vocab_file=None), "--vocab_file")]:
         with pytest.raises(InputError, match=message):
