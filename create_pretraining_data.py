@@ -28,9 +28,17 @@ TensorFlow is not imported for local files (it is only needed for gs:// and
 other remote paths): TFRecords are framed here (with CRC-32C) and examples
 serialized directly in the protobuf wire format, byte for byte as
 tf.train.Example.SerializeToString() does.
+
+As a library, the module offers the original's functions on token strings,
+with the same arguments and random draws: `create_training_instances`,
+`create_instances_from_document`, `create_masked_lm_predictions`,
+`truncate_seq_pair`, `write_instance_to_example_files` and
+`TrainingInstance` (whole-word masking through a `do_whole_word_mask`
+argument rather than the flag).
 """
 
 import array
+import dataclasses
 import glob
 import hashlib
 import multiprocessing
@@ -437,6 +445,8 @@ class _Vocab:
                              % (vocab_file, " ".join(missing)))
         self.vocab = vocab
         self.inv_vocab = self.tokenizer.inv_vocab
+        # Tokenized text has no [CLS]/[SEP] (brackets are punctuation).
+        self.specials_only_in_frame = True
         self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
                                                   vocab["[MASK]"])
         # The original draws random words from list(vocab.keys()).
@@ -508,7 +518,11 @@ class InstanceMaker:
     """Creates training instances from documents, drawing random numbers
     exactly as the original's create_instances_from_document does.
 
-    Instances are returned serialized (tf.train.Example bytes).
+    Args:
+      vocab: a `_Vocab` (tokens are ids) or `_TokenStrings` (tokens are
+        strings).
+      max_seq_length, short_seq_prob, masked_lm_prob, max_predictions_per_seq,
+      do_whole_word_mask: as the flags of the same names.
     """
 
     def __init__(self, vocab, max_seq_length, short_seq_prob, masked_lm_prob,
@@ -519,7 +533,7 @@ class InstanceMaker:
         self.masked_lm_prob = masked_lm_prob
         self.max_predictions_per_seq = max_predictions_per_seq
         self.do_whole_word_mask = do_whole_word_mask
-        self.encoder = ExampleEncoder(vocab.size, max_seq_length, max_predictions_per_seq)
+        self._encoder = None
         # Instances whose masked-LM predictions were capped at
         # max_predictions_per_seq (the original does so silently).
         self.num_capped = 0
@@ -534,6 +548,21 @@ class InstanceMaker:
           rng: `random.Random`; the draws are the original's, in its order.
           output: list to append tf.train.Example bytes to.
         """
+        if self._encoder is None:
+            self._encoder = ExampleEncoder(self.vocab.size, self.max_seq_length,
+                                           self.max_predictions_per_seq)
+        encode = self._encoder.encode
+        for instance in self.instances(all_documents, document_index, rng):
+            output.append(encode(*instance))
+
+    def instances(self, all_documents, document_index, rng):
+        """Yields the instances of one document, as tuples (masked tokens of
+        [CLS] A [SEP] B [SEP], number of tokens in A, masked positions, their
+        original tokens, is_random_next); arguments as for `from_document`.
+
+        Each instance draws from `rng` as it is made: consume them in order
+        and before drawing from `rng` elsewhere.
+        """
         vocab = self.vocab
         for tokens_a, tokens_b, is_random_next in self._sentence_pairs(
                 all_documents, document_index, rng):
@@ -541,8 +570,7 @@ class InstanceMaker:
             # the original (the generator resumes only after this).
             tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
             masked, positions, labels = self._mask(tokens, rng)
-            output.append(self.encoder.encode(masked, len(tokens_a), positions, labels,
-                                              is_random_next))
+            yield masked, len(tokens_a), positions, labels, is_random_next
 
     def _sentence_pairs(self, all_documents, document_index, rng):
         """Yields the (tokens A, tokens B, is_random_next) pairs of one document.
@@ -608,13 +636,16 @@ class InstanceMaker:
                     cand_indexes[-1].append(i)
                 else:
                     cand_indexes.append([i])
-        else:
+        elif vocab.specials_only_in_frame:
             # Every position but [CLS], the middle [SEP] and the last [SEP]
             # (text never tokenizes to "[CLS]" or "[SEP]": the brackets are
             # split off as punctuation).
             middle = tokens.index(sep_id)
             cand_indexes = list(range(1, middle))
             cand_indexes.extend(range(middle + 1, len(tokens) - 1))
+        else:
+            cand_indexes = [i for i, token in enumerate(tokens)
+                            if token != cls_id and token != sep_id]
         _shuffle(cand_indexes, rng)
 
         output = list(tokens)
@@ -736,22 +767,220 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
             longer.pop()
 
 
-def _make_instances(documents, maker, dupe_factor, rng, progress=None):
+def _make_instances(documents, from_document, dupe_factor, rng, progress=None):
     """The original's create_training_instances after reading: shuffles the
     documents, makes `dupe_factor` passes, shuffles the instances.
 
+    Args:
+      documents: list of non-empty documents (shuffled in place).
+      from_document: function (documents, index, rng, output list) that
+        appends the instances of one document, e.g. `InstanceMaker.from_document`.
+      dupe_factor: number of passes.
+      rng: `random.Random`.
+      progress: optional function (pass index, number of instances so far).
+
     Returns:
-      List of serialized examples.
+      The list of instances, shuffled.
     """
     rng.shuffle(documents)
     instances = []
     for dupe in range(dupe_factor):
         for document_index in range(len(documents)):
-            maker.from_document(documents, document_index, rng, instances)
+            from_document(documents, document_index, rng, instances)
         if progress:
             progress(dupe, len(instances))
     rng.shuffle(instances)
     return instances
+
+
+# ---------------------------------------------------------------------------
+# Library API: the original module's functions, on token strings. They run
+# the same code as the script (on strings instead of ids) and draw from
+# `rng` as the original functions do, so equal seeds give equal instances.
+
+class _TokenStrings:
+    """What `InstanceMaker` needs to work on token strings: the special
+    tokens, the list random replacement words are drawn from, and which
+    tokens continue a word."""
+
+    def __init__(self, vocab_words):
+        self.cls_id, self.sep_id, self.mask_id = "[CLS]", "[SEP]", "[MASK]"
+        self.random_word_ids = vocab_words
+        self.is_continuation = _StartsWithHashes()
+        # Documents given to the library functions may hold "[CLS]"/"[SEP]".
+        self.specials_only_in_frame = False
+
+
+class _StartsWithHashes:
+    """`is_continuation` for strings: ``obj[token]`` is whether `token` is a
+    "##" WordPiece."""
+
+    def __getitem__(self, token):
+        return token.startswith("##")
+
+
+@dataclasses.dataclass
+class TrainingInstance:
+    """One pre-training example, as token strings.
+
+    Attributes:
+      tokens: [CLS] A [SEP] B [SEP], with the masked-LM replacements made.
+      segment_ids: 0 for [CLS] A [SEP], 1 for B [SEP].
+      masked_lm_positions: the masked positions, ascending.
+      masked_lm_labels: the original tokens at those positions.
+      is_random_next: whether B is random text rather than A's continuation.
+    """
+
+    tokens: list
+    segment_ids: list
+    masked_lm_positions: list
+    masked_lm_labels: list
+    is_random_next: bool
+
+    def __str__(self):
+        fields = [
+            ("tokens", " ".join(tokenization.printable_text(t) for t in self.tokens)),
+            ("segment_ids", " ".join(str(x) for x in self.segment_ids)),
+            ("is_random_next", self.is_random_next),
+            ("masked_lm_positions", " ".join(str(x) for x in self.masked_lm_positions)),
+            ("masked_lm_labels", " ".join(tokenization.printable_text(t)
+                                          for t in self.masked_lm_labels)),
+        ]
+        return "".join("%s: %s\n" % field for field in fields) + "\n"
+
+
+def _training_instance(tokens, num_a, positions, labels, is_random_next):
+    """`InstanceMaker.instances` tuple -> TrainingInstance."""
+    segment_ids = [0] * (num_a + 2) + [1] * (len(tokens) - num_a - 2)
+    return TrainingInstance(tokens, segment_ids, positions, labels, is_random_next)
+
+
+def create_training_instances(input_files, tokenizer, max_seq_length, dupe_factor,
+                              short_seq_prob, masked_lm_prob, max_predictions_per_seq, rng,
+                              do_whole_word_mask=False):
+    """Reads and tokenizes text files and makes training instances from them.
+
+    Args:
+      input_files: list of paths (local, or anything tf.io.gfile opens). Text
+        is one sentence per line, with blank lines between documents.
+      tokenizer: `tokenization.FullTokenizer`.
+      max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob,
+      max_predictions_per_seq, do_whole_word_mask: as the script's flags.
+      rng: `random.Random`, drawn from as by the original function.
+
+    Returns:
+      List of `TrainingInstance`, shuffled.
+
+    Raises:
+      InputError: a file is unreadable or not UTF-8.
+    """
+    documents = [[]]
+    for path, line_number, raw in _numbered_lines(input_files):
+        line = _decode_line(raw, path, line_number).strip()
+        if not line:
+            documents.append([])
+            continue
+        tokens = tokenizer.tokenize(line)
+        if tokens:
+            documents[-1].append(tokens)
+    documents = [document for document in documents if document]
+    maker = InstanceMaker(_TokenStrings(list(tokenizer.vocab.keys())), max_seq_length,
+                          short_seq_prob, masked_lm_prob, max_predictions_per_seq,
+                          do_whole_word_mask)
+
+    def from_document(all_documents, document_index, rng, output):
+        output.extend(_training_instance(*instance) for instance in
+                      maker.instances(all_documents, document_index, rng))
+
+    return _make_instances(documents, from_document, dupe_factor, rng)
+
+
+def create_instances_from_document(all_documents, document_index, max_seq_length,
+                                   short_seq_prob, masked_lm_prob, max_predictions_per_seq,
+                                   vocab_words, rng, do_whole_word_mask=False):
+    """Makes the training instances of one document.
+
+    Args:
+      all_documents: list of documents; a document is a list of sentences,
+        a sentence a non-empty list of WordPiece tokens. Random next
+        sentences are taken from the other documents.
+      document_index: which document to use.
+      vocab_words: list of the vocabulary's tokens (random replacements).
+      rng: `random.Random`, drawn from as by the original function.
+      (The rest: as the script's flags.)
+
+    Returns:
+      List of `TrainingInstance`.
+    """
+    maker = InstanceMaker(_TokenStrings(vocab_words), max_seq_length, short_seq_prob,
+                          masked_lm_prob, max_predictions_per_seq, do_whole_word_mask)
+    return [_training_instance(*instance)
+            for instance in maker.instances(all_documents, document_index, rng)]
+
+
+def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq,
+                                 vocab_words, rng, do_whole_word_mask=False):
+    """Chooses and replaces the masked-LM targets of one sequence.
+
+    round(len(tokens) * masked_lm_prob) positions (at least 1, at most
+    `max_predictions_per_seq`), never [CLS] or [SEP], are chosen at random
+    (whole words together with `do_whole_word_mask`); each becomes [MASK]
+    with probability 0.8, stays as it is with 0.1, or becomes a random word
+    of `vocab_words` with 0.1.
+
+    Returns:
+      (tokens after replacement, chosen positions ascending, the original
+      tokens at those positions).
+    """
+    maker = InstanceMaker(_TokenStrings(vocab_words), None, None, masked_lm_prob,
+                          max_predictions_per_seq, do_whole_word_mask)
+    return maker._mask(list(tokens), rng)
+
+
+def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+    """Shortens the lists `tokens_a`, `tokens_b` in place to at most
+    `max_num_tokens` tokens together (see `_truncate_seq_pair`)."""
+    _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+
+
+def write_instance_to_example_files(instances, tokenizer, max_seq_length,
+                                    max_predictions_per_seq, output_files):
+    """Writes `TrainingInstance`s as tf.train.Example TFRecords, round-robin
+    across `output_files`, with the script's features and padding; logs the
+    first 20 as the script does.
+
+    Raises:
+      ValueError: an instance is longer than `max_seq_length` or has more
+        than `max_predictions_per_seq` masked positions.
+      KeyError: a token is not in the tokenizer's vocabulary.
+    """
+    vocab_size = max(tokenizer.vocab.values()) + 1
+    encoder = ExampleEncoder(vocab_size, max_seq_length, max_predictions_per_seq)
+    examples = []
+    for instance in instances:
+        if len(instance.tokens) > max_seq_length:
+            raise ValueError("Instance of %d tokens does not fit max_seq_length=%d"
+                             % (len(instance.tokens), max_seq_length))
+        if len(instance.masked_lm_positions) > max_predictions_per_seq:
+            raise ValueError("Instance with %d masked positions exceeds "
+                             "max_predictions_per_seq=%d"
+                             % (len(instance.masked_lm_positions), max_predictions_per_seq))
+        examples.append(encoder.encode(
+            tokenizer.convert_tokens_to_ids(instance.tokens),
+            list(instance.segment_ids).count(0) - 2, list(instance.masked_lm_positions),
+            tokenizer.convert_tokens_to_ids(instance.masked_lm_labels),
+            instance.is_random_next))
+    writer = _AtomicRecordFiles(output_files)
+    try:
+        for begin in range(0, len(examples), 4096):
+            writer.write(frame_records(examples[begin:begin + 4096]))
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    for data in examples[:_LOG_EXAMPLES]:
+        _log_example(tokenizer, decode_example(data))
+    logging.info("Wrote %d total instances", writer.count)
 
 
 # ---------------------------------------------------------------------------
@@ -811,7 +1040,8 @@ def _run_original_mode(input_files, vocab, writer):
         logging.info("Pass %d/%d over the documents: %d instances (%.0f s)",
                      dupe + 1, FLAGS.dupe_factor, count, time.time() - start)
 
-    instances = _make_instances(documents, maker, FLAGS.dupe_factor, rng, progress)
+    instances = _make_instances(documents, maker.from_document, FLAGS.dupe_factor, rng,
+                                progress)
     del documents
     for data in instances[:_LOG_EXAMPLES]:
         _log_example(vocab, decode_example(data))
@@ -880,7 +1110,7 @@ def _process_shard(shard_index, lines):
     maker = InstanceMaker(vocab, config["max_seq_length"], config["short_seq_prob"],
                           config["masked_lm_prob"], config["max_predictions_per_seq"],
                           config["do_whole_word_mask"])
-    instances = _make_instances(documents, maker, config["dupe_factor"], rng)
+    instances = _make_instances(documents, maker.from_document, config["dupe_factor"], rng)
     to_log = instances[:_LOG_EXAMPLES] if shard_index == 0 else []
     framed = frame_records(instances)
     del instances

@@ -285,6 +285,125 @@ def test_byte_identical_to_original(tmp_path):
             assert ours == original, "%s differs from the original" % orig_path
 
 
+# The original module's library functions, run in a subprocess (its flags
+# would clash with ours in this process). Arguments come as JSON; results go
+# to a TFRecord file and a JSON file.
+LIBRARY_RUNNER = '''
+import json, os, random, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, %(tests)r)
+from reference import load_original
+module = load_original("create_pretraining_data")
+module.FLAGS(["create_pretraining_data"])  # Its tokenizer reads a flag.
+if %(masking)r:
+    exec(open(%(masking)r).read(), module.__dict__)
+args = json.loads(sys.argv[1])
+tokenizer = module.tokenization.FullTokenizer(args["vocab_file"], do_lower_case=True)
+instances = module.create_training_instances(
+    args["input_files"], tokenizer, args["max_seq_length"], args["dupe_factor"],
+    args["short_seq_prob"], args["masked_lm_prob"], args["max_predictions_per_seq"],
+    random.Random(args["seed"]))
+module.write_instance_to_example_files(instances, tokenizer, args["max_seq_length"],
+                                       args["max_predictions_per_seq"], [args["output_file"]])
+rng = random.Random(args["seed"])
+vocab_words = list(tokenizer.vocab.keys())
+masked = [module.create_masked_lm_predictions(tokens, args["masked_lm_prob"],
+                                              args["max_predictions_per_seq"], vocab_words, rng)
+          for tokens in args["masking_inputs"]]
+truncated = []
+for tokens_a, tokens_b, max_num_tokens in args["truncation_inputs"]:
+    module.truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+    truncated.append([tokens_a, tokens_b])
+with open(args["json_file"], "w") as f:
+    json.dump({"instances": [[i.tokens, i.segment_ids, i.masked_lm_positions,
+                              i.masked_lm_labels, i.is_random_next] for i in instances],
+               "masked": masked, "truncated": truncated}, f)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_library_functions_equal_the_original(tmp_path, whole_word_mask):
+    """create_training_instances, write_instance_to_example_files,
+    create_masked_lm_predictions and truncate_seq_pair give the original's
+    results for the same seed."""
+    import json
+    import tokenization
+    if whole_word_mask:
+        inputs, vocab = piece_corpus(str(tmp_path))
+        masking = str(tmp_path / "whole_word_masking.py")
+        with open(masking, "w") as f:
+            f.write(WHOLE_WORD_MASKING)
+    else:
+        inputs, vocab = mixed_corpus(str(tmp_path))
+        masking = ""
+    # Token lists with [CLS]/[SEP] inside the text too, and "##" pieces.
+    masking_inputs = [["[CLS]", "a", "##b", "[SEP]", "c", "[SEP]", "d", "##e", "##f", "[SEP]"],
+                      ["x", "##y"] * 12, ["[SEP]"] * 3 + ["z"] * 20]
+    truncation_inputs = [[list("abcdefg"), list("hij"), 6], [list("ab"), list("cdefghi"), 4],
+                         [list("abcd"), list("efgh"), 5]]
+    args = dict(input_files=inputs.split(","), vocab_file=vocab, max_seq_length=48,
+                dupe_factor=3, short_seq_prob=0.3, masked_lm_prob=0.2,
+                max_predictions_per_seq=6, seed=5,
+                output_file=str(tmp_path / "original.tfrecord"),
+                json_file=str(tmp_path / "original.json"),
+                masking_inputs=masking_inputs, truncation_inputs=truncation_inputs)
+    runner = str(tmp_path / "library_runner.py")
+    with open(runner, "w") as f:
+        f.write(LIBRARY_RUNNER % {"tests": TESTS, "masking": masking})
+    proc = subprocess.run([sys.executable, runner, json.dumps(args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(args["json_file"]) as f:
+        original = json.load(f)
+
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    instances = cpd.create_training_instances(
+        args["input_files"], tokenizer, args["max_seq_length"], args["dupe_factor"],
+        args["short_seq_prob"], args["masked_lm_prob"], args["max_predictions_per_seq"],
+        random.Random(args["seed"]), do_whole_word_mask=whole_word_mask)
+    ours = [[i.tokens, i.segment_ids, i.masked_lm_positions, i.masked_lm_labels,
+             i.is_random_next] for i in instances]
+    assert len(ours) > 50
+    assert ours == original["instances"]
+    assert any(i.is_random_next for i in instances) and "[MASK]" in str(instances)
+    output = str(tmp_path / "ours.tfrecord")
+    cpd.write_instance_to_example_files(instances, tokenizer, args["max_seq_length"],
+                                        args["max_predictions_per_seq"], [output])
+    with open(output, "rb") as a, open(args["output_file"], "rb") as b:
+        assert a.read() == b.read()
+
+    rng = random.Random(args["seed"])
+    vocab_words = list(tokenizer.vocab.keys())
+    masked = [list(cpd.create_masked_lm_predictions(
+        tokens, args["masked_lm_prob"], args["max_predictions_per_seq"], vocab_words, rng,
+        do_whole_word_mask=whole_word_mask)) for tokens in masking_inputs]
+    assert masked == original["masked"]
+    truncated = []
+    for tokens_a, tokens_b, max_num_tokens in truncation_inputs:
+        cpd.truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+        truncated.append([tokens_a, tokens_b])
+    assert truncated == original["truncated"]
+
+
+def test_create_instances_from_document_shapes():
+    documents = [[["a", "b", "c"], ["d", "e"], ["f"]], [["g", "h"], ["i", "j", "k"]]]
+    vocab_words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijk")
+    rng = random.Random(3)
+    for index in range(2):
+        instances = cpd.create_instances_from_document(
+            documents, index, 9, 0.0, 0.15, 3, vocab_words, rng)
+        assert instances
+        for instance in instances:
+            n = len(instance.tokens)
+            assert n <= 9 and instance.tokens[0] == "[CLS]" and instance.tokens[-1] == "[SEP]"
+            first_sep = instance.tokens.index("[SEP]")
+            assert instance.segment_ids == [0] * (first_sep + 1) + [1] * (n - first_sep - 1)
+            assert 1 <= len(instance.masked_lm_positions) <= 3
+            assert instance.masked_lm_positions == sorted(instance.masked_lm_positions)
+            assert "is_random_next: " in str(instance)
+
+
 def test_serialization_equals_protobuf(tmp_path):
     """Our hand-written tf.train.Example bytes equal protobuf's for the same
     features (this fixes the map order the byte identity relies on)."""
