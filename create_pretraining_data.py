@@ -617,10 +617,12 @@ class InstanceMaker:
             i += 1
 
     def _mask(self, tokens, rng):
-        """The original's create_masked_lm_predictions, on ids.
+        """The original's create_masked_lm_predictions, on the vocabulary's
+        token type (ids or strings); see `create_masked_lm_predictions`.
 
         Returns:
-          (output ids, masked positions, original ids at those positions).
+          (output tokens, masked positions ascending, original tokens at
+          those positions).
         """
         vocab = self.vocab
         cls_id, sep_id = vocab.cls_id, vocab.sep_id
@@ -657,17 +659,14 @@ class InstanceMaker:
         random_value = rng.random
         masked = []
         if self.do_whole_word_mask:
-            covered = set()
-            for index_set in cand_indexes:
+            # (The words are disjoint, so none can have been masked before.)
+            for word in cand_indexes:
                 if len(masked) >= num_to_predict:
                     break
                 # A whole word that would exceed the budget is skipped.
-                if len(masked) + len(index_set) > num_to_predict:
+                if len(masked) + len(word) > num_to_predict:
                     continue
-                if any(index in covered for index in index_set):
-                    continue
-                for index in index_set:
-                    covered.add(index)
+                for index in word:
                     output[index] = self._masked_token(tokens[index], random_value, rng)
                     masked.append(index)
         else:
