@@ -1,4 +1,5 @@
-"""Extract pre-computed feature vectors from BERT.
+"""Writes BERT's contextual vectors (its encoder layers' outputs) for every
+line of a text file, for use as fixed features by other models.
 
 Same flags, input and JSON Lines output as Google's original
 ``extract_features.py``: one line per input line, in input order,
@@ -26,10 +27,9 @@ Beyond the original:
 * Progress logging with examples/s; clear errors for bad flags and files.
 """
 
-import collections
+import dataclasses
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -56,7 +56,7 @@ flags.DEFINE_string(
     "layers", "-1,-2,-3,-4",
     "Comma-separated encoder layers to output: -1 is the last layer, 0 the first.")
 
-flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
+flags.DEFINE_integer("batch_size", 32, "Input lines per prediction batch.")
 
 flags.DEFINE_enum(
     "output_format", "jsonl", ["jsonl", "npz", "tfrecord"],
@@ -83,24 +83,27 @@ flags.DEFINE_bool(
 _LOG_EVERY_SECS = 10.0
 
 
-class InputExample(object):
-    """One input line: `text_a`, and `text_b` for a pair (else None)."""
+@dataclasses.dataclass
+class InputExample:
+    """One input line: its number (unique_id, from 0), `text_a`, and for a
+    pair `text_b` (else None)."""
 
-    def __init__(self, unique_id, text_a, text_b):
-        self.unique_id = unique_id
-        self.text_a = text_a
-        self.text_b = text_b
+    unique_id: int
+    text_a: str
+    text_b: str | None
 
 
-class InputFeatures(object):
-    """A single set of features of data."""
+@dataclasses.dataclass
+class InputFeatures:
+    """The model input of one line: its `tokens` ([CLS] ... [SEP], unpadded)
+    and the int lists input_ids, input_mask and input_type_ids, each
+    max_seq_length long."""
 
-    def __init__(self, unique_id, tokens, input_ids, input_mask, input_type_ids):
-        self.unique_id = unique_id
-        self.tokens = tokens
-        self.input_ids = input_ids
-        self.input_mask = input_mask
-        self.input_type_ids = input_type_ids
+    unique_id: int
+    tokens: list
+    input_ids: list
+    input_mask: list
+    input_type_ids: list
 
 
 # ---------------------------------------------------------------------------
@@ -123,16 +126,15 @@ def iter_examples(input_file):
                 raise InputError("--input_file %s line %d is not valid UTF-8: %s"
                                  % (input_file, unique_id + 1, e))
             line = line.strip()
-            m = re.match(r"^(.*) \|\|\| (.*)$", line)
-            if m is None:
+            # Split at the last separator, if any.
+            text_a, separator, text_b = line.rpartition(" ||| ")
+            if not separator:
                 text_a, text_b = line, None
-            else:
-                text_a, text_b = m.group(1), m.group(2)
             yield InputExample(unique_id=unique_id, text_a=text_a, text_b=text_b)
 
 
 def read_examples(input_file):
-    """Read a list of `InputExample`s from an input file (the original's API)."""
+    """All `InputExample`s of `input_file` as a list (see `iter_examples`)."""
     return list(iter_examples(input_file))
 
 
@@ -147,22 +149,22 @@ def convert_example(ex_index, example, seq_length, tokenizer):
     tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
     tokens, input_ids, input_mask, input_type_ids = run_common.pack_sequence_pair(
         tokens_a, tokens_b, seq_length, tokenizer)
-
+    features = InputFeatures(unique_id=example.unique_id, tokens=tokens,
+                             input_ids=input_ids, input_mask=input_mask,
+                             input_type_ids=input_type_ids)
     if ex_index < 5:
-        tf.logging.info("*** Example ***")
-        tf.logging.info("unique_id: %s" % (example.unique_id))
-        tf.logging.info("tokens: %s" % " ".join(
-            [tokenization.printable_text(x) for x in tokens]))
-        tf.logging.info("input_ids: %s" % " ".join([str(x) for x in input_ids]))
-        tf.logging.info("input_mask: %s" % " ".join([str(x) for x in input_mask]))
-        tf.logging.info("input_type_ids: %s" % " ".join([str(x) for x in input_type_ids]))
-
-    return InputFeatures(unique_id=example.unique_id, tokens=tokens, input_ids=input_ids,
-                         input_mask=input_mask, input_type_ids=input_type_ids)
+        run_common.log_example([
+            ("unique_id", example.unique_id),
+            ("tokens", [tokenization.printable_text(t) for t in tokens]),
+            ("input_ids", input_ids),
+            ("input_mask", input_mask),
+            ("input_type_ids", input_type_ids)])
+    return features
 
 
 def convert_examples_to_features(examples, seq_length, tokenizer):
-    """Loads a data file into a list of `InputFeatures` (the original's API)."""
+    """`convert_example` of every `InputExample`: a list of `InputFeatures`
+    of `seq_length`, in order."""
     return [convert_example(i, example, seq_length, tokenizer)
             for i, example in enumerate(examples)]
 
@@ -174,17 +176,14 @@ def write_features(features, output_file):
     Returns:
       The number of features written.
     """
-    def int_feature(values):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
     count = 0
     with tf.io.TFRecordWriter(output_file) as writer:
         for feature in features:
             example = tf.train.Example(features=tf.train.Features(feature={
-                "unique_ids": int_feature([feature.unique_id]),
-                "input_ids": int_feature(feature.input_ids),
-                "input_mask": int_feature(feature.input_mask),
-                "input_type_ids": int_feature(feature.input_type_ids),
+                "unique_ids": run_common.int64_feature([feature.unique_id]),
+                "input_ids": run_common.int64_feature(feature.input_ids),
+                "input_mask": run_common.int64_feature(feature.input_mask),
+                "input_type_ids": run_common.int64_feature(feature.input_type_ids),
             }))
             writer.write(example.SerializeToString())
             count += 1
@@ -207,15 +206,12 @@ def file_based_input_fn_builder(input_file, seq_length, trim_padding=False):
     }
 
     def input_fn(params):
-        """The actual input function."""
-        batch_size = params["batch_size"]
+        """See file_based_input_fn_builder."""
         d = tf.data.TFRecordDataset(input_file)
         d = d.map(lambda record: run_common.decode_record(record, name_to_features))
-        # Predictions keep every example: the last batch may be smaller.
-        d = d.batch(batch_size=batch_size, drop_remainder=False)
-        if trim_padding:
-            d = d.map(_trim_batch)
-        return d
+        # Every line gets its features: the last batch may be a partial one.
+        d = d.batch(params["batch_size"], drop_remainder=False)
+        return d.map(_trim_batch) if trim_padding else d
 
     return input_fn
 
@@ -227,26 +223,27 @@ def _trim_batch(batch):
 
 
 def input_fn_builder(features, seq_length):
-    """Creates an `input_fn` holding `features` (a list) in memory as
-    constant tensors: the original's API, for small inputs. `main` streams
-    through `write_features` and `file_based_input_fn_builder` instead."""
-    columns = collections.OrderedDict(
-        [("unique_ids", []), ("input_ids", []), ("input_mask", []), ("input_type_ids", [])])
-    for feature in features:
-        columns["unique_ids"].append(feature.unique_id)
-        columns["input_ids"].append(feature.input_ids)
-        columns["input_mask"].append(feature.input_mask)
-        columns["input_type_ids"].append(feature.input_type_ids)
+    """Creates an `input_fn` serving a list of `InputFeatures` from memory
+    (as constant tensors, so for small inputs: `main` streams through
+    `write_features` and `file_based_input_fn_builder` instead).
+
+    The dataset yields the same dicts as `file_based_input_fn_builder`'s, in
+    list order, the last batch possibly partial.
+    """
+    num_examples = len(features)
+    columns = {
+        "unique_ids": ([f.unique_id for f in features], [num_examples]),
+        "input_ids": ([f.input_ids for f in features], [num_examples, seq_length]),
+        "input_mask": ([f.input_mask for f in features], [num_examples, seq_length]),
+        "input_type_ids": ([f.input_type_ids for f in features], [num_examples, seq_length]),
+    }
 
     def input_fn(params):
-        """The actual input function."""
-        num_examples = len(features)
+        """See input_fn_builder."""
         d = tf.data.Dataset.from_tensor_slices({
-            name: tf.constant(values, dtype=tf.int32,
-                              shape=[num_examples] + ([] if name == "unique_ids"
-                                                      else [seq_length]))
-            for name, values in columns.items()})
-        return d.batch(batch_size=params["batch_size"], drop_remainder=False)
+            name: tf.constant(values, dtype=tf.int32, shape=shape)
+            for name, (values, shape) in columns.items()})
+        return d.batch(params["batch_size"], drop_remainder=False)
 
     return input_fn
 
@@ -256,52 +253,61 @@ def input_fn_builder(features, seq_length):
 
 def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
                      use_one_hot_embeddings, pooling="none"):
-    """Returns `model_fn` closure for TPUEstimator (PREDICT only).
+    """Builds the feature-extraction `model_fn` for the runner (TPUEstimator
+    API; PREDICT only).
 
-    Predictions per example: "unique_id" (int32), "input_ids" and
-    "input_mask" ([seq_length], to recover the tokens and their number), and
-    for the j-th entry of `layer_indexes` "layer_output_j": [seq_length,
-    hidden_size] with pooling "none", else [hidden_size] ("cls": the first
-    token's vector; "mean": the mean over positions where input_mask is 1).
+    Args:
+      bert_config: modeling.BertConfig.
+      init_checkpoint: checkpoint prefix; must hold every encoder variable.
+      layer_indexes: encoder layers to output (negative: from the last).
+      use_tpu: build for TPUEstimator (restore through a scaffold).
+      use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
+      pooling: "none", "cls" or "mean" (see below).
+
+    Returns:
+      model_fn whose predictions per example are "unique_id" (int32),
+      "input_ids" and "input_mask" ([seq_length], to recover the tokens and
+      their number), and for the j-th entry of `layer_indexes`
+      "layer_output_j": [seq_length, hidden_size] with pooling "none", else
+      [hidden_size] ("cls": the first token's vector; "mean": the mean over
+      the positions where input_mask is 1).
     """
 
-    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        """The `model_fn` for TPUEstimator."""
+    def model_fn(features, labels, mode, params):
+        """See model_fn_builder."""
+        del labels, params  # Unused: no labels; the batch size is the input's.
         if mode != runtime.ModeKeys.PREDICT:
-            raise ValueError("Only PREDICT modes are supported: %s" % (mode))
-
-        unique_ids = features["unique_ids"]
-        input_ids = features["input_ids"]
+            raise ValueError("Feature extraction only predicts; got mode %s" % mode)
         input_mask = features["input_mask"]
-        input_type_ids = features["input_type_ids"]
 
         model = modeling.BertModel(
             config=bert_config,
             is_training=False,
-            input_ids=input_ids,
+            input_ids=features["input_ids"],
             input_mask=input_mask,
-            token_type_ids=input_type_ids,
+            token_type_ids=features["input_type_ids"],
             use_one_hot_embeddings=use_one_hot_embeddings,
             **run_common.model_options())
 
         _check_checkpoint_covers_model(init_checkpoint)
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
-        all_layers = model.get_all_encoder_layers()
-        predictions = {"unique_id": unique_ids, "input_ids": input_ids,
-                       "input_mask": input_mask}
-        mask = tf.cast(input_mask, tf.float32)[:, :, None]
-        for (i, layer_index) in enumerate(layer_indexes):
-            layer = all_layers[layer_index]
+        encoder_layers = model.get_all_encoder_layers()
+        predictions = {"unique_id": features["unique_ids"],
+                       "input_ids": features["input_ids"], "input_mask": input_mask}
+        real_tokens = tf.cast(input_mask, tf.float32)[:, :, None]
+        for j, layer_index in enumerate(layer_indexes):
+            output = encoder_layers[layer_index]  # [batch, seq_length, hidden]
             if pooling == "cls":
-                layer = layer[:, 0, :]
+                output = output[:, 0, :]
             elif pooling == "mean":
-                # Every row has at least [CLS] and [SEP], so the count is > 0.
-                layer = tf.reduce_sum(layer * mask, axis=1) / tf.reduce_sum(mask, axis=1)
-            predictions["layer_output_%d" % i] = layer
+                # Every row has at least [CLS] and [SEP]: no division by 0.
+                output = (tf.reduce_sum(output * real_tokens, axis=1)
+                          / tf.reduce_sum(real_tokens, axis=1))
+            predictions["layer_output_%d" % j] = output
 
-        return runtime.TPUEstimatorSpec(
-            mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
+        return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
+                                        scaffold_fn=scaffold_fn)
 
     return model_fn
 
@@ -334,7 +340,7 @@ def _check_checkpoint_covers_model(init_checkpoint):
 # example, where an array is [num_tokens, hidden] (pooling "none") or
 # [hidden]; `close` completes the file, `abort` removes what was written.
 
-class JsonlWriter(object):
+class JsonlWriter:
     """The original's JSON Lines (pooling "none"), or with pooling one line
     {"linex_index": i, "layers": [{"index": -1, "values": [...]}, ...]}."""
 
@@ -351,24 +357,23 @@ class JsonlWriter(object):
         # digit).
         return [round(x, 6) for x in vector.tolist()]
 
+    def _layers(self, vectors):
+        """[{"index": layer index, "values": [...]}, ...] of one vector per
+        layer."""
+        return [{"index": index, "values": self._values(vector)}
+                for index, vector in zip(self._layer_indexes, vectors)]
+
     def write(self, linex_index, tokens, layers):
-        output_json = collections.OrderedDict()
-        output_json["linex_index"] = linex_index
+        # Plain dicts keep their insertion order, which json.dumps follows:
+        # the keys come out in the original's order.
+        record = {"linex_index": linex_index}
         if layers and layers[0].ndim == 1:
-            output_json["layers"] = [
-                collections.OrderedDict([("index", index), ("values", self._values(layer))])
-                for index, layer in zip(self._layer_indexes, layers)]
+            record["layers"] = self._layers(layers)
         else:
-            all_features = []
-            for (i, token) in enumerate(tokens):
-                all_layers = []
-                for index, layer in zip(self._layer_indexes, layers):
-                    all_layers.append(collections.OrderedDict(
-                        [("index", index), ("values", self._values(layer[i]))]))
-                all_features.append(collections.OrderedDict(
-                    [("token", token), ("layers", all_layers)]))
-            output_json["features"] = all_features
-        self._writer.write(json.dumps(output_json) + "\n")
+            record["features"] = [
+                {"token": token, "layers": self._layers([layer[t] for layer in layers])}
+                for t, token in enumerate(tokens)]
+        self._writer.write(json.dumps(record) + "\n")
 
     def close(self):
         self._writer.close()
@@ -379,7 +384,7 @@ class JsonlWriter(object):
         _remove_if_exists(self._tmp_path)
 
 
-class TFRecordFeatureWriter(object):
+class TFRecordFeatureWriter:
     """One tf.train.Example per input line with int64 "linex_index" and
     "num_tokens", bytes "tokens" (pooling "none" only) and, per layer, float
     "layer_<index>" holding the flattened [num_tokens, hidden] (or [hidden])
@@ -414,7 +419,7 @@ class TFRecordFeatureWriter(object):
         _remove_if_exists(self._tmp_path)
 
 
-class NpzWriter(object):
+class NpzWriter:
     """A NumPy .npz (uncompressed zip of .npy arrays), written without
     holding the features in memory: arrays are appended to local raw files
     while predictions arrive, and the archive is assembled from them at the
@@ -522,8 +527,11 @@ def _remove_if_exists(path):
 # ---------------------------------------------------------------------------
 # Flag checks.
 
-def parse_layers(layers, num_hidden_layers):
+def parse_layers(layers, num_hidden_layers, output_format="jsonl"):
     """"-1,-2" -> [-1, -2], each in [-num_hidden_layers, num_hidden_layers).
+
+    A layer may be named twice only for --output_format=jsonl (the value of
+    `output_format`); the other formats name their arrays by layer.
 
     Raises:
       InputError: naming --layers and the bad entry.
@@ -543,9 +551,9 @@ def parse_layers(layers, num_hidden_layers):
                 % (layers, index, num_hidden_layers, num_hidden_layers - 1,
                    num_hidden_layers))
         indexes.append(index)
-    if len(set(indexes)) != len(indexes) and FLAGS.output_format != "jsonl":
+    if len(set(indexes)) != len(indexes) and output_format != "jsonl":
         raise InputError("--layers=%s names a layer twice, which --output_format=%s "
-                         "cannot store" % (layers, FLAGS.output_format))
+                         "cannot store" % (layers, output_format))
     return indexes
 
 
@@ -591,7 +599,8 @@ def main(_):
     if missing:
         raise InputError("--vocab_file %s lacks %s: not a BERT vocabulary"
                          % (FLAGS.vocab_file, ", ".join(missing)))
-    layer_indexes = parse_layers(FLAGS.layers, bert_config.num_hidden_layers)
+    layer_indexes = parse_layers(FLAGS.layers, bert_config.num_hidden_layers,
+                                 output_format=FLAGS.output_format)
     init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
     if FLAGS.max_seq_length < 3:
         raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
@@ -633,8 +642,7 @@ def main(_):
             use_tpu=FLAGS.use_tpu,
             use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
             pooling=FLAGS.pooling)
-        # If TPU is not available, this will fall back to normal Estimator on
-        # CPU or GPU.
+        # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
         estimator = run_common.make_estimator(model_fn, run_config, FLAGS.use_tpu,
                                               predict_batch_size=FLAGS.batch_size)
         input_fn = file_based_input_fn_builder(features_file, FLAGS.max_seq_length,

@@ -1,18 +1,5 @@
-# coding=utf-8
-# Copyright 2018 The Google AI Language Team Authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-"""BERT fine-tuning runner for sentence (pair) classification and regression.
+"""Fine-tunes BERT on a sentence or sentence-pair task (classification, or
+regression for STS-B), evaluates it and predicts.
 
 Same flags, building blocks and output files as Google's original
 ``run_classifier.py`` (``eval_results.txt``, ``test_results.tsv``), plus:
@@ -31,6 +18,8 @@ Same flags, building blocks and output files as Google's original
 
 import collections
 import csv
+import dataclasses
+import itertools
 import os
 
 import numpy as np
@@ -55,13 +44,17 @@ run_common.define_flags(
 
 flags.DEFINE_string(
     "data_dir", None,
-    "The input data dir. Should contain the .tsv files (or other data files) "
-    "for the task.")
+    "Directory with the task's data files (train.tsv, dev.tsv, test.tsv for "
+    "GLUE tasks, as the GLUE download lays them out).")
 
-flags.DEFINE_string("task_name", None, "The name of the task to train.")
+flags.DEFINE_string(
+    "task_name", None,
+    "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli or xnli "
+    "(any letter case).")
 
-flags.DEFINE_string("tpu_job_name", None,
-                    "Name of TPU worker, if anything other than 'tpu_worker'")
+flags.DEFINE_string(
+    "tpu_job_name", None,
+    "With --use_tpu: the TPU worker job's name, when it is not 'tpu_worker'.")
 
 # Beyond the original.
 flags.DEFINE_string(
@@ -109,55 +102,47 @@ flags.DEFINE_string(
 # ---------------------------------------------------------------------------
 # Examples and features.
 
-class InputExample(object):
-    """A single training/test example for simple sequence classification."""
+@dataclasses.dataclass
+class InputExample:
+    """One example of a sentence (pair) classification task.
 
-    def __init__(self, guid, text_a, text_b=None, label=None):
-        """Constructs a InputExample.
+    Attributes:
+      guid: unique id, "<set>-<index>" (e.g. "dev-12"); for GLUE test sets
+        the index is the one the submission file needs.
+      text_a: the (first) text, untokenized.
+      text_b: the second text of a pair task; None for single-text tasks.
+      label: the label as a string ("3.800" for regression); test examples
+        carry a placeholder.
+    """
 
-        Args:
-          guid: Unique id for the example ("<set>-<index>").
-          text_a: string. The untokenized text of the first sequence. For
-            single sequence tasks, only this sequence must be specified.
-          text_b: (Optional) string. The untokenized text of the second
-            sequence. Only must be specified for sequence pair tasks.
-          label: (Optional) string. The label of the example (a number as a
-            string for regression). This should be specified for train and
-            dev examples, but not for test examples.
-        """
-        self.guid = guid
-        self.text_a = text_a
-        self.text_b = text_b
-        self.label = label
+    guid: str
+    text_a: str
+    text_b: str | None = None
+    label: str | None = None
 
 
-class PaddingInputExample(object):
-    """Fake example so the num input examples is a multiple of the batch size.
+class PaddingInputExample:
+    """A stand-in example that fills the last batch of an evaluation or
+    prediction up to the batch size.
 
-    When running eval/predict on the TPU, we need to pad the number of
-    examples to be a multiple of the batch size, because the TPU requires a
-    fixed batch size. The alternative is to drop the last batch, which is bad
-    because it means the entire output data won't be generated.
-
-    We use this class instead of `None` because treating `None` as padding
-    batches could cause silent errors.
+    TPUs only run full batches, and dropping the last one would lose
+    results; padding examples get weight 0 in the metrics and their
+    predictions are discarded. A class of its own rather than None, so that
+    padding is always deliberate.
     """
 
 
-class InputFeatures(object):
-    """A single set of features of data."""
+@dataclasses.dataclass
+class InputFeatures:
+    """The model input of one example: input_ids, input_mask and segment_ids
+    (lists of max_seq_length ints), label_id (the label's index; a float for
+    regression) and is_real_example (False for a PaddingInputExample)."""
 
-    def __init__(self,
-                 input_ids,
-                 input_mask,
-                 segment_ids,
-                 label_id,
-                 is_real_example=True):
-        self.input_ids = input_ids
-        self.input_mask = input_mask
-        self.segment_ids = segment_ids
-        self.label_id = label_id
-        self.is_real_example = is_real_example
+    input_ids: list
+    input_mask: list
+    segment_ids: list
+    label_id: int | float
+    is_real_example: bool = True
 
 
 # ---------------------------------------------------------------------------
@@ -171,12 +156,14 @@ Layout = collections.namedtuple(
     "Layout", ["header", "num_columns", "text_a", "text_b", "label", "index"])
 
 
-class DataProcessor(object):
-    """Base class for data converters for sequence classification data sets.
+class DataProcessor:
+    """Reads a task's data files into `InputExample`s; one subclass per task.
 
-    Subclasses for the GLUE tasks describe their files with `Layout`s; the
-    base class reads them, checks every row (number of columns, label) and
-    raises `run_common.InputError` naming the file and line at fault.
+    Custom tasks override the get_*_examples methods and get_labels (reading
+    files with `_read_tsv`, say). The subclasses for the GLUE tasks describe
+    their files with `Layout`s; the base class reads them, checks every row
+    (number of columns, label) and raises `run_common.InputError` naming the
+    file and line at fault.
     """
 
     # Beyond the original: what main needs to know about the task.
@@ -191,20 +178,22 @@ class DataProcessor(object):
     skip_malformed_rows = False
 
     def get_train_examples(self, data_dir):
-        """Gets a collection of `InputExample`s for the train set."""
-        raise NotImplementedError()
+        """The training set in `data_dir`: a list of `InputExample`s."""
+        raise NotImplementedError("%s has no training set" % type(self).__name__)
 
     def get_dev_examples(self, data_dir):
-        """Gets a collection of `InputExample`s for the dev set."""
-        raise NotImplementedError()
+        """The dev (evaluation) set in `data_dir`: a list of `InputExample`s."""
+        raise NotImplementedError("%s has no dev set" % type(self).__name__)
 
     def get_test_examples(self, data_dir):
-        """Gets a collection of `InputExample`s for prediction."""
-        raise NotImplementedError()
+        """The test set in `data_dir` (to predict; placeholder labels): a list
+        of `InputExample`s."""
+        raise NotImplementedError("%s has no test set" % type(self).__name__)
 
     def get_labels(self):
-        """Gets the list of labels for this data set (None for regression)."""
-        raise NotImplementedError()
+        """The task's labels as a list of strings, in label id order; None
+        for a regression task."""
+        raise NotImplementedError("%s defines no labels" % type(self).__name__)
 
     def get_eval_sets(self, data_dir):
         """Dev sets to evaluate: a list of (name suffix, examples); the results
@@ -220,10 +209,10 @@ class DataProcessor(object):
 
     @classmethod
     def _read_tsv(cls, input_file, quotechar=None):
-        """Reads a tab separated value file (list of rows, header included)."""
+        """All rows of a tab-separated file, the header included, as lists of
+        strings (the helper that custom processors call)."""
         with tf.io.gfile.GFile(input_file, "r") as f:
-            reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
-            return [line for line in reader]
+            return list(csv.reader(f, delimiter="\t", quotechar=quotechar))
 
     def _read_rows(self, input_file, layout):
         """Reads a data file and checks its rows' number of columns.
@@ -354,7 +343,7 @@ class GlueProcessor(DataProcessor):
 
 
 class ColaProcessor(GlueProcessor):
-    """Processor for the CoLA data set (GLUE version).
+    """CoLA (GLUE): is a sentence grammatical (1) or not (0)?
 
     train.tsv, dev.tsv: no header; source, label, original label, sentence.
     test.tsv: header "index sentence".
@@ -370,7 +359,7 @@ class ColaProcessor(GlueProcessor):
 
 
 class Sst2Processor(GlueProcessor):
-    """Processor for the SST-2 data set (GLUE version).
+    """SST-2 (GLUE): sentiment of a movie review sentence, 0 or 1.
 
     train.tsv, dev.tsv: header "sentence label". test.tsv: "index sentence".
     """
@@ -383,7 +372,7 @@ class Sst2Processor(GlueProcessor):
 
 
 class MrpcProcessor(GlueProcessor):
-    """Processor for the MRPC data set (GLUE version).
+    """MRPC (GLUE): are two sentences paraphrases (1) or not (0)?
 
     train.tsv, dev.tsv: header "Quality #1 ID #2 ID #1 String #2 String".
     test.tsv: header "index #1 ID #2 ID #1 String #2 String".
@@ -399,8 +388,8 @@ class MrpcProcessor(GlueProcessor):
 
 
 class StsbProcessor(GlueProcessor):
-    """Processor for the STS-B data set (GLUE version): regression on a
-    similarity score from 0 to 5.
+    """STS-B (GLUE): how similar two sentences are, a score from 0 to 5
+    (regression).
 
     train.tsv, dev.tsv: header "index genre filename year old_index source1
     source2 sentence1 sentence2 score". test.tsv: the same without score.
@@ -417,7 +406,7 @@ class StsbProcessor(GlueProcessor):
 
 
 class QqpProcessor(GlueProcessor):
-    """Processor for the QQP data set (GLUE version).
+    """QQP (GLUE): do two Quora questions ask the same (1) or not (0)?
 
     train.tsv, dev.tsv: header "id qid1 qid2 question1 question2
     is_duplicate". test.tsv: "id question1 question2".
@@ -433,7 +422,8 @@ class QqpProcessor(GlueProcessor):
 
 
 class MnliProcessor(GlueProcessor):
-    """Processor for the MultiNLI data set (GLUE version).
+    """MultiNLI (GLUE): does a premise entail, contradict or leave open a
+    hypothesis?
 
     train.tsv, dev_matched.tsv, dev_mismatched.tsv: header, sentence1 and
     sentence2 in columns 8 and 9, the gold label last. test_matched.tsv,
@@ -501,7 +491,7 @@ class MnliProcessor(GlueProcessor):
 
 
 class QnliProcessor(GlueProcessor):
-    """Processor for the QNLI data set (GLUE version).
+    """QNLI (GLUE): does a sentence answer a question?
 
     train.tsv, dev.tsv: header "index question sentence label".
     test.tsv: "index question sentence".
@@ -516,7 +506,7 @@ class QnliProcessor(GlueProcessor):
 
 
 class RteProcessor(QnliProcessor):
-    """Processor for the RTE data set (GLUE version).
+    """RTE (GLUE): does one text entail another?
 
     train.tsv, dev.tsv: header "index sentence1 sentence2 label".
     test.tsv: "index sentence1 sentence2".
@@ -526,15 +516,16 @@ class RteProcessor(QnliProcessor):
 
 
 class WnliProcessor(QnliProcessor):
-    """Processor for the WNLI data set (GLUE version): RTE's layout, labels
-    0 and 1."""
+    """WNLI (GLUE): the Winograd schema task as sentence pairs; RTE's layout,
+    labels 0 and 1."""
 
     submission_name = "WNLI"
     labels = ("0", "1")
 
 
 class XnliProcessor(DataProcessor):
-    """Processor for the XNLI data set, in the language `language`.
+    """XNLI: MultiNLI's task in 15 languages; this processor reads the one
+    named by `language`.
 
     Train: <data_dir>/multinli/multinli.train.<language>.tsv (header;
     premise, hypothesis, label). Dev and test: <data_dir>/xnli.dev.tsv and
@@ -632,114 +623,87 @@ def get_processor(task_name, xnli_language="zh"):
 # Features.
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
-    """Converts a single `InputExample` into a single `InputFeatures`.
+    """Turns one `InputExample` into the model's `InputFeatures`.
 
     Args:
       ex_index: position of the example (the first 5 are logged).
-      example: InputExample or PaddingInputExample.
+      example: InputExample, or PaddingInputExample for all-zero features
+        with is_real_example False.
       label_list: the task's labels; None for regression (the label is then
         parsed as a float).
-      max_seq_length: length of the output lists.
+      max_seq_length: length of the feature lists.
       tokenizer: FullTokenizer.
 
     Returns:
-      InputFeatures: `[CLS] A [SEP] (B [SEP])` as ids, zero-padded to
+      InputFeatures: [CLS] A [SEP] (B [SEP]) as ids, zero-padded to
       max_seq_length, with input_mask (1 for real tokens) and segment_ids
-      (0 for A, 1 for B); label_id is the label's index (float for
-      regression).
+      (0 for A, 1 for B); label_id is the label's index in label_list (its
+      float value for regression).
     """
     if isinstance(example, PaddingInputExample):
-        return InputFeatures(
-            input_ids=[0] * max_seq_length,
-            input_mask=[0] * max_seq_length,
-            segment_ids=[0] * max_seq_length,
-            label_id=0.0 if label_list is None else 0,
-            is_real_example=False)
+        zeros = [0] * max_seq_length
+        return InputFeatures(input_ids=zeros, input_mask=list(zeros), segment_ids=list(zeros),
+                             label_id=0.0 if label_list is None else 0,
+                             is_real_example=False)
 
     tokens_a = tokenizer.tokenize(example.text_a)
     tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-    # For classification the vector of [CLS] is the "sentence vector" (this
-    # works because the whole model is fine-tuned).
+    # The classifier reads the final vector of [CLS] (the pooled output):
+    # fine-tuning the whole model makes it a summary of the input.
     tokens, input_ids, input_mask, segment_ids = run_common.pack_sequence_pair(
         tokens_a, tokens_b, max_seq_length, tokenizer)
-
-    assert len(input_ids) == max_seq_length
-    assert len(input_mask) == max_seq_length
-    assert len(segment_ids) == max_seq_length
-
     if label_list is None:
         label_id = float(example.label)
     else:
-        label_id = {label: i for i, label in enumerate(label_list)}[example.label]
-    if ex_index < 5:
-        tf.logging.info("*** Example ***")
-        tf.logging.info("guid: %s" % (example.guid))
-        tf.logging.info("tokens: %s" % " ".join(
-            [tokenization.printable_text(x) for x in tokens]))
-        tf.logging.info("input_ids: %s" % " ".join([str(x) for x in input_ids]))
-        tf.logging.info("input_mask: %s" % " ".join([str(x) for x in input_mask]))
-        tf.logging.info("segment_ids: %s" % " ".join([str(x) for x in segment_ids]))
-        tf.logging.info("label: %s (id = %s)" % (example.label, label_id))
+        label_id = label_list.index(example.label)
 
-    return InputFeatures(
-        input_ids=input_ids,
-        input_mask=input_mask,
-        segment_ids=segment_ids,
-        label_id=label_id,
-        is_real_example=True)
+    if ex_index < 5:
+        run_common.log_example([
+            ("guid", example.guid),
+            ("tokens", [tokenization.printable_text(t) for t in tokens]),
+            ("input_ids", input_ids),
+            ("input_mask", input_mask),
+            ("segment_ids", segment_ids),
+            ("label", "%s (id = %s)" % (example.label, label_id))])
+
+    return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                         label_id=label_id, is_real_example=True)
 
 
 def file_based_convert_examples_to_features(
         examples, label_list, max_seq_length, tokenizer, output_file):
-    """Converts `InputExample`s to a TFRecord file of tf.train.Examples with
-    input_ids, input_mask, segment_ids (int64 [max_seq_length]), label_ids
-    (int64 [1]; float [1] for regression, label_list None) and
-    is_real_example (int64 [1]). Written atomically."""
-
-    def create_int_feature(values):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-    def create_float_feature(values):
-        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
-
-    tmp_file = "%s.tmp-%d" % (output_file, os.getpid())
-    try:
-        with tf.io.TFRecordWriter(tmp_file) as writer:
-            for (ex_index, example) in enumerate(examples):
-                if ex_index % 10000 == 0:
-                    tf.logging.info("Writing example %d of %d" % (ex_index, len(examples)))
-
-                feature = convert_single_example(ex_index, example, label_list,
-                                                 max_seq_length, tokenizer)
-
-                features = collections.OrderedDict()
-                features["input_ids"] = create_int_feature(feature.input_ids)
-                features["input_mask"] = create_int_feature(feature.input_mask)
-                features["segment_ids"] = create_int_feature(feature.segment_ids)
-                if label_list is None:
-                    features["label_ids"] = create_float_feature([feature.label_id])
-                else:
-                    features["label_ids"] = create_int_feature([feature.label_id])
-                features["is_real_example"] = create_int_feature(
-                    [int(feature.is_real_example)])
-
-                tf_example = tf.train.Example(features=tf.train.Features(feature=features))
-                writer.write(tf_example.SerializeToString())
-        tf.io.gfile.rename(tmp_file, output_file, overwrite=True)
-    except BaseException:
-        if tf.io.gfile.exists(tmp_file):
-            tf.io.gfile.remove(tmp_file)
-        raise
+    """Converts `InputExample`s (see `convert_single_example`) into a TFRecord
+    file, written atomically, of one tf.train.Example each: int64
+    input_ids, input_mask, segment_ids [max_seq_length], label_ids [1]
+    (float for regression, label_list None) and is_real_example [1]."""
+    label_feature = (run_common.float_feature if label_list is None
+                     else run_common.int64_feature)
+    with run_common.atomic_path(output_file) as tmp_file, \
+            tf.io.TFRecordWriter(tmp_file) as writer:
+        for ex_index, example in enumerate(examples):
+            if ex_index % 10000 == 0:
+                tf.logging.info("Writing example %d of %d", ex_index, len(examples))
+            feature = convert_single_example(ex_index, example, label_list, max_seq_length,
+                                             tokenizer)
+            record = tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": run_common.int64_feature(feature.input_ids),
+                "input_mask": run_common.int64_feature(feature.input_mask),
+                "segment_ids": run_common.int64_feature(feature.segment_ids),
+                "label_ids": label_feature([feature.label_id]),
+                "is_real_example": run_common.int64_feature([int(feature.is_real_example)]),
+            }))
+            writer.write(record.SerializeToString())
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
                                 is_regression=False, skip_records=0):
-    """Creates an `input_fn` closure to be passed to TPUEstimator.
+    """Builds the `input_fn` reading a file of
+    `file_based_convert_examples_to_features` for the runner.
 
     Args:
-      input_file: TFRecord file from `file_based_convert_examples_to_features`.
-      seq_length: max_seq_length it was written with.
-      is_training: repeat and shuffle.
+      input_file: the TFRecord file.
+      seq_length: the max_seq_length it was written with.
+      is_training: read the file over and over, shuffled.
       drop_remainder: drop a last partial batch (TPU).
       is_regression: label_ids are floats.
       skip_records: training only: start this many records into the repeated
@@ -759,21 +723,17 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
     }
 
     def input_fn(params):
-        """The actual input function."""
-        batch_size = params["batch_size"]
-
-        # For training, we want a lot of parallel reading and shuffling.
-        # For eval, we want no shuffling and parallel reading doesn't matter.
+        """See file_based_input_fn_builder."""
         d = tf.data.TFRecordDataset(input_file)
         if is_training:
             d = d.repeat()
             if skip_records:
                 d = d.skip(skip_records)
             d = d.shuffle(buffer_size=100)
-
+        # Evaluation and prediction read the file once, in order.
         d = d.map(lambda record: run_common.decode_record(record, name_to_features),
                   num_parallel_calls=tf.data.AUTOTUNE)
-        d = d.batch(batch_size=batch_size, drop_remainder=drop_remainder)
+        d = d.batch(params["batch_size"], drop_remainder=drop_remainder)
         return d.prefetch(tf.data.AUTOTUNE)
 
     return input_fn
@@ -788,12 +748,19 @@ _truncate_seq_pair = run_common.truncate_seq_pair
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
                  labels, num_labels, use_one_hot_embeddings, is_regression=False):
-    """Creates a classification (or regression) model on the pooled output.
+    """BERT with a classification (or regression) layer on the pooled output.
+
+    Variables: BERT's (bert/...), plus output_weights [num_labels, hidden]
+    and output_bias [num_labels] at the top level, as in the original.
 
     Args:
+      bert_config: modeling.BertConfig.
+      is_training: apply dropout.
       input_ids, input_mask, segment_ids: int32 [batch, seq_length].
       labels: int32 [batch] label ids (float32 scores for regression).
       num_labels: number of classes (1 for regression).
+      use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
+      is_regression: predict a score, with a squared-error loss.
 
     Returns:
       (loss, per_example_loss [batch], logits [batch, num_labels],
@@ -809,124 +776,114 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
         use_one_hot_embeddings=use_one_hot_embeddings,
         **run_common.model_options())
 
-    # In the demo, we are doing a simple classification task on the entire
-    # segment.
-    #
-    # If you want to use the token-level output, use
-    # model.get_sequence_output() instead.
-    output_layer = model.get_pooled_output()
-
-    hidden_size = output_layer.shape[-1]
-
+    # Sentence-level tasks classify the pooled output (from the final [CLS]
+    # vector); a token-level task would take model.get_sequence_output().
+    pooled = model.get_pooled_output()
     output_weights = tf.get_variable(
-        "output_weights", [num_labels, hidden_size],
+        "output_weights", [num_labels, pooled.shape[-1]],
         initializer=tf.truncated_normal_initializer(stddev=0.02))
-
-    output_bias = tf.get_variable(
-        "output_bias", [num_labels], initializer=tf.zeros_initializer())
+    output_bias = tf.get_variable("output_bias", [num_labels],
+                                  initializer=tf.zeros_initializer())
 
     with tf.variable_scope("loss"):
         if is_training:
-            # I.e., 0.1 dropout
-            output_layer = tf.nn.dropout(output_layer, rate=0.1)
-
-        logits = tf.matmul(output_layer, output_weights, transpose_b=True)
-        logits = tf.nn.bias_add(logits, output_bias)
+            pooled = tf.nn.dropout(pooled, rate=0.1)
+        logits = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
+                                output_bias)
 
         if is_regression:
             scores = tf.squeeze(logits, axis=-1)
             per_example_loss = tf.square(scores - tf.cast(labels, tf.float32))
-            loss = tf.reduce_mean(per_example_loss)
-            return (loss, per_example_loss, logits, scores)
+            return tf.reduce_mean(per_example_loss), per_example_loss, logits, scores
 
         probabilities = tf.nn.softmax(logits, axis=-1)
+        # Cross-entropy: minus the log-probability of the true label.
         log_probs = tf.nn.log_softmax(logits, axis=-1)
-
         one_hot_labels = tf.one_hot(labels, depth=num_labels, dtype=tf.float32)
-
         per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
-        loss = tf.reduce_mean(per_example_loss)
-
-        return (loss, per_example_loss, logits, probabilities)
+        return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
 
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
                      use_one_hot_embeddings, is_regression=False):
-    """Returns `model_fn` closure for TPUEstimator.
+    """Builds the classifier's `model_fn` for the runner (TPUEstimator API).
 
-    PREDICT returns {"probabilities"} ({"scores"} for regression), plus
-    "label_ids" and "is_real_example" when the features have them; the
-    serving signature returns only the former.
+    Args:
+      bert_config, num_labels, use_one_hot_embeddings, is_regression: as
+        for `create_model`.
+      init_checkpoint: checkpoint to start from, or None.
+      learning_rate, num_train_steps, num_warmup_steps: the optimizer's
+        schedule (see optimization.create_optimizer; TRAIN only).
+      use_tpu: build for TPUEstimator (restore through a scaffold).
+
+    Returns:
+      model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec.
+      `features` holds int32 input_ids, input_mask and segment_ids
+      [batch, seq_length], and label_ids [batch] (float32 for regression) and
+      is_real_example [batch] when the data has them (a serving request has
+      neither). TRAIN: the mean loss and its train_op. EVAL: eval_loss and
+      (not for regression) eval_accuracy over the real examples. PREDICT:
+      "probabilities" [batch, num_labels] ("scores" [batch] for
+      regression), plus "label_ids" and "is_real_example" when the features
+      have them; the serving signature returns only the former.
     """
 
-    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        """The `model_fn` for TPUEstimator."""
-
+    def model_fn(features, labels, mode, params):
+        """See model_fn_builder."""
+        del labels  # The labels are among the features.
         run_common.log_features(features)
-
         input_ids = features["input_ids"]
-        input_mask = features["input_mask"]
-        segment_ids = features["segment_ids"]
-        label_dtype = tf.float32 if is_regression else tf.int32
         if "label_ids" in features:
             label_ids = features["label_ids"]
-        else:
-            # Serving: no labels.
-            label_ids = tf.zeros(tf.shape(input_ids)[:1], dtype=label_dtype)
+        else:  # A serving request.
+            label_ids = tf.zeros(tf.shape(input_ids)[:1],
+                                 dtype=tf.float32 if is_regression else tf.int32)
         if "is_real_example" in features:
             is_real_example = tf.cast(features["is_real_example"], dtype=tf.float32)
         else:
             is_real_example = tf.ones(tf.shape(label_ids), dtype=tf.float32)
 
-        is_training = (mode == runtime.ModeKeys.TRAIN)
-
-        (total_loss, per_example_loss, logits, probabilities) = create_model(
-            bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
-            num_labels, use_one_hot_embeddings, is_regression=is_regression)
+        total_loss, per_example_loss, logits, probabilities = create_model(
+            bert_config, mode == runtime.ModeKeys.TRAIN, input_ids, features["input_mask"],
+            features["segment_ids"], label_ids, num_labels, use_one_hot_embeddings,
+            is_regression=is_regression)
 
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
-            train_op = run_common.create_train_op(
-                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
             return runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
-                train_op=train_op,
+                train_op=run_common.create_train_op(
+                    total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu),
                 training_hooks=run_common.training_hooks(
                     total_loss, examples_per_step=params["batch_size"], use_tpu=use_tpu),
                 scaffold_fn=scaffold_fn)
 
         if mode == runtime.ModeKeys.EVAL:
-
             def metric_fn(per_example_loss, label_ids, logits, is_real_example):
-                # The padding examples of TPU eval have weight 0.
-                loss = tf.metrics.mean(values=per_example_loss, weights=is_real_example)
-                if is_regression:
-                    return {"eval_loss": loss}
-                predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-                accuracy = tf.metrics.accuracy(
-                    labels=label_ids, predictions=predictions, weights=is_real_example)
-                return {
-                    "eval_accuracy": accuracy,
-                    "eval_loss": loss,
-                }
+                # Padding examples (TPU) have is_real_example 0: no weight.
+                metrics = {"eval_loss": tf.metrics.mean(values=per_example_loss,
+                                                        weights=is_real_example)}
+                if not is_regression:
+                    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+                    metrics["eval_accuracy"] = tf.metrics.accuracy(
+                        labels=label_ids, predictions=predicted, weights=is_real_example)
+                return metrics
 
-            eval_metrics = (metric_fn,
-                            [per_example_loss, label_ids, logits, is_real_example])
             return runtime.TPUEstimatorSpec(
                 mode=mode,
                 loss=total_loss,
-                eval_metrics=eval_metrics,
+                eval_metrics=(metric_fn,
+                              [per_example_loss, label_ids, logits, is_real_example]),
                 scaffold_fn=scaffold_fn)
 
         output_name = "scores" if is_regression else "probabilities"
         predictions = {output_name: probabilities}
-        if "label_ids" in features:
-            predictions["label_ids"] = label_ids
-        if "is_real_example" in features:
-            predictions["is_real_example"] = features["is_real_example"]
+        for name in ("label_ids", "is_real_example"):
+            if name in features:
+                predictions[name] = features[name]
         return runtime.TPUEstimatorSpec(
             mode=mode,
             predictions=predictions,
@@ -939,66 +896,50 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     return model_fn
 
 
-# This function is not used by this file but is still used by the Colab and
-# people who depend on it.
 def input_fn_builder(features, seq_length, is_training, drop_remainder):
-    """Creates an `input_fn` closure to be passed to TPUEstimator, from a
-    list of InputFeatures held in memory (small data sets only)."""
+    """Builds an `input_fn` serving a list of `InputFeatures` from memory,
+    as constant tensors: for small data sets and notebooks (the original's
+    Colab uses it). `main` goes through TFRecord files instead.
 
-    all_input_ids = []
-    all_input_mask = []
-    all_segment_ids = []
-    all_label_ids = []
-
-    for feature in features:
-        all_input_ids.append(feature.input_ids)
-        all_input_mask.append(feature.input_mask)
-        all_segment_ids.append(feature.segment_ids)
-        all_label_ids.append(feature.label_id)
+    Returns:
+      input_fn(params) -> tf.data.Dataset of dicts of int32 input_ids,
+      input_mask, segment_ids [batch, seq_length] and label_ids [batch]
+      (float32 when the labels are floats: regression); repeated and
+      shuffled for training.
+    """
+    num_examples = len(features)
+    label_ids = [f.label_id for f in features]
+    label_dtype = tf.float32 if any(isinstance(x, float) for x in label_ids) else tf.int32
+    columns = {
+        "input_ids": ([f.input_ids for f in features], tf.int32),
+        "input_mask": ([f.input_mask for f in features], tf.int32),
+        "segment_ids": ([f.segment_ids for f in features], tf.int32),
+        "label_ids": (label_ids, label_dtype),
+    }
 
     def input_fn(params):
-        """The actual input function."""
-        batch_size = params["batch_size"]
-
-        num_examples = len(features)
-        label_dtype = tf.float32 if any(isinstance(x, float) for x in all_label_ids) \
-            else tf.int32
-
-        # This is for demo purposes and does NOT scale to large data sets.
+        """See input_fn_builder."""
         d = tf.data.Dataset.from_tensor_slices({
-            "input_ids": tf.constant(all_input_ids, shape=[num_examples, seq_length],
-                                     dtype=tf.int32),
-            "input_mask": tf.constant(all_input_mask, shape=[num_examples, seq_length],
-                                      dtype=tf.int32),
-            "segment_ids": tf.constant(all_segment_ids, shape=[num_examples, seq_length],
-                                       dtype=tf.int32),
-            "label_ids": tf.constant(all_label_ids, shape=[num_examples], dtype=label_dtype),
-        })
-
+            name: tf.constant(values, dtype=dtype,
+                              shape=[num_examples] + ([] if name == "label_ids"
+                                                      else [seq_length]))
+            for name, (values, dtype) in columns.items()})
         if is_training:
-            d = d.repeat()
-            d = d.shuffle(buffer_size=100)
-
-        d = d.batch(batch_size=batch_size, drop_remainder=drop_remainder)
-        return d
+            d = d.repeat().shuffle(buffer_size=100)
+        return d.batch(params["batch_size"], drop_remainder=drop_remainder)
 
     return input_fn
 
 
-# This function is not used by this file but is still used by the Colab and
-# people who depend on it.
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer):
-    """Convert a set of `InputExample`s to a list of `InputFeatures`."""
-
+    """`convert_single_example` of every example: a list of `InputFeatures`,
+    in order (held in memory, for `input_fn_builder`)."""
     features = []
-    for (ex_index, example) in enumerate(examples):
+    for ex_index, example in enumerate(examples):
         if ex_index % 10000 == 0:
-            tf.logging.info("Writing example %d of %d" % (ex_index, len(examples)))
-
-        feature = convert_single_example(ex_index, example, label_list,
-                                         max_seq_length, tokenizer)
-
-        features.append(feature)
+            tf.logging.info("Converting example %d of %d", ex_index, len(examples))
+        features.append(convert_single_example(ex_index, example, label_list,
+                                               max_seq_length, tokenizer))
     return features
 
 
@@ -1113,7 +1054,11 @@ def _lcm(a, b):
     return a * b // np.gcd(a, b)
 
 
-class _EvalSet(object):
+def _count_with_padding(num_examples, num_actual):
+    return "%d (%d actual, %d padding)" % (num_examples, num_actual, num_examples - num_actual)
+
+
+class _EvalSet:
     """A dev set written to a TFRecord file, ready to evaluate."""
 
     def __init__(self, suffix, examples, label_list, tokenizer, processor):
@@ -1121,13 +1066,10 @@ class _EvalSet(object):
         self.num_actual = len(examples)
         fixed = _use_fixed_size_batches()
         if fixed:
-            # TPU requires a fixed batch size for all batches, therefore the
-            # number of examples must be a multiple of the batch size, or else
-            # examples will get dropped. So we pad with fake examples which are
-            # ignored later on. These do NOT count towards the metric (all
-            # tf.metrics support a per-instance weight, and these get a weight
-            # of 0.0). The predict pass for the extra metrics reads the same
-            # file, so pad to a multiple of both batch sizes.
+            # Full batches only: PaddingInputExamples fill the last one. They
+            # have weight 0 in every metric. The predict pass for the task's
+            # own metrics reads the same file, so the count must suit both
+            # batch sizes.
             multiple = FLAGS.eval_batch_size
             if processor.metric_names:
                 multiple = _lcm(FLAGS.eval_batch_size, FLAGS.predict_batch_size)
@@ -1137,8 +1079,7 @@ class _EvalSet(object):
         self.file = os.path.join(FLAGS.output_dir, name)
         file_based_convert_examples_to_features(
             examples, label_list, FLAGS.max_seq_length, tokenizer, self.file)
-        # This tells the estimator to run through the entire set; on the TPU
-        # the number of steps must be given.
+        # None: until the data runs out. A TPU needs the number of steps.
         self.steps = self.num_examples // FLAGS.eval_batch_size if fixed else None
         self.input_fn = file_based_input_fn_builder(
             input_file=self.file, seq_length=FLAGS.max_seq_length, is_training=False,
@@ -1153,11 +1094,9 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None):
       global_step, plus the task's metrics (computed in NumPy over a predict
       pass on the same data, padding rows excluded).
     """
-    tf.logging.info("***** Running evaluation *****")
-    tf.logging.info("  Num examples = %d (%d actual, %d padding)",
-                    eval_set.num_examples, eval_set.num_actual,
-                    eval_set.num_examples - eval_set.num_actual)
-    tf.logging.info("  Batch size = %d", FLAGS.eval_batch_size)
+    run_common.log_phase("Running evaluation", [
+        ("Num examples", _count_with_padding(eval_set.num_examples, eval_set.num_actual)),
+        ("Batch size", FLAGS.eval_batch_size)])
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(FLAGS.output_dir)
     result = estimator.evaluate(input_fn=eval_set.input_fn, steps=eval_set.steps,
                                 checkpoint_path=checkpoint_path)
@@ -1226,9 +1165,8 @@ def train_and_evaluate(estimator, train_input_fn_for, num_train_steps, eval_sets
         estimator.train(input_fn=train_input_fn_for(skip), max_steps=next_step)
         step = _global_step(estimator)
         result = evaluate(estimator, eval_sets[0], processor)
-        tf.logging.info("***** Eval results at step %d *****", step)
-        for key in sorted(result.keys()):
-            tf.logging.info("  %s = %s", key, str(result[key]))
+        run_common.log_phase("Eval results at step %d" % step,
+                             [(key, result[key]) for key in sorted(result)])
         if keep_best:
             if best_metric not in result:
                 raise run_common.InputError(
@@ -1265,8 +1203,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     num_actual = len(examples)
     fixed = _use_fixed_size_batches()
     if fixed:
-        # TPU requires a fixed batch size for all batches; the padding
-        # examples are dropped below.
+        # Full batches only; the padding examples' predictions are dropped.
         examples = _pad_examples(examples, FLAGS.predict_batch_size)
 
     name = "predict.tf_record" if not suffix else "predict_%s.tf_record" % suffix
@@ -1274,24 +1211,18 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     file_based_convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
                                             tokenizer, predict_file)
 
-    tf.logging.info("***** Running prediction*****")
-    tf.logging.info("  Num examples = %d (%d actual, %d padding)",
-                    len(examples), num_actual, len(examples) - num_actual)
-    tf.logging.info("  Batch size = %d", FLAGS.predict_batch_size)
-
-    predict_input_fn = file_based_input_fn_builder(
+    run_common.log_phase("Running prediction", [
+        ("Num examples", _count_with_padding(len(examples), num_actual)),
+        ("Batch size", FLAGS.predict_batch_size)])
+    input_fn = file_based_input_fn_builder(
         input_file=predict_file, seq_length=FLAGS.max_seq_length, is_training=False,
         drop_remainder=fixed, is_regression=processor.is_regression)
+    predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path)
 
-    result = estimator.predict(input_fn=predict_input_fn, checkpoint_path=checkpoint_path)
-
+    # In input order; the padding examples come last.
     output_name = "scores" if processor.is_regression else "probabilities"
-    outputs = []
-    tf.logging.info("***** Predict results *****")
-    for (i, prediction) in enumerate(result):
-        if i >= num_actual:
-            break
-        outputs.append(prediction[output_name])
+    outputs = [prediction[output_name]
+               for prediction in itertools.islice(predictions, num_actual)]
     if len(outputs) != num_actual:
         raise RuntimeError("Got %d predictions for %d examples" % (len(outputs), num_actual))
 
@@ -1317,7 +1248,8 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         tf.logging.info("Wrote GLUE submission file %s", submission_file)
 
 
-def export_model(bert_config, num_labels, is_regression, checkpoint_path, export_dir):
+def export_model(bert_config, num_labels, is_regression, checkpoint_path, export_dir,
+                 max_seq_length=128, model_dir=None):
     """Exports a SavedModel (tag "serve") for serving from `checkpoint_path`.
 
     The serving_default signature takes int32 input_ids, input_mask and
@@ -1327,6 +1259,10 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
     The model_fn is the training one, run on the CPU without a TPU
     wrapper, so the export has no TPU graph whatever --use_tpu says.
 
+    Args:
+      max_seq_length: the sequence length of the signature's inputs.
+      model_dir: the run's --output_dir, for the Estimator's logs (optional).
+
     Returns:
       The directory of the SavedModel (a timestamped directory in export_dir).
     """
@@ -1335,18 +1271,15 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
         learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
         use_one_hot_embeddings=False, is_regression=is_regression)
 
-    seq_length = FLAGS.max_seq_length
-
     def serving_input_receiver_fn():
         features = {
-            name: tf.placeholder(tf.int32, [None, seq_length], name=name)
+            name: tf.placeholder(tf.int32, [None, max_seq_length], name=name)
             for name in ("input_ids", "input_mask", "segment_ids")
         }
         return runtime.ServingInputReceiver(features, features)
 
     path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
-                                      checkpoint_path=checkpoint_path,
-                                      model_dir=FLAGS.output_dir)
+                                      checkpoint_path=checkpoint_path, model_dir=model_dir)
     tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
     return path
 
@@ -1436,18 +1369,11 @@ def main(_):
         FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
 
     model_fn = model_fn_builder(
-        bert_config=bert_config,
-        num_labels=num_labels,
-        init_checkpoint=FLAGS.init_checkpoint,
-        learning_rate=FLAGS.learning_rate,
-        num_train_steps=num_train_steps,
-        num_warmup_steps=num_warmup_steps,
-        use_tpu=FLAGS.use_tpu,
-        use_one_hot_embeddings=FLAGS.use_tpu,
-        is_regression=processor.is_regression)
-
-    # If TPU is not available, this will fall back to normal Estimator on CPU
-    # or GPU.
+        bert_config, num_labels, init_checkpoint=FLAGS.init_checkpoint,
+        learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
+        use_one_hot_embeddings=FLAGS.use_tpu, is_regression=processor.is_regression)
+    # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
     estimator = run_common.make_estimator(
         model_fn, run_config, FLAGS.use_tpu,
         train_batch_size=FLAGS.train_batch_size,
@@ -1463,10 +1389,9 @@ def main(_):
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
         file_based_convert_examples_to_features(
             train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file)
-        tf.logging.info("***** Running training *****")
-        tf.logging.info("  Num examples = %d", len(train_examples))
-        tf.logging.info("  Batch size = %d", FLAGS.train_batch_size)
-        tf.logging.info("  Num steps = %d", num_train_steps)
+        run_common.log_phase("Running training", [
+            ("Num examples", len(train_examples)), ("Batch size", FLAGS.train_batch_size),
+            ("Num steps", num_train_steps)])
 
         def train_input_fn_for(skip_records):
             return file_based_input_fn_builder(
@@ -1501,7 +1426,8 @@ def main(_):
     if FLAGS.export_dir:
         checkpoint = _checkpoint_to_export(best_checkpoint)
         export_model(bert_config, num_labels, processor.is_regression, checkpoint,
-                     FLAGS.export_dir)
+                     FLAGS.export_dir, max_seq_length=FLAGS.max_seq_length,
+                     model_dir=FLAGS.output_dir)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 from absl import app, flags
 
 
-class _LazyModule(object):
+class _LazyModule:
     """A module imported on first attribute access.
 
     TensorFlow (and modeling/optimization, which import it) are loaded only
@@ -48,82 +48,92 @@ class InputError(ValueError):
     """Bad user input (a flag, a file, a line): reported without a traceback."""
 
 
-# name -> (define function, default, help[, enum values]). Help texts are the
-# original's where the flag is the original's.
+# name -> (define function, default, help[, enum values]). Names, defaults and
+# meanings are the original scripts'; the help texts are this project's.
 _SHARED_FLAGS = {
     "bert_config_file": (
         flags.DEFINE_string, None,
-        "The config json file corresponding to the pre-trained BERT model. "
-        "This specifies the model architecture."),
+        "bert_config.json of the pre-trained model: the architecture (layers, "
+        "hidden size, heads, vocabulary size, ...) the checkpoint was made with."),
     "vocab_file": (
         flags.DEFINE_string, None,
-        "The vocabulary file that the BERT model was trained on."),
+        "WordPiece vocabulary (vocab.txt, one token per line) of the model."),
     "output_dir": (
         flags.DEFINE_string, None,
-        "The output directory where the model checkpoints will be written."),
+        "Directory for checkpoints and result files; created if missing."),
     "init_checkpoint": (
         flags.DEFINE_string, None,
-        "Initial checkpoint (usually from a pre-trained BERT model)."),
+        "Checkpoint to start from, usually a pre-trained BERT model (the path "
+        "prefix, e.g. .../bert_model.ckpt)."),
     "input_file": (
         flags.DEFINE_string, None,
         "Input file(s): a file, a comma-separated list of files, or globs."),
     "output_file": (flags.DEFINE_string, None, "Output file(s)."),
     "do_lower_case": (
         flags.DEFINE_bool, True,
-        "Whether to lower case the input text. Should be True for uncased "
-        "models and False for cased models."),
+        "Lower-case the text and strip accents before WordPiece: True for "
+        "uncased models, False for cased ones."),
     "max_seq_length": (
         flags.DEFINE_integer, 128,
-        "The maximum total input sequence length after WordPiece tokenization. "
-        "Sequences longer than this will be truncated, and sequences shorter "
-        "than this will be padded."),
+        "Length of the model input in WordPiece tokens, [CLS] and [SEP] "
+        "included: shorter inputs are zero-padded to it, longer ones truncated "
+        "(SQuAD documents: split into overlapping windows)."),
     "max_predictions_per_seq": (
         flags.DEFINE_integer, 20,
-        "Maximum number of masked LM predictions per sequence."),
-    "do_train": (flags.DEFINE_bool, False, "Whether to run training."),
-    "do_eval": (flags.DEFINE_bool, False, "Whether to run eval on the dev set."),
-    "do_predict": (
+        "Most masked-LM predictions per sequence: pre-training must use the "
+        "value its data was created with."),
+    "do_train": (flags.DEFINE_bool, False, "Train on the training data."),
+    "do_eval": (
         flags.DEFINE_bool, False,
-        "Whether to run the model in inference mode on the test set."),
-    "train_batch_size": (flags.DEFINE_integer, 32, "Total batch size for training."),
-    "eval_batch_size": (flags.DEFINE_integer, 8, "Total batch size for eval."),
-    "predict_batch_size": (flags.DEFINE_integer, 8, "Total batch size for predict."),
-    "learning_rate": (flags.DEFINE_float, 5e-5, "The initial learning rate for Adam."),
+        "Evaluate the model: on the dev set, or for pre-training on --input_file."),
+    "do_predict": (flags.DEFINE_bool, False, "Write predictions for the test data."),
+    "train_batch_size": (
+        flags.DEFINE_integer, 32, "Examples per training batch, over all devices."),
+    "eval_batch_size": (
+        flags.DEFINE_integer, 8, "Examples per evaluation batch, over all devices."),
+    "predict_batch_size": (
+        flags.DEFINE_integer, 8, "Examples per prediction batch, over all devices."),
+    "learning_rate": (
+        flags.DEFINE_float, 5e-5,
+        "Peak learning rate of Adam, reached after the warm-up and then "
+        "decayed linearly to 0."),
     "num_train_epochs": (
-        flags.DEFINE_float, 3.0, "Total number of training epochs to perform."),
+        flags.DEFINE_float, 3.0, "Passes over the training data (may be fractional)."),
     "warmup_proportion": (
         flags.DEFINE_float, 0.1,
-        "Proportion of training to perform linear learning rate warmup for. "
-        "E.g., 0.1 = 10% of training."),
+        "Share of the training steps during which the learning rate climbs "
+        "linearly from 0 (0.1: the first tenth)."),
     "save_checkpoints_steps": (
-        flags.DEFINE_integer, 1000, "How often to save the model checkpoint."),
+        flags.DEFINE_integer, 1000, "Steps between two saved checkpoints."),
     "iterations_per_loop": (
-        flags.DEFINE_integer, 1000, "How many steps to make in each estimator call."),
-    "use_tpu": (flags.DEFINE_bool, False, "Whether to use TPU or GPU/CPU."),
+        flags.DEFINE_integer, 1000,
+        "TPU: training steps run on the device per round trip from the host."),
+    "use_tpu": (
+        flags.DEFINE_bool, False,
+        "Run on a Cloud TPU; otherwise on the local CPU or GPU(s)."),
     "tpu_name": (
         flags.DEFINE_string, None,
-        "The Cloud TPU to use for training. This should be either the name "
-        "used when creating the Cloud TPU, or a grpc://ip.address.of.tpu:8470 "
-        "url."),
+        "With --use_tpu: the Cloud TPU, by the name it was created with or as "
+        "a grpc://<address>:8470 URL."),
     "tpu_zone": (
         flags.DEFINE_string, None,
-        "[Optional] GCE zone where the Cloud TPU is located in. If not "
-        "specified, we will attempt to automatically detect the GCE project "
-        "from metadata."),
+        "[Optional] GCE zone of the Cloud TPU; looked up in the GCE metadata "
+        "when unset."),
     "gcp_project": (
         flags.DEFINE_string, None,
-        "[Optional] Project name for the Cloud TPU-enabled project. If not "
-        "specified, we will attempt to automatically detect the GCE project "
-        "from metadata."),
-    "master": (flags.DEFINE_string, None, "[Optional] TensorFlow master URL."),
+        "[Optional] Google Cloud project that owns the Cloud TPU; looked up in "
+        "the GCE metadata when unset."),
+    "master": (
+        flags.DEFINE_string, None,
+        "[Optional] Address of the TensorFlow master; derived from --tpu_name "
+        "when unset."),
     "num_tpu_cores": (
         flags.DEFINE_integer, 8,
-        "Only used if `use_tpu` is True. Total number of TPU cores to use."),
+        "With --use_tpu: how many TPU cores to use."),
     "use_one_hot_embeddings": (
         flags.DEFINE_bool, False,
-        "If True, tf.one_hot will be used for embedding lookups, otherwise "
-        "tf.nn.embedding_lookup will be used. On TPUs, this should be True "
-        "since it is much faster."),
+        "Look up word embeddings as a one-hot matrix product instead of a "
+        "gather: the faster way on TPUs, the slower one elsewhere."),
     # Options beyond the original (memory, speed, several devices); all off
     # by default, so default behaviour stays the original's.
     "gradient_accumulation_steps": (
@@ -323,112 +333,131 @@ def _flag(name, default):
 
 
 def init_from_checkpoint(init_checkpoint, use_tpu):
-    """Initialises the graph's variables from `init_checkpoint` where names
-    match, and logs every trainable variable.
+    """Sets up the graph's trainable variables to start from `init_checkpoint`
+    (those whose names and shapes it holds; the others keep their random
+    initialisers) and logs every trainable variable, marking the restored
+    ones with ", *INIT_FROM_CKPT*".
+
+    Args:
+      init_checkpoint: checkpoint path prefix, or None/"" for none.
+      use_tpu: whether the model_fn is built for TPUEstimator.
 
     Returns:
-      scaffold_fn for TPUEstimatorSpec (None unless use_tpu and a checkpoint
-      was given).
+      The scaffold_fn for TPUEstimatorSpec: on TPU the restore has to be set
+      up inside it; None otherwise (or without a checkpoint).
     """
-    tvars = tf.trainable_variables()
-    initialized_variable_names = {}
+    variables = tf.trainable_variables()
+    restored = {}
     scaffold_fn = None
     if init_checkpoint:
-        # Trainable variables only, as in the original: restoring the
-        # checkpoint's global_step too would start a new run (fine-tuning, or
+        # Trainable variables only, like the original: taking the source's
+        # global_step as well would start a new run (fine-tuning, or
         # pre-training continued in a new --output_dir) at the source's step,
         # past its own num_train_steps and learning-rate schedule.
-        (assignment_map, initialized_variable_names
-         ) = modeling.get_assignment_map_from_checkpoint(tvars, init_checkpoint)
+        assignment_map, restored = modeling.get_assignment_map_from_checkpoint(
+            variables, init_checkpoint)
         if use_tpu:
-            def tpu_scaffold():
+            def restoring_scaffold():
                 tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
                 return tf.train.Scaffold()
 
-            scaffold_fn = tpu_scaffold
+            scaffold_fn = restoring_scaffold
         else:
             tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
 
     tf.logging.info("**** Trainable Variables ****")
-    for var in tvars:
-        init_string = ""
-        if var.name in initialized_variable_names:
-            init_string = ", *INIT_FROM_CKPT*"
-        tf.logging.info("  name = %s, shape = %s%s", var.name, var.shape, init_string)
+    for var in variables:
+        mark = ", *INIT_FROM_CKPT*" if var.name in restored else ""
+        tf.logging.info("  name = %s, shape = %s%s", var.name, var.shape, mark)
     return scaffold_fn
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_length):
-    """Truncates a sequence pair in place to the maximum length.
+    """Shortens two token lists in place until together they hold at most
+    `max_length` tokens, always dropping the last token of the longer list
+    (of `tokens_b` when both are equally long).
 
-    This is a simple heuristic which will always truncate the longer sequence
-    one token at a time. This makes more sense than truncating an equal
-    percent of tokens from each, since if one sequence is very short then each
-    token that's truncated likely contains more information than a longer
-    sequence.
+    Trimming the longer side keeps most of a short text, where each token
+    tends to carry more information than a token of a long one.
     """
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_length:
-            break
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
+    while len(tokens_a) + len(tokens_b) > max_length:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        longer.pop()
 
 
 def pack_sequence_pair(tokens_a, tokens_b, max_seq_length, tokenizer):
-    """BERT's input layout for one text or a pair, as the original scripts
-    build it.
+    """Lays out one text or a text pair the way BERT reads it.
 
-    Truncates (the longer side of a pair first), then lays out
+      one text:  [CLS] a1 a2 a3 [SEP]             segment ids 0 0 0 0 0
+      a pair:    [CLS] a1 a2 [SEP] b1 b2 b3 [SEP] segment ids 0 0 0 0 1 1 1 1
 
-      pair:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
-      ids:    0     0  0    0    0     0       0 0     1  1  1  1   1 1
-      single: [CLS] the dog is hairy . [SEP]   (segment ids all 0)
-
-    and zero-pads to `max_seq_length`.
+    Too long inputs are cut first: a single text at its end, a pair with
+    `truncate_seq_pair`. The id lists are then zero-padded to max_seq_length.
 
     Args:
-      tokens_a: word pieces of the first text (truncated in place for pairs).
-      tokens_b: word pieces of the second text, or None / empty.
+      tokens_a: word pieces of the first text (a pair's is shortened in
+        place).
+      tokens_b: word pieces of the second text; None or empty for one text.
       max_seq_length: length of the returned id lists.
-      tokenizer: FullTokenizer, for the ids.
+      tokenizer: FullTokenizer, to map tokens to ids.
 
     Returns:
-      (tokens, input_ids, input_mask, segment_ids): the unpadded tokens with
-      [CLS]/[SEP], and three lists of `max_seq_length` ints (mask 1 for real
-      tokens).
+      (tokens, input_ids, input_mask, segment_ids): the tokens with [CLS] and
+      [SEP] and without padding, then three lists of max_seq_length ints;
+      input_mask is 1 on real tokens and 0 on padding.
     """
     if tokens_b:
-        # Account for [CLS], [SEP], [SEP] with "- 3".
-        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-    elif len(tokens_a) > max_seq_length - 2:
-        # Account for [CLS] and [SEP] with "- 2".
-        tokens_a = tokens_a[0:(max_seq_length - 2)]
+        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS], 2 x [SEP]
+    else:
+        tokens_a = tokens_a[:max_seq_length - 2]  # [CLS], [SEP]
 
-    tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+    tokens = ["[CLS]", *tokens_a, "[SEP]"]
     segment_ids = [0] * len(tokens)
     if tokens_b:
-        tokens += tokens_b + ["[SEP]"]
+        tokens += [*tokens_b, "[SEP]"]
         segment_ids += [1] * (len(tokens_b) + 1)
 
     input_ids = tokenizer.convert_tokens_to_ids(tokens)
-    # Only real tokens are attended to.
     input_mask = [1] * len(input_ids)
+    padding = [0] * (max_seq_length - len(input_ids))
+    return tokens, input_ids + padding, input_mask + padding, segment_ids + padding
 
-    padding = max_seq_length - len(input_ids)
-    input_ids += [0] * padding
-    input_mask += [0] * padding
-    segment_ids += [0] * padding
-    return tokens, input_ids, input_mask, segment_ids
+
+def log_example(fields):
+    """Logs one converted example (the scripts do so for their first five):
+    a "*** Example ***" line, then "name: value" per (name, value) of
+    `fields`, lists written space-separated."""
+    tf.logging.info("*** Example ***")
+    for name, value in fields:
+        if isinstance(value, (list, tuple)):
+            value = " ".join(str(v) for v in value)
+        tf.logging.info("%s: %s", name, value)
+
+
+def log_phase(title, details):
+    """Logs the start of a phase of a run the way the original scripts do:
+    "***** <title> *****", then "  <name> = <value>" per (name, value) of
+    `details`."""
+    tf.logging.info("***** %s *****", title)
+    for name, value in details:
+        tf.logging.info("  %s = %s", name, value)
+
+
+def int64_feature(values):
+    """A tf.train.Feature holding the ints `values`."""
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def float_feature(values):
+    """A tf.train.Feature holding the floats `values`."""
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
 
 def decode_record(record, name_to_features):
     """Parses one serialized tf.train.Example into a dict of tensors.
 
-    tf.Example only supports int64 but TPUs only support int32, so every
-    int64 feature is cast to int32 (float features are left alone).
+    tf.train.Example stores integers as int64 only, while TPUs work on int32:
+    int64 features come back as int32. Float features are left as they are.
 
     Args:
       record: scalar string tensor.
@@ -443,9 +472,10 @@ def decode_record(record, name_to_features):
 
 
 def log_features(features):
-    """Logs each input feature's name and shape (start of every model_fn)."""
+    """Logs the name and shape of every input feature (each model_fn
+    starts with it)."""
     tf.logging.info("*** Features ***")
-    for name in sorted(features.keys()):
+    for name in sorted(features):
         tf.logging.info("  name = %s, shape = %s", name, features[name].shape)
 
 
@@ -474,7 +504,7 @@ def num_train_steps(num_examples, train_batch_size, num_train_epochs):
     return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
 
 
-class _ThroughputHookMethods(object):
+class _ThroughputHookMethods:
     """Logs loss, examples/s and (optionally) tokens/s every N steps.
 
     `ThroughputHook` is this plus tf.train.SessionRunHook, made on first use
@@ -589,17 +619,13 @@ def _config_errors_as_input_errors():
 # Output files (through tf.io.gfile, so gs:// paths work).
 
 @contextlib.contextmanager
-def atomic_output(path, mode="w"):
-    """Writes `path` through a temporary file renamed into place on success,
-    so a failure never leaves a half-written file looking complete.
-
-    Yields:
-      A writable tf.io.gfile.GFile.
-    """
+def atomic_path(path):
+    """Yields a temporary path next to `path` for the caller to write; on
+    success it is renamed to `path`, on failure removed, so a half-written
+    file never looks complete."""
     tmp_path = "%s.tmp-%d" % (path, os.getpid())
     try:
-        with tf.io.gfile.GFile(tmp_path, mode) as writer:
-            yield writer
+        yield tmp_path
         tf.io.gfile.rename(tmp_path, path, overwrite=True)
     except BaseException:
         if tf.io.gfile.exists(tmp_path):
@@ -607,10 +633,23 @@ def atomic_output(path, mode="w"):
         raise
 
 
+@contextlib.contextmanager
+def atomic_output(path, mode="w"):
+    """Opens `path` for writing through `atomic_path`.
+
+    Yields:
+      A writable tf.io.gfile.GFile.
+    """
+    with atomic_path(path) as tmp_path:
+        with tf.io.gfile.GFile(tmp_path, mode) as writer:
+            yield writer
+
+
 def write_eval_results(result, output_dir, file_name="eval_results.txt",
                        header="***** Eval results *****"):
-    """Logs `result` (name -> value) under `header` and writes it as
-    "key = value" lines, sorted by key, to output_dir/file_name.
+    """Logs `result` (name -> value) under `header` and writes it to
+    output_dir/file_name as "key = value" lines sorted by key (the
+    original's eval_results.txt format).
 
     Returns:
       The path written.
@@ -618,7 +657,8 @@ def write_eval_results(result, output_dir, file_name="eval_results.txt",
     path = os.path.join(output_dir, file_name)
     with atomic_output(path) as writer:
         tf.logging.info(header)
-        for key in sorted(result.keys()):
-            tf.logging.info("  %s = %s", key, str(result[key]))
-            writer.write("%s = %s\n" % (key, str(result[key])))
+        for key in sorted(result):
+            line = "%s = %s" % (key, result[key])
+            tf.logging.info("  %s", line)
+            writer.write(line + "\n")
     return path

@@ -10,6 +10,8 @@ the JSON Lines token vectors.
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -242,6 +244,61 @@ def test_cls_pooling_npz_float16(model):
 
 
 # ---------------------------------------------------------------------------
+# As a library, with the flags never parsed.
+
+_LIBRARY_SCRIPT = r"""
+import json, sys
+import tensorflow.compat.v1 as tf
+from absl import flags
+import extract_features, modeling, runtime, tokenization
+
+vocab_file, config_file, checkpoint, input_file, seq = sys.argv[1:5] + [int(sys.argv[5])]
+assert not flags.FLAGS.is_parsed()
+tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+examples = extract_features.read_examples(input_file)
+features = extract_features.convert_examples_to_features(examples, seq, tokenizer)
+config = modeling.BertConfig.from_json_file(config_file)
+layer_indexes = extract_features.parse_layers("-1,0", config.num_hidden_layers)
+model_fn = extract_features.model_fn_builder(config, checkpoint, layer_indexes, False, False)
+out = {"tokens": [f.tokens for f in features], "layers": []}
+with tf.Graph().as_default():
+    input_fn = extract_features.input_fn_builder(features, seq)
+    batch = tf.data.make_one_shot_iterator(input_fn({"batch_size": 8})).get_next()
+    spec = model_fn(batch, None, runtime.ModeKeys.PREDICT, {"batch_size": 8})
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        predictions = sess.run(spec.predictions)
+for i, tokens in enumerate(out["tokens"]):
+    out["layers"].append([predictions["layer_output_%d" % j][i, :len(tokens)].tolist()
+                          for j in range(len(layer_indexes))])
+out["unique_ids"] = predictions["unique_id"].tolist()
+out["parsed"] = flags.FLAGS.is_parsed()
+print("JSON" + json.dumps(out))
+"""
+
+
+def test_building_blocks_work_as_a_library_with_flags_unparsed(model):
+    """In a fresh process that never parses flags: read_examples,
+    convert_examples_to_features, input_fn_builder and model_fn_builder give
+    the reference vectors of every line."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_SCRIPT, model["vocab_file"], model["bert_config_file"],
+         model["init_checkpoint"], model["input_file"], str(MAX_SEQ_LENGTH)],
+        capture_output=True, text=True, cwd=root, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    assert not out["parsed"]
+    assert out["tokens"] == EXPECTED_TOKENS
+    assert out["unique_ids"] == list(range(len(LINES)))
+    for i, layers in enumerate(out["layers"]):
+        for j, index in enumerate([-1, 0]):
+            np.testing.assert_allclose(layers[j], model["reference"][i][layer_position(index)],
+                                       atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------
 # Bad input: a clear InputError, and no output file.
 
 def assert_input_error(model, tmp_path, match, **overrides):
@@ -343,9 +400,6 @@ reference.run_original_script("extract_features", sys.argv[1:])
 
 @pytest.mark.slow
 def test_jsonl_is_byte_identical_to_the_original_script(model, jsonl_output, tmp_path):
-    import subprocess
-    import sys
-
     tests = os.path.dirname(os.path.abspath(__file__))
     code = _RUN_ORIGINAL.format(root=os.path.dirname(tests), tests=tests)
     output = tmp_path / "original.jsonl"

@@ -401,6 +401,120 @@ def test_convert_single_example_single_sentence_and_padding(tokenizer):
 
 
 # ---------------------------------------------------------------------------
+# As a library, with the flags never parsed (the original's Colab and TF-Hub
+# recipes import run_classifier and call its functions).
+
+_LIBRARY_SCRIPT = r"""
+import json, sys
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+import modeling, run_classifier, runtime, tokenization
+
+vocab_file, config_file, data_dir, checkpoint = sys.argv[1:5]
+assert not flags.FLAGS.is_parsed()
+processor = run_classifier.MrpcProcessor()
+examples = processor.get_train_examples(data_dir)
+tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+features = run_classifier.convert_examples_to_features(
+    examples, processor.get_labels(), 12, tokenizer)
+config = modeling.BertConfig.from_json_file(config_file)
+out = {"features": [[f.input_ids, f.input_mask, f.segment_ids, f.label_id]
+                    for f in features]}
+
+
+def first_batch(is_training=False):
+    input_fn = run_classifier.input_fn_builder(features, 12, is_training=is_training,
+                                               drop_remainder=is_training)
+    return tf.data.make_one_shot_iterator(input_fn({"batch_size": 2})).get_next()
+
+
+with tf.Graph().as_default():
+    batch = first_batch()
+    _, _, _, probabilities = run_classifier.create_model(
+        config, False, batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+        batch["label_ids"], 2, False)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        out["create_model"] = sess.run(probabilities).tolist()
+        tf.train.Saver().save(sess, checkpoint, write_meta_graph=False)
+
+model_fn = run_classifier.model_fn_builder(config, 2, checkpoint, 1e-3, 10, 1, False, False)
+for mode in (runtime.ModeKeys.PREDICT, runtime.ModeKeys.EVAL, runtime.ModeKeys.TRAIN):
+    with tf.Graph().as_default():
+        global_step = tf.train.get_or_create_global_step()
+        spec = model_fn(first_batch(mode == runtime.ModeKeys.TRAIN), None, mode,
+                        {"batch_size": 2})
+        with tf.Session() as sess:
+            sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+            if mode == runtime.ModeKeys.PREDICT:
+                out["predict"] = sess.run(spec.predictions["probabilities"]).tolist()
+            elif mode == runtime.ModeKeys.EVAL:
+                metric_fn, tensors = spec.eval_metrics
+                metrics = metric_fn(*tensors)
+                sess.run(tf.local_variables_initializer())
+                sess.run({k: v[1] for k, v in metrics.items()})
+                out["eval"] = {k: float(v) for k, v in
+                               sess.run({k: v[0] for k, v in metrics.items()}).items()}
+            else:
+                losses = [float(sess.run([spec.train_op, spec.loss])[1]) for _ in range(2)]
+                out["train"] = {"losses": losses, "step": int(sess.run(global_step))}
+out["parsed"] = flags.FLAGS.is_parsed()
+print("JSON" + json.dumps(out))
+"""
+
+
+def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
+    """In a fresh process that never parses flags: a processor reads MRPC
+    files, convert_examples_to_features and input_fn_builder feed
+    create_model, and model_fn_builder's PREDICT, EVAL and TRAIN specs run
+    (starting from the weights create_model saved)."""
+    data_dir = str(tmp_path / "MRPC")
+    _write_glue(data_dir, "MRPC")
+    words = ["amrozi", "accused", ".", "referring", "to", "him", "yucaipa", "owned",
+             "bought"]
+    vocab = tiny.write_vocab(str(tmp_path), words)
+    config = tiny.write_config(str(tmp_path), vocab_size=len(tiny.SPECIAL_TOKENS) + len(words),
+                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_SCRIPT, vocab, config, data_dir,
+         str(tmp_path / "model.ckpt")],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    assert not out["parsed"]
+
+    # The two training rows, laid out by hand: [CLS] A [SEP] B [SEP], padded
+    # to 12; ids are positions in the vocabulary file.
+    ids = {w: i for i, w in enumerate(tiny.SPECIAL_TOKENS + words)}
+
+    def pair(a, b):
+        tokens = ["[CLS]"] + a.split() + ["[SEP]"] + b.split() + ["[SEP]"]
+        segments = [0] * (len(a.split()) + 2) + [1] * (len(b.split()) + 1)
+        padding = [0] * (12 - len(tokens))
+        return [[ids[t] for t in tokens] + padding, [1] * len(tokens) + padding,
+                segments + padding]
+
+    assert out["features"] == [pair("amrozi accused .", "referring to him .") + [1],
+                               pair("yucaipa owned .", "yucaipa bought .") + [0]]
+
+    probabilities = np.array(out["create_model"])
+    assert probabilities.shape == (2, 2)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    # model_fn_builder restored create_model's weights: the same predictions,
+    # and the metrics of those predictions.
+    np.testing.assert_allclose(out["predict"], probabilities, rtol=1e-5)
+    labels = np.array([1, 0])
+    assert out["eval"]["eval_loss"] == pytest.approx(
+        -np.mean(np.log(probabilities[[0, 1], labels])), rel=1e-5)
+    assert out["eval"]["eval_accuracy"] == pytest.approx(
+        np.mean(np.argmax(probabilities, axis=1) == labels))
+    assert out["train"]["step"] == 2
+    assert all(np.isfinite(out["train"]["losses"]))
+
+
+# ---------------------------------------------------------------------------
 # Metrics, against values computed by hand.
 
 def test_metrics_hand_computed():

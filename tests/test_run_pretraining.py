@@ -2,7 +2,10 @@
 input pipeline, input checking, and short end-to-end runs (training shows
 learning; restoring a checkpoint with cls/* variables)."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import run_pretraining
 import tiny
 
 FLAGS = flags.FLAGS
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SEQ = 32
 PRED = 5
@@ -343,6 +347,75 @@ def test_bad_records_raise_input_error(setup, tmp_path):
             run_main(**base_flags(setup, str(tmp_path / "out"), input_file=path,
                                   do_train=True))
         assert path in str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# As a library, with the flags never parsed.
+
+_LIBRARY_SCRIPT = r"""
+import json, sys
+import tensorflow.compat.v1 as tf
+from absl import flags
+import modeling, run_pretraining, runtime
+
+config_file, data_file, seq, pred = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+assert not flags.FLAGS.is_parsed()
+config = modeling.BertConfig.from_json_file(config_file)
+model_fn = run_pretraining.model_fn_builder(config, None, 1e-3, 10, 1, False, False)
+out = {}
+for mode in (runtime.ModeKeys.EVAL, runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT):
+    is_training = mode == runtime.ModeKeys.TRAIN
+    with tf.Graph().as_default():
+        input_fn = run_pretraining.input_fn_builder([data_file], seq, pred, is_training)
+        batch = tf.data.make_one_shot_iterator(input_fn({"batch_size": 4})).get_next()
+        global_step = tf.train.get_or_create_global_step()
+        try:
+            spec = model_fn(batch, None, mode, {"batch_size": 4})
+        except ValueError as e:
+            out["predict_error"] = str(e)
+            continue
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            if is_training:
+                losses = [float(sess.run([spec.train_op, spec.loss])[1]) for _ in range(2)]
+                out["train"] = {"losses": losses, "step": int(sess.run(global_step))}
+                continue
+            metric_fn, tensors = spec.eval_metrics
+            metrics = metric_fn(*tensors)
+            sess.run(tf.local_variables_initializer())
+            values, loss, _ = sess.run([batch, spec.loss,
+                                        {k: v[1] for k, v in metrics.items()}])
+            out["batch"] = {k: v.tolist() for k, v in values.items()}
+            out["loss"] = float(loss)
+            out["eval"] = {k: float(v) for k, v in
+                           sess.run({k: v[0] for k, v in metrics.items()}).items()}
+out["parsed"] = flags.FLAGS.is_parsed()
+print("JSON" + json.dumps(out))
+"""
+
+
+def test_building_blocks_work_as_a_library_with_flags_unparsed(setup):
+    """In a fresh process that never parses flags: input_fn_builder reads the
+    records back and model_fn_builder's EVAL and TRAIN specs run."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_SCRIPT, setup["config"], setup["data"], str(SEQ),
+         str(PRED)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    assert not out["parsed"]
+    # Evaluation reads the file in order: the first four instances written.
+    for name, values in out["batch"].items():
+        np.testing.assert_allclose(values, [inst[name] for inst in make_instances(256)[:4]])
+    # The model's loss is the sum of the two heads' (weighted) mean losses.
+    assert set(out["eval"]) == RESULT_KEYS - {"global_step", "loss"}
+    assert out["loss"] == pytest.approx(
+        out["eval"]["masked_lm_loss"] + out["eval"]["next_sentence_loss"], rel=1e-5)
+    assert 0.0 <= out["eval"]["masked_lm_accuracy"] <= 1.0
+    assert out["train"]["step"] == 2
+    assert all(np.isfinite(out["train"]["losses"]))
+    assert "train and eval" in out["predict_error"]
 
 
 # ---------------------------------------------------------------------------
