@@ -1,0 +1,1270 @@
+# coding=utf-8
+"""BERT fine-tuning for named-entity recognition (token classification).
+
+The method of the BERT paper's CoNLL-2003 experiment:
+
+* each word is cut into WordPieces; the first piece of a word is classified
+  into the word's tag, the word's other pieces are neither trained nor read;
+* documents are read whole, in windows of ``--max_seq_length`` pieces that
+  start ``--doc_stride`` pieces apart, and each word takes its prediction
+  from the window in which it has the most context on both sides (as
+  run_squad.py does for answers);
+* one softmax layer over the tags sits on the final hidden states; no CRF.
+
+Data: CoNLL-2003 files (``token POS chunk NER``, blank lines between
+sentences, ``-DOCSTART-`` lines between documents) or two-column ``token
+tag`` files such as the Chinese NER sets; tags in IOB1 (the original CoNLL
+files), IOB2 (BIO) or BIOES. The scheme is detected from the data (or set
+with ``--tag_scheme``); IOB1 data are trained as IOB2 and written back in
+IOB1.
+
+Outputs in ``--output_dir``: ``eval_results.txt`` (entity precision, recall
+and F1 as the ``conlleval`` script counts them, overall and per type, and
+token accuracy), ``eval_predictions.txt`` and ``test_predictions.txt``
+(``token gold predicted`` per line, readable by conlleval),
+``text_predictions.txt`` (``token tag`` for a plain-text file),
+``ner_labels.json`` (the tag set) and, with ``--export_dir``, a SavedModel.
+See docs/ner.md.
+"""
+
+import collections
+import json
+import os
+import re
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+
+import modeling
+import run_common
+import runtime
+import tokenization
+from run_common import InputError
+
+FLAGS = flags.FLAGS
+
+# ---------------------------------------------------------------------------
+# Flags.
+
+run_common.define_flags(
+    "bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
+    "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
+    "train_batch_size", "eval_batch_size", "predict_batch_size", "learning_rate",
+    "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
+    "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
+    max_seq_length=128)
+
+# Names that other scripts define too. Whichever script is imported first in
+# a process defines them (allow_override lets a later script's own definition
+# replace ours, so importing several scripts side by side never fails); from
+# the shell each script gets its own.
+if "data_dir" not in FLAGS:
+    flags.DEFINE_string(
+        "data_dir", None,
+        "Folder with the data files, found by their usual names (train.txt or "
+        "eng.train; valid.txt, dev.txt or eng.testa; test.txt or eng.testb).",
+        allow_override=True)
+if "train_file" not in FLAGS:
+    flags.DEFINE_string(
+        "train_file", None, "Training data file (instead of the one in --data_dir).",
+        allow_override=True)
+if "dev_file" not in FLAGS:
+    flags.DEFINE_string(
+        "dev_file", None, "Dev (evaluation) data file (instead of the one in --data_dir).",
+        allow_override=True)
+if "test_file" not in FLAGS:
+    flags.DEFINE_string(
+        "test_file", None, "Test data file for --do_predict (instead of the one in "
+        "--data_dir).", allow_override=True)
+if "doc_stride" not in FLAGS:
+    flags.DEFINE_integer(
+        "doc_stride", 64,
+        "Documents are read in windows of max_seq_length - 2 word pieces; each "
+        "window starts this many pieces after the previous one.", allow_override=True)
+if "export_dir" not in FLAGS:
+    flags.DEFINE_string(
+        "export_dir", None,
+        "If set, export a SavedModel for serving under this directory (in a "
+        "timestamped subdirectory).", allow_override=True)
+if "tpu_job_name" not in FLAGS:
+    flags.DEFINE_string("tpu_job_name", None,
+                        "Name of TPU worker, if anything other than 'tpu_worker'",
+                        allow_override=True)
+
+flags.DEFINE_string(
+    "predict_text_file", None,
+    "With --do_predict: a plain-text file to tag, one sentence per line (blank "
+    "lines separate documents); written to text_predictions.txt as 'token tag' "
+    "lines. Words are split off at spaces and punctuation, and each CJK "
+    "character is a word.")
+
+flags.DEFINE_enum(
+    "tag_scheme", "auto", ["auto", "iob1", "iob2", "bio", "bioes"],
+    "Tagging scheme of the data: iob1 (the original CoNLL-2003 files: B- only "
+    "between two adjacent entities of one type), iob2 or bio (every entity "
+    "starts with B-), bioes (also E- ends and S- single-word entities). auto: "
+    "detected from the data.")
+
+flags.DEFINE_string(
+    "labels", None,
+    "Comma-separated entity types (PER,LOC,ORG,MISC) or tags (O,B-PER,I-PER,...): "
+    "the model's label set. Default: the types in the training data (or the "
+    "ner_labels.json of an earlier training run in --output_dir or next to "
+    "--init_checkpoint).")
+
+flags.DEFINE_bool(
+    "document_context", True,
+    "Read whole documents in windows (the paper's 'maximal document context'). "
+    "False: each sentence alone.")
+
+flags.DEFINE_integer(
+    "sentences_per_document", 1,
+    "For files without document markers (-DOCSTART- lines, or blank lines in a "
+    "plain-text file): group this many consecutive sentences into one document.")
+
+# ---------------------------------------------------------------------------
+# Reading data.
+
+# Usual file names in --data_dir, in order of preference.
+TRAIN_NAMES = ("train.txt", "eng.train")
+DEV_NAMES = ("valid.txt", "dev.txt", "eng.testa")
+TEST_NAMES = ("test.txt", "eng.testb")
+
+DOCSTART = "-DOCSTART-"
+
+# Columns are separated by ASCII spaces or tabs only: other Unicode spaces
+# (such as U+3000 in Chinese sets) can be tokens themselves.
+_COLUMN_SEPARATOR = re.compile(r"[ \t]+")
+
+# words: list of str; tags: list of str as in the file (None when the file
+# has no tags); lines: the line number of each word.
+Sentence = collections.namedtuple("Sentence", ["words", "tags", "lines"])
+
+# path; documents: list of lists of Sentence; has_docstart: the file marks
+# documents (-DOCSTART- lines); tagged: its lines carry tags.
+NerFile = collections.namedtuple("NerFile", ["path", "documents", "has_docstart", "tagged"])
+
+
+def _read_text(path, flag_name):
+    """The file's text (UTF-8). Raises InputError if missing or undecodable."""
+    if not tf.io.gfile.exists(path):
+        raise InputError("--%s: file not found: %s" % (flag_name, path))
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise InputError("%s, line %d: not valid UTF-8" % (path, line))
+    if text.startswith("\ufeff"):  # A byte order mark is not a token.
+        text = text[1:]
+    return text
+
+
+def _group(sentences, size):
+    """Consecutive runs of `size` sentences (at least 1)."""
+    size = max(1, size)
+    return [sentences[i:i + size] for i in range(0, len(sentences), size)]
+
+
+def read_conll_file(path, sentences_per_document=1, flag_name="data_dir"):
+    """Reads a CoNLL-style file: one word per line with its columns.
+
+    Every line has the same number of columns (separated by spaces or tabs):
+    the word first and, with two or more columns, the tag last (CoNLL-2003:
+    ``token POS chunk NER``; Chinese sets: ``character tag``). A one-column
+    file is untagged. Blank lines end sentences; ``-DOCSTART-`` lines start
+    documents. Without them, documents are runs of `sentences_per_document`
+    sentences.
+
+    Args:
+      path: the file.
+      sentences_per_document: grouping for files without -DOCSTART- lines.
+      flag_name: the flag that named the file (for a missing file's error).
+
+    Returns:
+      NerFile.
+
+    Raises:
+      InputError: missing or empty file, or a line with the wrong number of
+        columns (naming the file and line).
+    """
+    text = _read_text(path, flag_name)
+    documents = []  # Lists of sentences.
+    current_document = []
+    words, tags, lines = [], [], []
+    num_columns = None
+    first_line = None
+    has_docstart = False
+
+    def end_sentence():
+        if words:
+            current_document.append(Sentence(list(words), list(tags) if tags else None,
+                                              list(lines)))
+            del words[:], tags[:], lines[:]
+
+    for number, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip(" \t\r")
+        if not stripped:
+            end_sentence()
+            continue
+        fields = _COLUMN_SEPARATOR.split(stripped)
+        if fields[0] == DOCSTART:
+            end_sentence()
+            if current_document:
+                documents.append(current_document)
+            current_document = []
+            has_docstart = True
+            continue
+        if num_columns is None:
+            num_columns, first_line = len(fields), number
+        elif len(fields) != num_columns:
+            raise InputError(
+                "%s, line %d: expected %d columns (as on line %d), found %d: %r"
+                % (path, number, num_columns, first_line, len(fields), stripped))
+        words.append(fields[0])
+        if num_columns > 1:
+            tags.append(fields[-1])
+        lines.append(number)
+    end_sentence()
+    if current_document:
+        documents.append(current_document)
+    if not documents:
+        raise InputError("%s: no sentences (an empty file?)" % path)
+    if not has_docstart:
+        documents = _group([s for d in documents for s in d], sentences_per_document)
+    return NerFile(path, documents, has_docstart, num_columns > 1)
+
+
+def read_text_file(path, basic_tokenizer, sentences_per_document=1):
+    """Reads plain text to tag: one sentence per line, blank lines between
+    documents (without blank lines, runs of `sentences_per_document` lines
+    are documents).
+
+    Words are what `basic_tokenizer` (a BasicTokenizer without lower-casing)
+    splits a line into: whitespace and punctuation separate words, and each
+    CJK character is a word. A line that yields no word is skipped.
+
+    Returns:
+      NerFile (untagged).
+    """
+    text = _read_text(path, "predict_text_file")
+    blocks = [[]]
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            if blocks[-1]:
+                blocks.append([])
+            continue
+        words = basic_tokenizer.tokenize(line)
+        if words:
+            blocks[-1].append(Sentence(words, None, [number] * len(words)))
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        raise InputError("%s: no text to tag (an empty file?)" % path)
+    if len(blocks) == 1:
+        blocks = _group(blocks[0], sentences_per_document)
+    return NerFile(path, blocks, False, False)
+
+
+def iter_sentences(ner_file):
+    """The file's sentences in order."""
+    for document in ner_file.documents:
+        for sentence in document:
+            yield sentence
+
+
+def find_data_file(data_dir, names):
+    """The first of `names` that exists in `data_dir`, or None."""
+    if not data_dir:
+        return None
+    for name in names:
+        path = os.path.join(data_dir, name)
+        if tf.io.gfile.exists(path):
+            return path
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Tags and tagging schemes.
+
+SCHEMES = ("iob1", "iob2", "bioes")
+_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
+
+
+def split_tag(tag):
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''). The type is everything after
+    the first '-'. A tag without '-' other than 'O' gives (tag, '')."""
+    if tag == "O":
+        return "O", ""
+    prefix, _, entity_type = tag.partition("-")
+    return prefix, entity_type
+
+
+def is_valid_tag(tag):
+    """Whether `tag` is O or B-, I-, E-, S- followed by a type."""
+    prefix, entity_type = split_tag(tag)
+    return tag == "O" or (prefix in ("B", "I", "E", "S") and bool(entity_type))
+
+
+def detect_scheme(tag_sequences):
+    """The tagging scheme of some tag sequences (one per sentence).
+
+    bioes if any E- or S- tag occurs; iob1 if an I- tag starts an entity
+    (after O, another type, or at the start of a sentence), as in the
+    original CoNLL-2003 files; otherwise iob2.
+    """
+    iob1 = False
+    for tags in tag_sequences:
+        previous = "O"
+        for tag in tags:
+            prefix, entity_type = split_tag(tag)
+            if prefix in ("E", "S"):
+                return "bioes"
+            if prefix == "I":
+                previous_prefix, previous_type = split_tag(previous)
+                if previous_prefix == "O" or previous_type != entity_type:
+                    iob1 = True
+            previous = tag
+    return "iob1" if iob1 else "iob2"
+
+
+def iob1_to_iob2(tags):
+    """IOB1 -> IOB2 for one sentence: an I- tag that starts an entity becomes B-."""
+    out = []
+    previous_prefix, previous_type = "O", ""
+    for tag in tags:
+        prefix, entity_type = split_tag(tag)
+        if prefix == "I" and (previous_prefix == "O" or previous_type != entity_type):
+            tag = "B-" + entity_type
+        out.append(tag)
+        previous_prefix, previous_type = prefix, entity_type
+    return out
+
+
+def iob2_to_iob1(tags):
+    """IOB2 -> IOB1 for one sentence: B- stays only right after an entity of
+    the same type (where IOB1 needs it), else it becomes I-."""
+    out = []
+    previous_prefix, previous_type = "O", ""
+    for tag in tags:
+        prefix, entity_type = split_tag(tag)
+        if prefix == "B" and (previous_prefix == "O" or previous_type != entity_type):
+            out.append("I-" + entity_type)
+        else:
+            out.append(tag)
+        previous_prefix, previous_type = prefix, entity_type
+    return out
+
+
+def model_scheme(scheme):
+    """The scheme the model is trained in: IOB1 data are trained as IOB2
+    (every entity's first word gets B-, which is easier to learn than IOB1's
+    rare B-), the others as they are."""
+    return "iob2" if scheme == "iob1" else scheme
+
+
+def to_model_tags(tags, scheme):
+    """A sentence's tags in the data's scheme -> the model's scheme."""
+    return iob1_to_iob2(tags) if scheme == "iob1" else list(tags)
+
+
+def from_model_tags(tags, scheme):
+    """A sentence's predicted tags in the model's scheme -> the data's scheme."""
+    return iob2_to_iob1(tags) if scheme == "iob1" else list(tags)
+
+
+def label_list_for(entity_types, scheme):
+    """The model's labels: 'O', then per type (in the given order) its tags in
+    the model's scheme: B-, I- (and E-, S- for bioes)."""
+    labels = ["O"]
+    for entity_type in entity_types:
+        labels.extend("%s-%s" % (prefix, entity_type)
+                      for prefix in _PREFIXES[model_scheme(scheme)])
+    return labels
+
+
+def entity_types_of(tags):
+    """Sorted entity types of some tags (invalid tags ignored)."""
+    return sorted({split_tag(t)[1] for t in tags if t != "O" and is_valid_tag(t)})
+
+
+def parse_labels_flag(value):
+    """--labels: types or tags, comma-separated -> list of types in the order
+    first given. Raises InputError for an empty list or a bad tag."""
+    types = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item or item == "O":
+            continue
+        if "-" in item:
+            if not is_valid_tag(item):
+                raise InputError("--labels: %r is neither a type nor a tag such as B-PER"
+                                 % item)
+            item = split_tag(item)[1]
+        if item not in types:
+            types.append(item)
+    if not types:
+        raise InputError("--labels: no entity type in %r" % value)
+    return types
+
+
+def check_well_formed(ner_file):
+    """Raises InputError naming the file and line of the first tag that is not
+    O or B-, I-, E-, S- and a type."""
+    if not ner_file.tagged:
+        return
+    for sentence in iter_sentences(ner_file):
+        for tag, line in zip(sentence.tags, sentence.lines):
+            if not is_valid_tag(tag):
+                raise InputError("%s, line %d: malformed tag %r (expected O or B-, I-, E-, "
+                                 "S- and a type, such as B-PER)" % (ner_file.path, line, tag))
+
+
+def check_tags(ner_file, entity_types, scheme):
+    """Checks every tag of a tagged file against the model's labels.
+
+    Raises:
+      InputError: naming the file and line of the first tag that is malformed,
+        of an unknown type, or with a prefix the scheme does not have.
+    """
+    if not ner_file.tagged:
+        return
+    check_well_formed(ner_file)
+    known = set(entity_types)
+    prefixes = _PREFIXES[scheme]
+    for sentence in iter_sentences(ner_file):
+        for tag, line in zip(sentence.tags, sentence.lines):
+            if tag == "O":
+                continue
+            prefix, entity_type = split_tag(tag)
+            if entity_type not in known or prefix not in prefixes:
+                raise InputError(
+                    "%s, line %d: label %r is not one of the model's labels (%s tags of "
+                    "the types %s)" % (ner_file.path, line, tag, scheme.upper(),
+                                       ", ".join(entity_types)))
+
+
+# ---------------------------------------------------------------------------
+# Entity-level evaluation, as the conlleval script counts.
+
+def _chunk_ends(previous_prefix, previous_type, prefix, entity_type):
+    """Whether an entity ends between the previous tag and this one."""
+    if previous_prefix in ("E", "S"):
+        return True
+    if previous_prefix in ("B", "I") and prefix in ("B", "S", "O"):
+        return True
+    return previous_prefix != "O" and previous_type != entity_type
+
+
+def _chunk_starts(previous_prefix, previous_type, prefix, entity_type):
+    """Whether an entity starts at this tag."""
+    if prefix in ("B", "S"):
+        return True
+    if prefix in ("I", "E") and previous_prefix in ("O", "E", "S"):
+        return True
+    return prefix != "O" and previous_type != entity_type
+
+
+def extract_entities(sentences):
+    """Entities of tagged sentences, as conlleval reads them.
+
+    A tag is cut at its first '-' into a prefix and a type. An entity starts
+    at B- (and S-), at an I- (or E-) that follows O, or where the type
+    changes; it ends before O, B- or S-, after E- or S-, or where the type
+    changes. So IOB1 and IOB2 (and BIOES) are all read right, and ill-formed
+    sequences (I-PER after O) the way conlleval reads them. Sentences are
+    separate: no entity crosses a sentence boundary.
+
+    Args:
+      sentences: list of lists of tags.
+
+    Returns:
+      Set of (type, sentence index, first word, last word).
+    """
+    entities = set()
+    for index, tags in enumerate(sentences):
+        previous_prefix, previous_type = "O", ""
+        start = None
+        for position, tag in enumerate(list(tags) + ["O"]):
+            prefix, entity_type = split_tag(tag)
+            if start is not None and _chunk_ends(previous_prefix, previous_type, prefix,
+                                                 entity_type):
+                entities.add((previous_type, index, start, position - 1))
+                start = None
+            if _chunk_starts(previous_prefix, previous_type, prefix, entity_type):
+                start = position
+            previous_prefix, previous_type = prefix, entity_type
+    return entities
+
+
+def _prf(correct, found_predicted, found_gold):
+    precision = correct / found_predicted if found_predicted else 0.0
+    recall = correct / found_gold if found_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def evaluate_tags(gold_sentences, predicted_sentences):
+    """conlleval's scores of predicted tags against gold tags.
+
+    Args:
+      gold_sentences, predicted_sentences: lists of lists of tags, aligned
+        (sentence by sentence, word by word).
+
+    Returns:
+      dict: "precision", "recall", "f1" (entities whose type, first and last
+      word all match, as fractions), "accuracy" (words whose tag is right),
+      "num_gold_entities", "num_predicted_entities", "num_correct_entities",
+      and per type T found in either: "precision_T", "recall_T", "f1_T".
+    """
+    if len(gold_sentences) != len(predicted_sentences) or any(
+            len(g) != len(p) for g, p in zip(gold_sentences, predicted_sentences)):
+        raise ValueError("gold and predicted tags are not aligned")
+    gold = extract_entities(gold_sentences)
+    predicted = extract_entities(predicted_sentences)
+    correct = gold & predicted
+    words = sum(len(g) for g in gold_sentences)
+    right = sum(g == p for gs, ps in zip(gold_sentences, predicted_sentences)
+                for g, p in zip(gs, ps))
+    precision, recall, f1 = _prf(len(correct), len(predicted), len(gold))
+    result = {"precision": precision, "recall": recall, "f1": f1,
+              "accuracy": right / words if words else 0.0,
+              "num_gold_entities": len(gold), "num_predicted_entities": len(predicted),
+              "num_correct_entities": len(correct)}
+    for entity_type in sorted({e[0] for e in gold | predicted}):
+        counts = [sum(e[0] == entity_type for e in entities)
+                  for entities in (correct, predicted, gold)]
+        (result["precision_" + entity_type], result["recall_" + entity_type],
+         result["f1_" + entity_type]) = _prf(*counts)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Features: documents in windows of word pieces.
+
+# One model input. input_ids, input_mask, segment_ids, label_ids, label_mask:
+# lists of max_seq_length ints (label_mask 1 where label_ids is trained or
+# scored); word_positions: (position in the window, word index) for each word
+# whose prediction comes from this window.
+Window = collections.namedtuple(
+    "Window", ["input_ids", "input_mask", "segment_ids", "label_ids", "label_mask",
+               "word_positions"])
+
+
+class WordPieceCache(dict):
+    """word -> tuple of WordPiece ids, remembered (words repeat a lot).
+
+    A word that yields no piece at all (only control or format characters,
+    say) gets [UNK], so that every word has a first piece to classify.
+    """
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        self._tokenizer = tokenizer
+        self._unk = tokenizer.convert_tokens_to_ids(["[UNK]"])
+        # The ids that frame every window.
+        self.special_ids = tuple(tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"]))
+
+    def __missing__(self, word):
+        ids = tuple(self._tokenizer.convert_tokens_to_ids(self._tokenizer.tokenize(word))
+                    or self._unk)
+        if len(self) < 500000:  # Bounded memory on huge vocabularies of words.
+            self[word] = ids
+        return ids
+
+
+def window_spans(num_pieces, max_pieces, doc_stride):
+    """(start, length) of the windows over `num_pieces` pieces: each holds up
+    to `max_pieces`, and each starts `doc_stride` after the previous one (but
+    never past the previous one's end), until the last piece is covered."""
+    spans = []
+    start = 0
+    while start < num_pieces:
+        length = min(max_pieces, num_pieces - start)
+        spans.append((start, length))
+        if start + length >= num_pieces:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def max_context_spans(spans, positions):
+    """For each piece position, the index of the span where it has the most
+    context: the largest min(pieces to its left, pieces to its right), plus
+    0.01 per piece of span length to prefer longer spans, then the first.
+
+    Args:
+      spans: from `window_spans`.
+      positions: sorted piece positions to place.
+
+    Returns:
+      list of span indices, aligned with `positions`.
+    """
+    best = [-1] * len(positions)
+    best_score = [-1.0] * len(positions)
+    first = 0
+    for index, (start, length) in enumerate(spans):
+        end = start + length - 1
+        while first < len(positions) and positions[first] < start:
+            first += 1
+        i = first
+        while i < len(positions) and positions[i] <= end:
+            p = positions[i]
+            score = min(p - start, end - p) + 0.01 * length
+            if score > best_score[i]:
+                best_score[i], best[i] = score, index
+            i += 1
+    return best
+
+
+def convert_document(words, label_ids, pieces, max_seq_length, doc_stride,
+                     is_training):
+    """One document's words -> its windows.
+
+    Args:
+      words: the document's words (all its sentences, in order).
+      label_ids: one label id per word, or None (nothing to score).
+      pieces: WordPieceCache (word -> piece ids) built on the tokenizer.
+      max_seq_length: length of each window, [CLS] and [SEP] included.
+      doc_stride: pieces between the starts of consecutive windows.
+      is_training: label every word's first piece in every window (training
+        sees each word in each of its contexts); otherwise only where the
+        word has its most context, so each word is scored once.
+
+    Returns:
+      list of Window; every word appears in exactly one window's
+      word_positions.
+    """
+    cls_id, sep_id = pieces.special_ids
+    ids = []
+    starts = []  # Position of each word's first piece.
+    for word in words:
+        starts.append(len(ids))
+        ids.extend(pieces[word])
+    spans = window_spans(len(ids), max_seq_length - 2, doc_stride)
+    best = max_context_spans(spans, starts)
+    windows = []
+    word = 0
+    for index, (start, length) in enumerate(spans):
+        while word < len(starts) and starts[word] < start:
+            word += 1
+        input_ids = [cls_id] + ids[start:start + length] + [sep_id]
+        padding = max_seq_length - len(input_ids)
+        labels = [0] * max_seq_length
+        mask = [0] * max_seq_length
+        positions = []
+        w = word
+        while w < len(starts) and starts[w] < start + length:
+            position = starts[w] - start + 1
+            if best[w] == index:
+                positions.append((position, w))
+            if label_ids is not None and (is_training or best[w] == index):
+                labels[position] = label_ids[w]
+                mask[position] = 1
+            w += 1
+        windows.append(Window(input_ids + [0] * padding,
+                              [1] * len(input_ids) + [0] * padding,
+                              [0] * max_seq_length, labels, mask, positions))
+    return windows
+
+
+def document_inputs(ner_file, document_context, label_map=None, scheme="iob2"):
+    """A file's documents as (words, label ids or None) pairs.
+
+    Args:
+      ner_file: NerFile.
+      document_context: False: each sentence is a document of its own.
+      label_map: model tag -> id; None (or an untagged file): no labels.
+      scheme: the data's scheme (tags are converted to the model's).
+
+    Returns:
+      list of (words, label_ids); words in file order, so that the word
+      indices of all documents, concatenated, follow the file's words.
+    """
+    units = ner_file.documents if document_context else [
+        [s] for s in iter_sentences(ner_file)]
+    out = []
+    for sentences in units:
+        words = [w for s in sentences for w in s.words]
+        labels = None
+        if label_map is not None and ner_file.tagged:
+            labels = [label_map[t] for s in sentences for t in to_model_tags(s.tags, scheme)]
+        out.append((words, labels))
+    return out
+
+
+def convert_file(ner_file, pieces, max_seq_length, doc_stride, is_training,
+                 document_context=True, label_map=None, scheme="iob2"):
+    """All windows of a file; word indices count the file's words in order.
+
+    Returns:
+      (list of Window, number of words).
+    """
+    windows = []
+    offset = 0
+    for words, labels in document_inputs(ner_file, document_context, label_map, scheme):
+        for window in convert_document(words, labels, pieces, max_seq_length, doc_stride,
+                                       is_training):
+            windows.append(window._replace(
+                word_positions=[(p, offset + w) for p, w in window.word_positions]))
+        offset += len(words)
+    return windows, offset
+
+
+def padding_window(max_seq_length):
+    """An all-zero window (fills the last batch on TPU; scores nothing)."""
+    zeros = [0] * max_seq_length
+    return Window(zeros, zeros, zeros, zeros, zeros, [])
+
+
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "label_ids", "label_mask")
+
+
+def write_windows(windows, output_file):
+    """Writes windows as tf.train.Examples (the FEATURE_NAMES, int64
+    [max_seq_length] each) to a TFRecord file, atomically."""
+    tmp_file = "%s.tmp-%d" % (output_file, os.getpid())
+    try:
+        with tf.io.TFRecordWriter(tmp_file) as writer:
+            for window in windows:
+                feature = {
+                    name: tf.train.Feature(int64_list=tf.train.Int64List(
+                        value=getattr(window, name)))
+                    for name in FEATURE_NAMES}
+                writer.write(tf.train.Example(
+                    features=tf.train.Features(feature=feature)).SerializeToString())
+        tf.io.gfile.rename(tmp_file, output_file, overwrite=True)
+    except BaseException:
+        if tf.io.gfile.exists(tmp_file):
+            tf.io.gfile.remove(tmp_file)
+        raise
+
+
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder):
+    """An input_fn over a TFRecord file of windows.
+
+    Returns:
+      input_fn(params) -> tf.data.Dataset of dicts of int32 [batch,
+      seq_length] tensors (FEATURE_NAMES); training repeats and shuffles.
+    """
+    name_to_features = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
+                        for name in FEATURE_NAMES}
+
+    def input_fn(params):
+        d = tf.data.TFRecordDataset(input_file)
+        if is_training:
+            d = d.repeat()
+            # Windows of a document are adjacent in the file: mix them.
+            d = d.shuffle(buffer_size=1000)
+        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
+                  num_parallel_calls=tf.data.AUTOTUNE)
+        d = d.batch(batch_size=params["batch_size"], drop_remainder=drop_remainder)
+        return d.prefetch(tf.data.AUTOTUNE)
+
+    return input_fn
+
+
+def word_predictions(windows, probabilities, num_words):
+    """Each word's label probabilities, from the window where it has the most
+    context.
+
+    Args:
+      windows: list of Window (as from `convert_file` / `convert_document`).
+      probabilities: per window, [max_seq_length, num_labels] (the model's
+        output for that window), aligned with `windows`.
+      num_words: number of words the windows cover.
+
+    Returns:
+      float array [num_words, num_labels].
+    """
+    out = None
+    seen = np.zeros(num_words, dtype=bool)
+    for window, probs in zip(windows, probabilities):
+        probs = np.asarray(probs)
+        if out is None:
+            out = np.zeros((num_words, probs.shape[-1]), dtype=np.float32)
+        for position, word in window.word_positions:
+            out[word] = probs[position]
+            seen[word] = True
+    if not seen.all():
+        raise RuntimeError("%d of %d words got no prediction"
+                           % (num_words - int(seen.sum()), num_words))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Model.
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
+                 num_labels, use_one_hot_embeddings):
+    """A softmax over the labels on each position's final hidden state.
+
+    Args:
+      input_ids, input_mask, segment_ids: int32 [batch, seq_length].
+      num_labels: size of the label set.
+
+    Returns:
+      (logits, probabilities): float32 [batch, seq_length, num_labels], from
+      `ner/output_weights` [num_labels, hidden] and `ner/output_bias`.
+    """
+    model = modeling.BertModel(
+        config=bert_config,
+        is_training=is_training,
+        input_ids=input_ids,
+        input_mask=input_mask,
+        token_type_ids=segment_ids,
+        use_one_hot_embeddings=use_one_hot_embeddings,
+        **run_common.model_options())
+    sequence = model.get_sequence_output()
+    batch_size, seq_length, hidden_size = modeling.get_shape_list(sequence, expected_rank=3)
+
+    output_weights = tf.get_variable(
+        "ner/output_weights", [num_labels, hidden_size],
+        initializer=tf.truncated_normal_initializer(stddev=0.02))
+    output_bias = tf.get_variable("ner/output_bias", [num_labels],
+                                  initializer=tf.zeros_initializer())
+    if is_training:
+        sequence = tf.nn.dropout(sequence, rate=0.1)
+    logits = tf.matmul(tf.reshape(sequence, [-1, hidden_size]), output_weights,
+                       transpose_b=True)
+    logits = tf.nn.bias_add(logits, output_bias)
+    logits = tf.reshape(logits, [batch_size, seq_length, num_labels])
+    return logits, tf.nn.softmax(logits, axis=-1)
+
+
+def masked_loss(logits, label_ids, label_mask):
+    """Mean cross-entropy over the positions where label_mask is 1.
+
+    Args:
+      logits: float32 [batch, seq_length, num_labels].
+      label_ids, label_mask: int32 [batch, seq_length].
+
+    Returns:
+      float32 scalar (0 if the mask is empty).
+    """
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot = tf.one_hot(label_ids, depth=modeling.get_shape_list(logits)[-1],
+                         dtype=tf.float32)
+    per_position = -tf.reduce_sum(one_hot * log_probs, axis=-1)
+    mask = tf.cast(label_mask, tf.float32)
+    return tf.reduce_sum(per_position * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
+                     num_train_steps, num_warmup_steps, use_tpu, use_one_hot_embeddings):
+    """Returns the `model_fn` for the runner.
+
+    TRAIN reads input_ids, input_mask, segment_ids, label_ids and label_mask;
+    PREDICT reads the first three and returns {"probabilities": [batch,
+    seq_length, num_labels]}, which is also the serving signature.
+    """
+
+    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
+        run_common.log_features(features)
+        input_ids = features["input_ids"]
+        is_training = mode == runtime.ModeKeys.TRAIN
+        logits, probabilities = create_model(
+            bert_config, is_training, input_ids, features["input_mask"],
+            features["segment_ids"], num_labels, use_one_hot_embeddings)
+        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+
+        if mode == runtime.ModeKeys.TRAIN:
+            loss = masked_loss(logits, features["label_ids"], features["label_mask"])
+            train_op = run_common.create_train_op(
+                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
+            seq_length = modeling.get_shape_list(input_ids)[1]
+            return runtime.TPUEstimatorSpec(
+                mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn,
+                training_hooks=run_common.training_hooks(
+                    loss, examples_per_step=params["batch_size"],
+                    tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu))
+        if mode == runtime.ModeKeys.PREDICT:
+            return runtime.TPUEstimatorSpec(
+                mode=mode, predictions={"probabilities": probabilities},
+                export_outputs={
+                    tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
+                        runtime.PredictOutput({"probabilities": probabilities}),
+                },
+                scaffold_fn=scaffold_fn)
+        raise ValueError("Only TRAIN and PREDICT modes are supported: %s" % mode)
+
+    return model_fn
+
+
+# ---------------------------------------------------------------------------
+# Steps of main.
+
+LABELS_FILE = "ner_labels.json"
+
+
+def write_labels(path, scheme, entity_types):
+    """Saves the label set (and the data's scheme) as JSON."""
+    with run_common.atomic_output(path) as writer:
+        writer.write(json.dumps({"scheme": scheme, "entity_types": list(entity_types),
+                                 "labels": label_list_for(entity_types, scheme)},
+                                indent=2) + "\n")
+
+
+def read_labels(path):
+    """(scheme, entity_types) from a file of `write_labels`, or None if absent."""
+    if not path or not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "r") as f:
+        try:
+            saved = json.load(f)
+            scheme, types = saved["scheme"], list(saved["entity_types"])
+        except (ValueError, KeyError, TypeError):
+            raise InputError("%s: not a label file of run_ner.py" % path)
+    if scheme not in SCHEMES:
+        raise InputError("%s: unknown scheme %r" % (path, scheme))
+    return scheme, types
+
+
+def _saved_labels_path(output_dir, init_checkpoint):
+    """ner_labels.json of an earlier run: in output_dir, else next to
+    init_checkpoint; None if neither has one."""
+    candidates = [os.path.join(output_dir, LABELS_FILE)]
+    if init_checkpoint:
+        candidates.append(os.path.join(os.path.dirname(init_checkpoint), LABELS_FILE))
+    for path in candidates:
+        if tf.io.gfile.exists(path):
+            return path
+    return None
+
+
+def _resolve_file(flag_name, data_dir, names, required_for):
+    """A data file from its flag, else from data_dir by its usual names.
+
+    Returns the path, or None if neither gives one and `required_for` is
+    None; otherwise raises InputError naming what was tried.
+    """
+    path = getattr(FLAGS, flag_name)
+    if path:
+        return path
+    path = find_data_file(data_dir, names)
+    if path is None and required_for:
+        where = ("in --data_dir=%s (%s)" % (data_dir, ", ".join(names)) if data_dir
+                 else "(no --data_dir)")
+        raise InputError("%s needs --%s or a data file %s" % (required_for, flag_name, where))
+    return path
+
+
+def predict_windows(estimator, windows, name, batch_size, fixed, checkpoint_path=None):
+    """Runs the model on windows (through a TFRecord file in output_dir).
+
+    Returns:
+      list of [max_seq_length, num_labels] arrays, aligned with `windows`.
+    """
+    num_actual = len(windows)
+    if fixed:
+        # TPU: every batch full; the padding windows' outputs are dropped.
+        while len(windows) % batch_size:
+            windows = windows + [padding_window(FLAGS.max_seq_length)]
+    path = os.path.join(FLAGS.output_dir, name + ".tf_record")
+    write_windows(windows, path)
+    tf.logging.info("***** Running prediction: %s *****", name)
+    tf.logging.info("  Num windows = %d (%d actual)", len(windows), num_actual)
+    tf.logging.info("  Batch size = %d", batch_size)
+    input_fn = file_based_input_fn_builder(path, FLAGS.max_seq_length, is_training=False,
+                                           drop_remainder=fixed)
+    outputs = []
+    for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path):
+        if len(outputs) == num_actual:
+            break
+        outputs.append(prediction["probabilities"])
+    if len(outputs) != num_actual:
+        raise RuntimeError("Got %d predictions for %d windows" % (len(outputs), num_actual))
+    return outputs
+
+
+def tag_file(estimator, ner_file, pieces, label_list, scheme, batch_size, name):
+    """Predicts a file's tags.
+
+    Returns:
+      (probabilities [num_words, num_labels] in the file's word order,
+      predicted tags per sentence in the data's scheme).
+    """
+    windows, num_words = convert_file(ner_file, pieces, FLAGS.max_seq_length,
+                                      FLAGS.doc_stride, is_training=False,
+                                      document_context=FLAGS.document_context)
+    outputs = predict_windows(estimator, windows, name, batch_size, FLAGS.use_tpu)
+    probabilities = word_predictions(windows, outputs, num_words)
+    predicted_ids = np.argmax(probabilities, axis=-1)
+    sentences = []
+    offset = 0
+    for sentence in iter_sentences(ner_file):
+        tags = [label_list[i] for i in predicted_ids[offset:offset + len(sentence.words)]]
+        sentences.append(from_model_tags(tags, scheme))
+        offset += len(sentence.words)
+    return probabilities, sentences
+
+
+def write_conll_predictions(path, ner_file, predicted, with_gold=True):
+    """Writes 'token gold predicted' lines (or 'token predicted' without gold;
+    gold 'O' for an untagged file), a blank line after each sentence and
+    '-DOCSTART-' lines between documents when the input had them."""
+    with run_common.atomic_output(path) as writer:
+        index = 0
+        for document in ner_file.documents:
+            if ner_file.has_docstart:
+                writer.write(DOCSTART + (" O O\n\n" if with_gold else " O\n\n"))
+            for sentence in document:
+                gold = sentence.tags or ["O"] * len(sentence.words)
+                for word, gold_tag, tag in zip(sentence.words, gold, predicted[index]):
+                    if with_gold:
+                        writer.write("%s %s %s\n" % (word, gold_tag, tag))
+                    else:
+                        writer.write("%s %s\n" % (word, tag))
+                writer.write("\n")
+                index += 1
+
+
+def score_file(ner_file, probabilities, predicted, label_map, scheme):
+    """Metrics of a tagged file's predictions, named as in eval_results.txt:
+    eval_precision, eval_recall, eval_f1, eval_accuracy (per word),
+    eval_loss (mean cross-entropy per word) and the per-type scores."""
+    gold = [s.tags for s in iter_sentences(ner_file)]
+    result = {"eval_" + k: v for k, v in evaluate_tags(gold, predicted).items()}
+    gold_ids = [label_map[t] for tags in gold for t in to_model_tags(tags, scheme)]
+    gold_probabilities = probabilities[np.arange(len(gold_ids)), gold_ids]
+    result["eval_loss"] = float(-np.mean(np.log(np.maximum(gold_probabilities, 1e-12))))
+    return result
+
+
+def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_path):
+    """Exports a SavedModel for serving from `checkpoint_path`.
+
+    The serving_default signature takes int32 input_ids, input_mask and
+    segment_ids [batch, max_seq_length] and returns probabilities [batch,
+    max_seq_length, num_labels]; the label names are in
+    assets.extra/ner_labels.json inside the SavedModel.
+
+    Returns:
+      The SavedModel's directory.
+    """
+    model_fn = model_fn_builder(
+        bert_config=bert_config, num_labels=num_labels, init_checkpoint=None,
+        learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
+        use_one_hot_embeddings=False)
+    seq_length = FLAGS.max_seq_length
+
+    def serving_input_receiver_fn():
+        features = {name: tf.placeholder(tf.int32, [None, seq_length], name=name)
+                    for name in ("input_ids", "input_mask", "segment_ids")}
+        return runtime.ServingInputReceiver(features, features)
+
+    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
+                                      checkpoint_path=checkpoint_path,
+                                      model_dir=FLAGS.output_dir)
+    extra = os.path.join(path, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    tf.io.gfile.copy(labels_path, os.path.join(extra, LABELS_FILE), overwrite=True)
+    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
+    return path
+
+
+def _checkpoint_to_use():
+    """The latest checkpoint in output_dir, else --init_checkpoint if it is a
+    fine-tuned NER model; None if there is neither."""
+    checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
+    if checkpoint:
+        return checkpoint
+    if FLAGS.init_checkpoint:
+        names = [name for name, _ in tf.train.list_variables(FLAGS.init_checkpoint)]
+        if "ner/output_weights" in names:
+            return FLAGS.init_checkpoint
+    return None
+
+
+def _choose_labels(train, others, labels_path_for_reading):
+    """(scheme of the data, entity types) from the flags, the training data or
+    a saved label file."""
+    flag_scheme = {"auto": None, "bio": "iob2"}.get(FLAGS.tag_scheme, FLAGS.tag_scheme)
+    saved = None if train else read_labels(labels_path_for_reading)
+    tagged = [f for f in ([train] if train else []) + others if f is not None and f.tagged]
+    if flag_scheme:
+        scheme = flag_scheme
+    elif saved:
+        scheme = saved[0]
+    elif tagged:
+        scheme = detect_scheme(s.tags for s in iter_sentences(tagged[0]))
+    else:
+        scheme = "iob2"
+    if FLAGS.labels:
+        types = parse_labels_flag(FLAGS.labels)
+    elif train is not None:
+        types = entity_types_of(t for s in iter_sentences(train) for t in s.tags)
+    elif saved:
+        types = saved[1]
+        if model_scheme(saved[0]) != model_scheme(scheme):
+            raise InputError("--tag_scheme=%s, but the model was trained on %s tags (%s)"
+                             % (FLAGS.tag_scheme, saved[0], labels_path_for_reading))
+    else:
+        raise InputError(
+            "No label set: give --labels, or train first (--do_train writes %s to "
+            "--output_dir)" % LABELS_FILE)
+    if not types:
+        raise InputError("%s: no entity tags at all (only O)" % train.path)
+    return scheme, types
+
+
+def main(_):
+    tf.logging.set_verbosity(tf.logging.INFO)
+
+    # Every input is checked before anything is trained or written.
+    run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
+        raise InputError("At least one of `do_train`, `do_eval`, `do_predict` or "
+                         "`export_dir` must be set.")
+    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
+        raise InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
+    if FLAGS.max_seq_length < 3:
+        raise InputError("--max_seq_length must be at least 3, got %d" % FLAGS.max_seq_length)
+    if FLAGS.doc_stride < 1:
+        raise InputError("--doc_stride must be at least 1, got %d" % FLAGS.doc_stride)
+    if FLAGS.predict_text_file and not FLAGS.do_predict:
+        raise InputError("--predict_text_file needs --do_predict")
+
+    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
+                                          FLAGS.init_checkpoint)
+    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    bert_config = run_common.load_bert_config(
+        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
+        vocab_file=FLAGS.vocab_file)
+
+    # Read all data now, so that a bad file stops the run before training.
+    group = FLAGS.sentences_per_document
+    train = dev = test = text = None
+    if FLAGS.do_train:
+        train = read_conll_file(_resolve_file("train_file", FLAGS.data_dir, TRAIN_NAMES,
+                                              "--do_train"), group, "train_file")
+    if FLAGS.do_eval:
+        dev = read_conll_file(_resolve_file("dev_file", FLAGS.data_dir, DEV_NAMES,
+                                            "--do_eval"), group, "dev_file")
+        if not dev.tagged:
+            raise InputError("%s: --do_eval needs tags (a second column at least)" % dev.path)
+    if FLAGS.do_predict:
+        test_path = _resolve_file("test_file", FLAGS.data_dir, TEST_NAMES,
+                                  None if FLAGS.predict_text_file else "--do_predict")
+        if test_path:
+            test = read_conll_file(test_path, group, "test_file")
+        if FLAGS.predict_text_file:
+            text = read_text_file(FLAGS.predict_text_file,
+                                  tokenization.BasicTokenizer(do_lower_case=False), group)
+    if train is not None and not train.tagged:
+        raise InputError("%s: training data need tags (a second column at least)"
+                         % train.path)
+    for ner_file in (train, dev, test):
+        if ner_file is not None:
+            check_well_formed(ner_file)
+
+    labels_path = os.path.join(FLAGS.output_dir, LABELS_FILE)
+    saved_path = _saved_labels_path(FLAGS.output_dir, FLAGS.init_checkpoint)
+    if train is None and not FLAGS.labels and saved_path is None:
+        # A later run on a trained model: its training data give the labels.
+        train_path = FLAGS.train_file or find_data_file(FLAGS.data_dir, TRAIN_NAMES)
+        if train_path:
+            label_source = read_conll_file(train_path, group, "train_file")
+            scheme, entity_types = _choose_labels(label_source, [dev, test], None)
+        else:
+            scheme, entity_types = _choose_labels(None, [dev, test], None)
+    else:
+        scheme, entity_types = _choose_labels(train, [dev, test], saved_path)
+    for ner_file in (train, dev, test):
+        if ner_file is not None:
+            check_tags(ner_file, entity_types, scheme)
+    label_list = label_list_for(entity_types, scheme)
+    label_map = {label: i for i, label in enumerate(label_list)}
+    tf.logging.info("Tag scheme %s (trained as %s); %d labels: %s", scheme,
+                    model_scheme(scheme), len(label_list), " ".join(label_list))
+
+    pieces = WordPieceCache(tokenizer)
+    train_windows = None
+    num_train_steps = num_warmup_steps = None
+    if FLAGS.do_train:
+        train_windows, _ = convert_file(train, pieces, FLAGS.max_seq_length, FLAGS.doc_stride,
+                                        is_training=True,
+                                        document_context=FLAGS.document_context,
+                                        label_map=label_map, scheme=scheme)
+        num_train_steps = run_common.num_train_steps(
+            len(train_windows), FLAGS.train_batch_size, FLAGS.num_train_epochs)
+        if num_train_steps < 1:
+            raise InputError(
+                "%d training windows, --train_batch_size=%d and --num_train_epochs=%s "
+                "make 0 training steps" % (len(train_windows), FLAGS.train_batch_size,
+                                           FLAGS.num_train_epochs))
+        num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+
+    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use() is None:
+        raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
+                         "--init_checkpoint to export (train first with --do_train)"
+                         % FLAGS.output_dir)
+
+    tf.io.gfile.makedirs(FLAGS.output_dir)
+    if FLAGS.do_train or not tf.io.gfile.exists(labels_path):
+        write_labels(labels_path, scheme, entity_types)
+
+    run_config = run_common.make_run_config(
+        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
+        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
+        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
+    model_fn = model_fn_builder(
+        bert_config=bert_config, num_labels=len(label_list),
+        init_checkpoint=FLAGS.init_checkpoint, learning_rate=FLAGS.learning_rate,
+        num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
+        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
+    estimator = run_common.make_estimator(
+        model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
+        eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
+
+    if FLAGS.do_train:
+        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+        write_windows(train_windows, train_file)
+        tf.logging.info("***** Running training *****")
+        tf.logging.info("  Num sentences = %d, windows = %d",
+                        sum(1 for _ in iter_sentences(train)), len(train_windows))
+        tf.logging.info("  Batch size = %d", FLAGS.train_batch_size)
+        tf.logging.info("  Num steps = %d", num_train_steps)
+        estimator.train(input_fn=file_based_input_fn_builder(
+            train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True),
+            max_steps=num_train_steps)
+
+    checkpoint = _checkpoint_to_use()
+    if (FLAGS.do_eval or FLAGS.do_predict) and checkpoint is None:
+        tf.logging.warning("No fine-tuned checkpoint in --output_dir: predicting with an "
+                           "untrained output layer")
+
+    if FLAGS.do_eval:
+        probabilities, predicted = tag_file(estimator, dev, pieces, label_list, scheme,
+                                            FLAGS.eval_batch_size, "eval")
+        result = score_file(dev, probabilities, predicted, label_map, scheme)
+        if checkpoint:
+            result["global_step"] = int(tf.train.load_variable(checkpoint,
+                                                               tf.GraphKeys.GLOBAL_STEP))
+        write_conll_predictions(os.path.join(FLAGS.output_dir, "eval_predictions.txt"), dev,
+                                predicted)
+        run_common.write_eval_results(result, FLAGS.output_dir)
+
+    if test is not None:
+        probabilities, predicted = tag_file(estimator, test, pieces, label_list, scheme,
+                                            FLAGS.predict_batch_size, "predict")
+        write_conll_predictions(os.path.join(FLAGS.output_dir, "test_predictions.txt"), test,
+                                predicted)
+        if test.tagged:
+            run_common.write_eval_results(
+                score_file(test, probabilities, predicted, label_map, scheme),
+                FLAGS.output_dir, file_name="test_results.txt",
+                header="***** Test results *****")
+    if text is not None:
+        _, predicted = tag_file(estimator, text, pieces, label_list, scheme,
+                                FLAGS.predict_batch_size, "predict_text")
+        write_conll_predictions(os.path.join(FLAGS.output_dir, "text_predictions.txt"), text,
+                                predicted, with_gold=False)
+
+    if FLAGS.export_dir:
+        export_model(bert_config, len(label_list), checkpoint, FLAGS.export_dir, labels_path)
+
+
+if __name__ == "__main__":
+    run_common.run_script(main)

@@ -1,0 +1,748 @@
+"""Tests of run_ner.py: readers on the real file layouts (CoNLL-2003 with
+-DOCSTART-, two-column Chinese-style files, IOB1/IOB2/BIOES), the conlleval
+metric against hand-worked cases and seqeval, documents in windows with
+maximal context, and the script end to end on a tiny model (a task that can
+only be solved from context), its outputs, SavedModel and bad input."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from absl import flags
+from absl.testing import flagsaver
+
+import run_common
+import run_ner
+import tiny
+import tokenization
+
+FLAGS = flags.FLAGS
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    with open(str(path), "w", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------
+# Readers.
+
+# The CoNLL-2003 layout: token POS chunk NER, IOB1 tags (an entity starts
+# with I- unless it follows one of its own type), -DOCSTART- lines.
+CONLL = """-DOCSTART- -X- -X- O
+
+Mara NNP B-NP I-PER
+Lind NNP I-NP I-PER
+visited VBD B-VP O
+Pinecombe NNP B-NP I-LOC
+. . O O
+
+Bakers NNPS B-NP I-ORG
+Union NNP I-NP I-ORG
+Fishers NNPS I-NP B-ORG
+Guild NNP I-NP I-ORG
+met VBD B-VP O
+
+-DOCSTART- -X- -X- O
+
+Hugo NNP B-NP I-PER
+left VBD B-VP O
+"""
+
+
+def test_conll_2003_layout(tmp_path):
+    path = _write(tmp_path / "eng.train", CONLL)
+    f = run_ner.read_conll_file(path)
+    assert f.tagged and f.has_docstart
+    assert len(f.documents) == 2
+    assert [len(d) for d in f.documents] == [2, 1]
+    first, second = f.documents[0]
+    assert first.words == ["Mara", "Lind", "visited", "Pinecombe", "."]
+    assert first.tags == ["I-PER", "I-PER", "O", "I-LOC", "O"]
+    assert first.lines == [3, 4, 5, 6, 7]
+    assert second.tags == ["I-ORG", "I-ORG", "B-ORG", "I-ORG", "O"]
+    assert f.documents[1][0].words == ["Hugo", "left"]
+    assert run_ner.detect_scheme(s.tags for s in run_ner.iter_sentences(f)) == "iob1"
+
+
+def test_two_column_chinese_style_file(tmp_path):
+    # One character per line, tab or space separated; U+3000 is a token.
+    text = "中\tB-LOC\n国\tI-LOC\n很\tO\n大\tO\n\n王 B-PER\n五 I-PER\n\u3000 O\n\n好 O\n"
+    path = _write(tmp_path / "train.txt", text)
+    f = run_ner.read_conll_file(path)
+    assert not f.has_docstart and f.tagged
+    # Without -DOCSTART-, each sentence is a document of its own...
+    assert [[s.words for s in d] for d in f.documents] == [
+        [["中", "国", "很", "大"]], [["王", "五", "\u3000"]], [["好"]]]
+    assert run_ner.detect_scheme(s.tags for s in run_ner.iter_sentences(f)) == "iob2"
+    # ... unless a flag groups consecutive sentences.
+    grouped = run_ner.read_conll_file(path, sentences_per_document=2)
+    assert [len(d) for d in grouped.documents] == [2, 1]
+
+
+def test_untagged_file_and_windows_line_endings(tmp_path):
+    path = _write(tmp_path / "test.txt", "\ufeffOne\r\nword\r\n\r\nper\r\nline\r\n")
+    f = run_ner.read_conll_file(path)
+    assert not f.tagged
+    assert [s.words for s in run_ner.iter_sentences(f)] == [["One", "word"], ["per", "line"]]
+    assert all(s.tags is None for s in run_ner.iter_sentences(f))
+
+
+def test_plain_text_reader(tmp_path):
+    basic = tokenization.BasicTokenizer(do_lower_case=False)
+    path = _write(tmp_path / "raw.txt",
+                  "Mara Lind visited Pinecombe.\n王五在北京\n\nHugo left, sadly.\n")
+    f = run_ner.read_text_file(path, basic)
+    assert [[s.words for s in d] for d in f.documents] == [
+        [["Mara", "Lind", "visited", "Pinecombe", "."], ["王", "五", "在", "北", "京"]],
+        [["Hugo", "left", ",", "sadly", "."]]]
+    # Without blank lines: one document per line unless grouped.
+    path = _write(tmp_path / "raw2.txt", "a b\nc\nd e\n")
+    assert [len(d) for d in run_ner.read_text_file(path, basic).documents] == [1, 1, 1]
+    assert [len(d) for d in run_ner.read_text_file(path, basic, 2).documents] == [2, 1]
+
+
+def test_schemes_detected_and_converted():
+    assert run_ner.detect_scheme([["B-PER", "I-PER", "O", "B-LOC"]]) == "iob2"
+    assert run_ner.detect_scheme([["O", "I-PER"], ["B-LOC"]]) == "iob1"
+    # An I- at the start of a sentence, or after another type, is IOB1.
+    assert run_ner.detect_scheme([["I-PER", "O"]]) == "iob1"
+    assert run_ner.detect_scheme([["B-PER", "I-LOC"]]) == "iob1"
+    assert run_ner.detect_scheme([["B-PER", "E-PER", "S-LOC"]]) == "bioes"
+    assert run_ner.detect_scheme([["O", "O"]]) == "iob2"
+    iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "B-ORG"]
+    iob2 = ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "B-ORG"]
+    assert run_ner.iob1_to_iob2(iob1) == iob2
+    assert run_ner.iob2_to_iob1(iob2) == iob1
+    # Predictions the model may make (I- after O) keep their meaning.
+    assert run_ner.iob2_to_iob1(["O", "I-PER", "B-PER"]) == ["O", "I-PER", "B-PER"]
+    assert run_ner.label_list_for(["PER", "LOC"], "iob1") == [
+        "O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    assert run_ner.label_list_for(["PER"], "bioes") == ["O", "B-PER", "I-PER", "E-PER",
+                                                         "S-PER"]
+    assert run_ner.parse_labels_flag("O,B-PER,I-PER,B-LOC,I-LOC") == ["PER", "LOC"]
+    assert run_ner.parse_labels_flag("MISC, ORG") == ["MISC", "ORG"]
+
+
+# ---------------------------------------------------------------------------
+# The metric: hand-worked cases.
+
+def test_metric_hand_worked_iob2():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"]]
+    predicted = [["B-PER", "I-PER", "O", "B-ORG"]]
+    r = run_ner.evaluate_tags(gold, predicted)
+    # Gold PER(0-1), LOC(3); predicted PER(0-1), ORG(3): 1 of 2 right.
+    assert (r["precision"], r["recall"], r["f1"]) == (0.5, 0.5, 0.5)
+    assert r["accuracy"] == 0.75
+    assert (r["precision_PER"], r["recall_PER"], r["f1_PER"]) == (1.0, 1.0, 1.0)
+    assert (r["precision_LOC"], r["recall_LOC"], r["f1_LOC"]) == (0.0, 0.0, 0.0)
+    assert (r["precision_ORG"], r["recall_ORG"], r["f1_ORG"]) == (0.0, 0.0, 0.0)
+
+
+def test_metric_hand_worked_boundaries():
+    # A partly found entity counts as wrong; an entity does not continue
+    # into the next sentence.
+    gold = [["B-PER", "I-PER", "I-PER"], ["I-PER", "O"]]
+    predicted = [["B-PER", "I-PER", "O"], ["I-PER", "O"]]
+    r = run_ner.evaluate_tags(gold, predicted)
+    assert (r["num_gold_entities"], r["num_predicted_entities"],
+            r["num_correct_entities"]) == (2, 2, 1)
+    assert r["f1"] == 0.5
+    assert r["accuracy"] == pytest.approx(4 / 5)
+
+
+def test_metric_hand_worked_iob1_and_ill_formed():
+    # IOB1: B- splits two adjacent entities of one type.
+    assert run_ner.extract_entities([["I-ORG", "I-ORG", "B-ORG", "I-ORG", "O"]]) == {
+        ("ORG", 0, 0, 1), ("ORG", 0, 2, 3)}
+    # conlleval's reading of ill-formed sequences: I- after O starts an
+    # entity, a change of type starts another.
+    assert run_ner.extract_entities([["O", "I-LOC", "I-LOC", "I-PER", "B-PER"]]) == {
+        ("LOC", 0, 1, 2), ("PER", 0, 3, 3), ("PER", 0, 4, 4)}
+    assert run_ner.extract_entities([["B-PER", "I-LOC"]]) == {("PER", 0, 0, 0),
+                                                              ("LOC", 0, 1, 1)}
+    # BIOES: S- is a one-word entity, E- ends one.
+    assert run_ner.extract_entities([["S-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC",
+                                      "E-LOC"]]) == {
+        ("PER", 0, 0, 0), ("PER", 0, 1, 1), ("LOC", 0, 2, 4), ("LOC", 0, 5, 5)}
+    # No predictions at all: precision 0, not an error.
+    r = run_ner.evaluate_tags([["B-PER"]], [["O"]])
+    assert (r["precision"], r["recall"], r["f1"], r["accuracy"]) == (0.0, 0.0, 0.0, 0.0)
+
+
+# ---------------------------------------------------------------------------
+# The metric against seqeval (its default mode reads tags as conlleval does).
+
+def _random_tags(rng, prefixes, types, n):
+    tags = []
+    for _ in range(n):
+        if rng.random() < 0.35:
+            tags.append("O")
+        else:
+            tags.append("%s-%s" % (rng.choice(prefixes), rng.choice(types)))
+    return tags
+
+
+@pytest.mark.parametrize("prefixes", [("B", "I"), ("I",), ("B", "I", "E", "S")])
+def test_metric_matches_seqeval(prefixes):
+    seqeval_metrics = pytest.importorskip("seqeval.metrics")
+    from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
+    rng = random.Random(len(prefixes))
+    types = ["PER", "LOC", "ORG-GOV"]
+    for trial in range(200):
+        lengths = [rng.randint(1, 8) for _ in range(rng.randint(1, 5))]
+        gold = [_random_tags(rng, prefixes, types, n) for n in lengths]
+        # Predictions: mostly the gold tags, with some changed.
+        predicted = [[t if rng.random() < 0.7 else _random_tags(rng, prefixes, types, 1)[0]
+                      for t in sentence] for sentence in gold]
+        ours = run_ner.evaluate_tags(gold, predicted)
+        assert ours["precision"] == pytest.approx(
+            seqeval_metrics.precision_score(gold, predicted, zero_division=0)), trial
+        assert ours["recall"] == pytest.approx(
+            seqeval_metrics.recall_score(gold, predicted, zero_division=0)), trial
+        assert ours["f1"] == pytest.approx(
+            seqeval_metrics.f1_score(gold, predicted, zero_division=0)), trial
+        assert ours["accuracy"] == pytest.approx(
+            seqeval_metrics.accuracy_score(gold, predicted)), trial
+        p, r, f, _ = precision_recall_fscore_support(gold, predicted, average=None,
+                                                     zero_division=0)
+        names = sorted({e[0] for e in run_ner.extract_entities(gold) |
+                        run_ner.extract_entities(predicted)})
+        assert len(names) == len(p)
+        for name, pi, ri, fi in zip(names, p, r, f):
+            assert (ours["precision_" + name], ours["recall_" + name],
+                    ours["f1_" + name]) == pytest.approx((pi, ri, fi)), (trial, name)
+
+
+# ---------------------------------------------------------------------------
+# Windows and maximal context.
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    vocab = tiny.write_vocab(str(tmp_path_factory.mktemp("vocab")),
+                             ["mr", "in", "at", "alpha", "beta", "jack", "##son", "the",
+                              "went", "saw", "and", ".", "中", "国", "x", "##x"])
+    return tokenization.FullTokenizer(vocab, do_lower_case=True)
+
+
+def test_window_spans_and_max_context_hand_worked():
+    # 10 pieces, windows of 4 starting every 2 pieces.
+    spans = run_ner.window_spans(10, 4, 2)
+    assert spans == [(0, 4), (2, 4), (4, 4), (6, 4)]
+    # Score: min(pieces left, pieces right) in the span. Piece 2: 1 in span 0
+    # vs 0 in span 1; piece 3: min(3, 0) = 0 in span 0 vs min(1, 2) = 1 in
+    # span 1; piece 6: min(2, 1) = 1 in span 2 vs 0 in span 3; piece 7:
+    # min(3, 0) = 0 in span 2 vs min(1, 2) = 1 in span 3.
+    assert run_ner.max_context_spans(spans, list(range(10))) == [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]
+    # Piece 1: min(1, 1) in (0, 3) beats min(0, 2) in (1, 3); piece 2 the
+    # other way round. Equal min(): the longer span wins, then the first.
+    assert run_ner.max_context_spans([(0, 3), (1, 3)], [1, 2]) == [0, 1]
+    assert run_ner.max_context_spans([(0, 3), (0, 4)], [1]) == [1]
+    assert run_ner.max_context_spans([(0, 3), (0, 3)], [1]) == [0]
+    assert run_ner.window_spans(3, 4, 2) == [(0, 3)]
+    assert run_ner.window_spans(0, 4, 2) == []
+    # A stride longer than a window still covers every piece.
+    assert run_ner.window_spans(7, 3, 5) == [(0, 3), (3, 3), (6, 1)]
+
+
+def test_convert_document_hand_worked(tokenizer):
+    pieces = run_ner.WordPieceCache(tokenizer)
+    # Ids: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 mr=5 in=6 alpha=8 jack=10 ##son=11
+    # went=13.
+    words = ["Mr", "Jackson", "went", "in"]
+    windows = run_ner.convert_document(words, [1, 2, 0, 0], pieces, max_seq_length=8,
+                                       doc_stride=4, is_training=False)
+    assert len(windows) == 1
+    w = windows[0]
+    assert w.input_ids == [2, 5, 10, 11, 13, 6, 3, 0]
+    assert w.input_mask == [1] * 7 + [0]
+    assert w.segment_ids == [0] * 8
+    # The first piece of each word carries its label; ##son is ignored.
+    assert w.label_ids == [0, 1, 2, 0, 0, 0, 0, 0]
+    assert w.label_mask == [0, 1, 1, 0, 1, 1, 0, 0]
+    assert w.word_positions == [(1, 0), (2, 1), (4, 2), (5, 3)]
+
+
+def test_every_word_gets_exactly_one_prediction(tokenizer):
+    """Random documents with words longer than a window and words that
+    yield no piece: each word is placed once, at its first piece."""
+    pieces = run_ner.WordPieceCache(tokenizer)
+    rng = random.Random(0)
+    vocabulary = ["mr", "alpha", "Jackson", "the", "\u200b", "\u00ad", "x" * 15, "中国",
+                  "zzz", "."]
+    for max_seq_length, stride in [(5, 1), (6, 2), (8, 3), (12, 20), (3, 1)]:
+        for _ in range(30):
+            words = [rng.choice(vocabulary) for _ in range(rng.randint(1, 25))]
+            labels = [rng.randint(0, 4) for _ in words]
+            for training in (False, True):
+                windows = run_ner.convert_document(words, labels, pieces, max_seq_length,
+                                                   stride, is_training=training)
+                placed = sorted(w for window in windows for _, w in window.word_positions)
+                assert placed == list(range(len(words)))
+                for window in windows:
+                    assert len(window.input_ids) == max_seq_length
+                    for position, w in window.word_positions:
+                        assert window.input_ids[position] == pieces[words[w]][0]
+                        assert window.label_ids[position] == labels[w]
+                        assert window.label_mask[position] == 1
+                scored = sum(sum(window.label_mask) for window in windows)
+                if not training:
+                    assert scored == len(words)
+                else:
+                    assert scored >= len(words)
+
+
+def test_word_predictions_from_max_context_window(tokenizer):
+    pieces = run_ner.WordPieceCache(tokenizer)
+    words = ["the", "mr", "alpha", "went", "in", "beta", "."]
+    windows = run_ner.convert_document(words, None, pieces, max_seq_length=5, doc_stride=1,
+                                       is_training=False)
+    # Window k's output at every position: a one-hot of label k.
+    outputs = [np.tile(np.eye(len(windows))[k], (5, 1)) for k in range(len(windows))]
+    probabilities = run_ner.word_predictions(windows, outputs, len(words))
+    owner = {w: k for k, window in enumerate(windows) for _, w in window.word_positions}
+    assert list(np.argmax(probabilities, axis=1)) == [owner[w] for w in range(len(words))]
+    # Middle words come from a window where they are in the middle.
+    assert owner[3] == 2
+
+
+def test_check_tags_names_file_and_line(tmp_path):
+    path = _write(tmp_path / "dev.txt", "a B-PER\nb I-PER\n\nc B-FOO\n")
+    f = run_ner.read_conll_file(path)
+    with pytest.raises(run_common.InputError,
+                       match=r"dev\.txt, line 4: label 'B-FOO' is not one of the model's "
+                             r"labels \(IOB2 tags of the types PER\)"):
+        run_ner.check_tags(f, ["PER"], "iob2")
+    path = _write(tmp_path / "dev2.txt", "a B-PER\nb PER\n")
+    with pytest.raises(run_common.InputError, match=r"dev2\.txt, line 2: malformed tag 'PER'"):
+        run_ner.check_tags(run_ner.read_conll_file(path), ["PER"], "iob2")
+    path = _write(tmp_path / "dev3.txt", "a S-PER\n")
+    with pytest.raises(run_common.InputError, match=r"dev3\.txt, line 1: label 'S-PER'"):
+        run_ner.check_tags(run_ner.read_conll_file(path), ["PER"], "iob1")
+
+
+# ---------------------------------------------------------------------------
+# main, end to end on a tiny model.
+
+NAMES = ["alpha", "beta", "gamma", "delta", "jackson", "kingston"]
+FILLER = ["the", "a", "went", "saw", "and", "then", "big", "red", "house", "tree"]
+TRIGGERS = {"mr": "PER", "dr": "PER", "in": "LOC", "at": "LOC"}
+# Second words of two-word entities ("mr alpha jr", "in gamma bay").
+SUFFIXES = {"PER": "jr", "LOC": "bay"}
+
+
+def _sentence(rng):
+    """Words and IOB1 tags: each name is a person after mr/dr, a place after
+    in/at and nothing after other words, so only the context tells its tag.
+    Some entities have a second word (jr, bay)."""
+    words, tags = [], []
+    for _ in range(rng.randint(2, 4)):
+        for _ in range(rng.randint(1, 2)):
+            words.append(rng.choice(FILLER))
+            tags.append("O")
+        if rng.random() < 0.7:
+            trigger = rng.choice(sorted(TRIGGERS))
+            entity_type = TRIGGERS[trigger]
+            words += [trigger, rng.choice(NAMES)]
+            tags += ["O", "I-" + entity_type]
+            if rng.random() < 0.25:
+                words.append(SUFFIXES[entity_type])
+                tags.append("I-" + entity_type)
+        else:
+            words.append(rng.choice(NAMES))
+            tags.append("O")
+    words.append(".")
+    tags.append("O")
+    return words, tags
+
+
+def _write_conll(path, rng, num_documents, tagged=True):
+    """A CoNLL-2003-layout file (4 columns, IOB1, -DOCSTART-); returns its
+    sentences as (words, tags)."""
+    lines = []
+    sentences = []
+    for _ in range(num_documents):
+        lines.append("-DOCSTART- -X- -X- O\n\n")
+        for _ in range(rng.randint(2, 4)):
+            words, tags = _sentence(rng)
+            sentences.append((words, tags))
+            for word, tag in zip(words, tags):
+                word = word.capitalize() if rng.random() < 0.2 else word
+                lines.append("%s NN I-NP %s\n" % (word, tag) if tagged else word + "\n")
+            lines.append("\n")
+    _write(path, "".join(lines))
+    return sentences
+
+
+def _model_files(tmp_path):
+    words = FILLER + list(TRIGGERS) + list(SUFFIXES.values()) + [
+        "alpha", "beta", "gamma", "delta", "jack", "##son", "king", "##ston", "."]
+    vocab = tiny.write_vocab(str(tmp_path), words)
+    # Two heads of 16 and no dropout: the tiny model learns to attend to the
+    # previous word within a few hundred steps.
+    config = tiny.write_config(str(tmp_path), vocab_size=len(words) + 5,
+                               num_attention_heads=2, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    return vocab, config
+
+
+def _flag_values(**overrides):
+    """Every flag main reads, set explicitly (shared flags' defaults depend
+    on which script was imported first)."""
+    values = dict(
+        data_dir=None, train_file=None, dev_file=None, test_file=None,
+        predict_text_file=None, vocab_file=None, bert_config_file=None, output_dir=None,
+        init_checkpoint=None, do_lower_case=True, max_seq_length=24, doc_stride=8,
+        do_train=False, do_eval=False, do_predict=False, train_batch_size=16,
+        eval_batch_size=8, predict_batch_size=8, learning_rate=2e-3, num_train_epochs=8.0,
+        warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
+        use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8, export_dir=None,
+        tag_scheme="auto", labels=None, document_context=True, sentences_per_document=1,
+        gradient_accumulation_steps=1, recompute_grad=False, use_xla=False,
+        precision="fp32", distribution_strategy="none")
+    values.update(overrides)
+    return values
+
+
+def run_main(**overrides):
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    make_run_config = run_common.make_run_config
+
+    def seeded_run_config(*args, **kwargs):
+        # A fixed graph-level seed (initialisation, dropout, shuffling), so
+        # that these short runs are not flaky.
+        return make_run_config(*args, **kwargs).replace(tf_random_seed=1234)
+
+    with flagsaver.flagsaver(**_flag_values(**overrides)):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(run_common, "make_run_config", seeded_run_config)
+            run_ner.main([])
+
+
+def _read_results(path):
+    result = {}
+    with open(path) as f:
+        for line in f:
+            key, value = line.strip().split(" = ")
+            result[key] = float(value)
+    return result
+
+
+def _read_columns(path):
+    """CoNLL output -> (sentences as lists of column lists, number of
+    -DOCSTART- lines)."""
+    sentences, current, docstarts = [], [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if not fields:
+                if current:
+                    sentences.append(current)
+                current = []
+            elif fields[0] == "-DOCSTART-":
+                docstarts += 1
+            else:
+                current.append(fields)
+    if current:
+        sentences.append(current)
+    return sentences, docstarts
+
+
+RAW_TEXT = "Mr Alpha went in Kingston.\nThe big house saw Delta.\n\nDr Jackson, at Beta.\n"
+
+
+@pytest.fixture(scope="module")
+def ner_run(tmp_path_factory):
+    """Trains the tiny model on the context task through main (IOB1
+    CoNLL-layout files), then evaluates, predicts (an untagged test file and
+    raw text) and exports."""
+    tmp = tmp_path_factory.mktemp("ner")
+    data_dir = tmp / "data"
+    rng = random.Random(0)
+    _write_conll(data_dir / "train.txt", rng, 160)
+    dev = _write_conll(data_dir / "valid.txt", rng, 25)
+    test = _write_conll(data_dir / "test.txt", rng, 6, tagged=False)
+    raw = _write(tmp / "raw.txt", RAW_TEXT)
+    vocab, config = _model_files(tmp)
+    output_dir = str(tmp / "output")
+    export_dir = str(tmp / "export")
+    # About 1000 steps of 8 windows of 24 pieces.
+    run_main(data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
+             output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
+             predict_text_file=raw, export_dir=export_dir, train_batch_size=8,
+             num_train_epochs=15.0, learning_rate=3e-3)
+    return dict(data_dir=str(data_dir), vocab=vocab, config=config, output_dir=output_dir,
+                export_dir=export_dir, dev=dev, test=test)
+
+
+@pytest.mark.slow
+def test_learns_tags_from_context(ner_run):
+    result = _read_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
+    for key in ("eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "eval_loss",
+                "global_step", "eval_f1_PER", "eval_f1_LOC", "eval_precision_PER",
+                "eval_recall_LOC"):
+        assert key in result, key
+    assert result["eval_f1"] >= 0.9
+    assert result["eval_accuracy"] >= 0.95
+    # Majority tag per word (ignoring context) would be far worse: every
+    # name is a person, a place or nothing equally often.
+    assert result["eval_f1_PER"] >= 0.85 and result["eval_f1_LOC"] >= 0.85
+
+
+@pytest.mark.slow
+def test_eval_predictions_file_reproduces_the_scores(ner_run):
+    path = os.path.join(ner_run["output_dir"], "eval_predictions.txt")
+    sentences, docstarts = _read_columns(path)
+    assert docstarts == 25
+    assert len(sentences) == len(ner_run["dev"])
+    for columns, (words, tags) in zip(sentences, ner_run["dev"]):
+        assert [c[0].lower() for c in columns] == words
+        assert [c[1] for c in columns] == tags          # gold as given (IOB1)
+        assert all(len(c) == 3 for c in columns)
+    predicted = [[c[2] for c in columns] for columns in sentences]
+    # Predictions are written in the input's scheme, IOB1: no B- except
+    # right after an entity of the same type.
+    assert run_ner.iob2_to_iob1(run_ner.iob1_to_iob2(predicted[0])) == predicted[0]
+    assert all(run_ner.iob2_to_iob1(run_ner.iob1_to_iob2(p)) == p for p in predicted)
+    gold = [[c[1] for c in columns] for columns in sentences]
+    result = _read_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
+    ours = run_ner.evaluate_tags(gold, predicted)
+    assert result["eval_f1"] == pytest.approx(ours["f1"])
+    seqeval_metrics = pytest.importorskip("seqeval.metrics")
+    assert result["eval_f1"] == pytest.approx(seqeval_metrics.f1_score(gold, predicted))
+    assert result["eval_precision"] == pytest.approx(
+        seqeval_metrics.precision_score(gold, predicted))
+    assert result["eval_accuracy"] == pytest.approx(
+        seqeval_metrics.accuracy_score(gold, predicted))
+
+
+@pytest.mark.slow
+def test_test_and_text_predictions(ner_run):
+    sentences, docstarts = _read_columns(os.path.join(ner_run["output_dir"],
+                                                      "test_predictions.txt"))
+    assert docstarts == 6
+    assert [[c[0].lower() for c in s] for s in sentences] == [w for w, _ in ner_run["test"]]
+    assert all(c[1] == "O" for s in sentences for c in s)     # no gold in the file
+    predicted = [[c[2] for c in s] for s in sentences]
+    gold = [t for _, t in ner_run["test"]]
+    assert run_ner.evaluate_tags(gold, predicted)["f1"] >= 0.8
+    assert not os.path.exists(os.path.join(ner_run["output_dir"], "test_results.txt"))
+
+    lines = open(os.path.join(ner_run["output_dir"], "text_predictions.txt"),
+                 encoding="utf-8").read().split("\n\n")
+    rows = [[line.split(" ") for line in block.splitlines()] for block in lines if block]
+    assert [[r[0] for r in s] for s in rows] == [
+        ["Mr", "Alpha", "went", "in", "Kingston", "."],
+        ["The", "big", "house", "saw", "Delta", "."],
+        ["Dr", "Jackson", ",", "at", "Beta", "."]]
+    assert [r[1] for r in rows[0]] == ["O", "I-PER", "O", "O", "I-LOC", "O"]
+    assert [r[1] for r in rows[1]] == ["O"] * 6
+    assert [r[1] for r in rows[2]] == ["O", "I-PER", "O", "O", "I-LOC", "O"]
+
+
+def _saved_model_probabilities(export_dir, windows):
+    (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
+        signature = meta.signature_def["serving_default"]
+        assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
+        assert set(signature.outputs) == {"probabilities"}
+        feed = {signature.inputs[name].name: np.array([getattr(w, name) for w in windows],
+                                                      dtype=np.int32)
+                for name in ("input_ids", "input_mask", "segment_ids")}
+        return sess.run(signature.outputs["probabilities"].name, feed), path
+
+
+@pytest.mark.slow
+def test_saved_model_as_the_docs_use_it(ner_run):
+    """docs/ner.md: words -> windows -> the signature -> a tag per word."""
+    tokenizer = tokenization.FullTokenizer(ner_run["vocab"], do_lower_case=True)
+    pieces = run_ner.WordPieceCache(tokenizer)
+    test = run_ner.read_conll_file(os.path.join(ner_run["data_dir"], "test.txt"))
+    words = [w for w in test.documents[0][0].words]
+    windows = run_ner.convert_document(words, None, pieces, max_seq_length=24, doc_stride=8,
+                                       is_training=False)
+    outputs, path = _saved_model_probabilities(ner_run["export_dir"], windows)
+    with open(os.path.join(path, "assets.extra", "ner_labels.json")) as f:
+        saved = json.load(f)
+    # The model's tags are IOB2 (O, then B-/I- per type); the data were IOB1.
+    assert saved == {"scheme": "iob1", "entity_types": ["LOC", "PER"],
+                     "labels": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]}
+    assert outputs.shape == (len(windows), 24, 5)
+    probabilities = run_ner.word_predictions(windows, outputs, len(words))
+    tags = run_ner.from_model_tags([saved["labels"][i] for i in probabilities.argmax(-1)],
+                                   saved["scheme"])
+    # The first test sentence alone, as its own document, against the run's
+    # predictions (made in the document's context) for the same words.
+    sentences, _ = _read_columns(os.path.join(ner_run["output_dir"], "test_predictions.txt"))
+    gold = ner_run["test"][0][1]
+    assert run_ner.evaluate_tags([gold], [tags])["accuracy"] >= 0.8
+    assert len(tags) == len(sentences[0])
+
+
+@pytest.mark.slow
+def test_two_column_bioes_files_end_to_end(tmp_path):
+    """Chinese-style two-column BIOES files, grouped two sentences per
+    document: a short run writes its outputs in BIOES and labels the model
+    with B-, I-, E-, S- tags."""
+    rng = random.Random(5)
+    data_dir = tmp_path / "data"
+    vocab = tiny.write_vocab(str(tmp_path), list("王五在北京上海很大好"))
+    config = tiny.write_config(str(tmp_path), vocab_size=15)
+
+    def sentence():
+        words, tags = [], []
+        for _ in range(rng.randint(1, 3)):
+            words += ["在"] + rng.choice([["北", "京"], ["上", "海", "京"], ["京"]])
+            tags += ["O"] + {2: ["B-LOC", "E-LOC"], 3: ["B-LOC", "I-LOC", "E-LOC"],
+                             1: ["S-LOC"]}[len(words) - len(tags) - 1]
+            words += ["王"]
+            tags += ["S-PER"]
+        return words, tags
+
+    for name, n in (("train.txt", 40), ("dev.txt", 6)):
+        lines = []
+        for _ in range(n):
+            words, tags = sentence()
+            lines += ["%s\t%s\n" % wt for wt in zip(words, tags)] + ["\n"]
+        _write(data_dir / name, "".join(lines))
+    output_dir = str(tmp_path / "out")
+    run_main(data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
+             output_dir=output_dir, do_train=True, do_eval=True, num_train_epochs=2.0,
+             sentences_per_document=2)
+    with open(os.path.join(output_dir, "ner_labels.json")) as f:
+        assert json.load(f) == {"scheme": "bioes", "entity_types": ["LOC", "PER"],
+                                "labels": ["O", "B-LOC", "I-LOC", "E-LOC", "S-LOC",
+                                           "B-PER", "I-PER", "E-PER", "S-PER"]}
+    sentences, docstarts = _read_columns(os.path.join(output_dir, "eval_predictions.txt"))
+    assert docstarts == 0 and len(sentences) == 6
+    dev = run_ner.read_conll_file(str(data_dir / "dev.txt"))
+    assert [[c[:2] for c in s] for s in sentences] == [
+        [[w, t] for w, t in zip(s.words, s.tags)] for s in run_ner.iter_sentences(dev)]
+    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    predicted = [[c[2] for c in s] for s in sentences]
+    gold = [[c[1] for c in s] for s in sentences]
+    assert result["eval_f1"] == pytest.approx(run_ner.evaluate_tags(gold, predicted)["f1"])
+    # One training example per window: documents of two sentences in windows
+    # of 22 pieces every 8.
+    train = run_ner.read_conll_file(str(data_dir / "train.txt"), sentences_per_document=2)
+    assert len(train.documents) == 20
+    windows, _ = run_ner.convert_file(train, run_ner.WordPieceCache(
+        tokenization.FullTokenizer(vocab)), 24, 8, is_training=True)
+    assert len(windows) > 20
+    assert result["global_step"] == int(len(windows) / 16 * 2)
+
+
+# ---------------------------------------------------------------------------
+# Bad input: one clear error before anything is trained or written.
+
+@pytest.fixture
+def good_inputs(tmp_path):
+    data_dir = tmp_path / "data"
+    rng = random.Random(3)
+    for name, n in (("train.txt", 4), ("valid.txt", 2), ("test.txt", 2)):
+        _write_conll(data_dir / name, rng, n)
+    vocab, config = _model_files(tmp_path)
+    return dict(data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
+                output_dir=str(tmp_path / "output"), do_train=True, do_eval=True,
+                do_predict=True)
+
+
+@pytest.mark.parametrize("file_name, text, message", [
+    ("train.txt", "a NN I-NP O\nb NN O\n", r"train\.txt, line 2: expected 4 columns \(as on "
+                                            r"line 1\), found 3"),
+    ("valid.txt", "", r"valid\.txt: no sentences"),
+    ("valid.txt", "\n-DOCSTART- -X- -X- O\n\n", r"valid\.txt: no sentences"),
+    ("valid.txt", "a NN I-NP O\nb NN I-NP I-FOO\n",
+     r"valid\.txt, line 2: label 'I-FOO' is not one of the model's labels \(IOB1 tags of "
+     r"the types LOC, PER\)"),
+    ("test.txt", "a NN I-NP I-ORG\n", r"test\.txt, line 1: label 'I-ORG'"),
+    ("train.txt", "a NN I-NP O\nb NN I-NP PER\n", r"train\.txt, line 2: malformed tag 'PER'"),
+    ("valid.txt", "a\nb\n", r"valid\.txt: --do_eval needs tags"),
+    ("train.txt", b"a NN I-NP O\n\xff NN I-NP O\n", r"train\.txt, line 2: not valid UTF-8"),
+    ("valid.txt", None, r"--do_eval needs --dev_file or a data file in --data_dir=.*"
+                        r"\(valid\.txt, dev\.txt, eng\.testa\)"),
+])
+def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text, message):
+    path = os.path.join(good_inputs["data_dir"], file_name)
+    if text is None:
+        os.remove(path)
+    elif isinstance(text, bytes):
+        with open(path, "wb") as f:
+            f.write(text)
+    else:
+        _write(path, text)
+    with pytest.raises(run_common.InputError, match=message):
+        run_main(**good_inputs)
+    assert not os.path.exists(good_inputs["output_dir"])
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(max_seq_length=65), r"Cannot use sequence length 65 .* max_position_embeddings"),
+    (dict(doc_stride=0), r"--doc_stride must be at least 1"),
+    (dict(init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt",
+          do_lower_case=True), r"--do_lower_case=True.*cased model"),
+    (dict(data_dir="/nonexistent/conll"), r"--data_dir: directory not found"),
+    (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
+    (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
+    (dict(do_predict=False, predict_text_file="x.txt"), r"--predict_text_file needs "
+                                                         r"--do_predict"),
+    (dict(predict_text_file="/nonexistent/raw.txt"), r"--predict_text_file: file not found"),
+    (dict(labels="PER,LOC,B-"), r"--labels: 'B-' is neither a type nor a tag"),
+    (dict(labels="PER"), r"train\.txt, line \d+: label 'I-LOC' is not one of the model's "
+                         r"labels \(IOB1 tags of the types PER\)"),
+])
+def test_bad_flags(good_inputs, change, message):
+    good_inputs.update(change)
+    with pytest.raises(run_common.InputError, match=message):
+        run_main(**good_inputs)
+    assert not os.path.exists(good_inputs["output_dir"])
+
+
+def test_no_label_set_and_nothing_to_export(good_inputs):
+    os.remove(os.path.join(good_inputs["data_dir"], "train.txt"))
+    with pytest.raises(run_common.InputError, match=r"No label set: give --labels"):
+        run_main(**dict(good_inputs, do_train=False))
+    with pytest.raises(run_common.InputError, match=r"--export_dir: no fine-tuned checkpoint"):
+        run_main(**dict(good_inputs, do_train=False, do_eval=False, do_predict=False,
+                        labels="PER,LOC", export_dir=good_inputs["output_dir"] + "_export"))
+    assert not os.path.exists(good_inputs["output_dir"])
+
+
+def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
+    """From the shell, bad input gives one ERROR line and exit status 1."""
+    os.remove(os.path.join(good_inputs["data_dir"], "valid.txt"))
+    args = ["--%s=%s" % (k, v) for k, v in good_inputs.items()]
+    monkeypatch.setattr(sys, "argv", ["run_ner.py", "--max_seq_length=24"] + args)
+    with flagsaver.flagsaver():
+        with pytest.raises(SystemExit) as e:
+            run_common.run_script(run_ner.main)
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert "ERROR: --do_eval needs --dev_file or a data file in --data_dir=" in err
+    assert "Traceback" not in err
+    assert not os.path.exists(good_inputs["output_dir"])
+
+
+@pytest.mark.slow
+def test_helpfull_lists_the_flags():
+    proc = subprocess.run([sys.executable, "run_ner.py", "--helpfull"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    # absl prints the help and exits with status 1.
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    for name in ("data_dir", "train_file", "dev_file", "test_file", "predict_text_file",
+                 "tag_scheme", "labels", "doc_stride", "document_context",
+                 "sentences_per_document", "export_dir", "bert_config_file", "vocab_file",
+                 "init_checkpoint", "do_lower_case", "max_seq_length", "learning_rate",
+                 "use_tpu", "gradient_accumulation_steps", "precision"):
+        assert re.search(r"--(\[no\])?%s:" % name, proc.stdout), name
