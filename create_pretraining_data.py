@@ -10,10 +10,13 @@ Two modes:
 
 * Default (--num_workers=1, --shard_size_mb=0): the original algorithm with the
   original's random-number draws, so the output is byte-identical to Google's
-  create_pretraining_data.py for the same input, flags and seed. Tokens are
-  kept as integer arrays and instances as serialized bytes until the final
-  global shuffle (less than half the original's memory per MB of text, and
-  no TensorFlow), but memory still grows with the corpus.
+  create_pretraining_data.py for the same input, flags and seed (the same
+  examples in the same order; protobuf 7, as used by TensorFlow 2.21,
+  orders map entries differently in each process, so there the original's
+  bytes are not reproducible, while ours keep TensorFlow 2.15's order).
+  Tokens are kept as integer arrays and instances as serialized bytes until
+  the final global shuffle (less than half the original's memory per MB of
+  text, and no TensorFlow), but memory still grows with the corpus.
 * Sharded (--num_workers=N > 1, or --shard_size_mb > 0): the corpus is cut, at
   document boundaries, into shards of about --shard_size_mb of text; each
   shard is processed on its own (random-next sentences come from the same
@@ -213,6 +216,7 @@ def _varint(value):
 # The order in which protobuf (upb, as used by TensorFlow 2.15) serializes
 # the seven-entry `Features.feature` map, so that our bytes equal
 # tf.train.Example.SerializeToString()'s; the test suite checks this.
+# (Protobuf 7 seeds its map order per process: any fixed order is as good.)
 _SERIALIZED_ORDER = ("masked_lm_ids", "input_ids", "masked_lm_positions",
                      "next_sentence_labels", "input_mask", "masked_lm_weights",
                      "segment_ids")
