@@ -6,6 +6,9 @@ is needed, the layer is built again from that input (with the same variables
 and the same dropout masks) and differentiated. Memory for activations drops
 from O(layers x activations per layer) to O(layers x hidden states + one
 layer's activations), for about one extra forward pass of compute.
+
+The module depends on TensorFlow only; the layer itself comes from the caller
+(`modeling.transformer_model`).
 """
 
 import ctypes
@@ -13,28 +16,50 @@ import ctypes.util
 
 import tensorflow.compat.v1 as tf
 
-import modeling
+_GRADIENT_NAME = "BertRecomputeLayer"
+# Attribute of a tf.Graph holding its layers' backward functions, by the name
+# of the IdentityN op that carries each layer's gradient. Kept on the graph so
+# that they live exactly as long as it does.
+_BACKWARD_ATTRIBUTE = "_bert_recompute_backward"
+
+
+def _recomputed_gradient(op, *output_grads):
+    """Gradient function of a layer's IdentityN: rebuilds and differentiates
+    the layer (see `recompute_layer`)."""
+    return getattr(op.graph, _BACKWARD_ATTRIBUTE)[op.name](output_grads[0])
+
+
+try:
+    tf.RegisterGradient(_GRADIENT_NAME)(_recomputed_gradient)
+except KeyError:
+    pass  # Registered by an earlier import of this file under another name.
 
 
 def recompute_layer(layer_fn, layer_input, attention_bias):
-    """Applies `layer_fn(layer_input, attention_bias)` with recomputation.
+    """Applies `layer_fn` so that the backward pass recomputes it.
 
-    Must be called inside the variable scope where the layer's variables
-    live (the first call creates them). Variables must be resource variables
-    (the TF 2 default).
+    Must be called inside the variable scope of the layer's variables (the
+    first call creates them). The layer's output goes through an IdentityN
+    op together with everything its gradient depends on (input, bias, seed,
+    the variables' values); that op's gradient builds the layer a second
+    time, after the output's gradient exists, and differentiates the copy.
+    Nothing flows back through the forward copy, so its activations are
+    freed as soon as the forward pass has used them.
 
     Args:
-      layer_fn: function (x [rows, hidden], bias) -> [rows, hidden] building
-        the layer under the current variable scope.
+      layer_fn: function (x [rows, hidden], bias, seed) -> [rows, hidden]
+        building the layer under the current variable scope. All its
+        randomness must derive from `seed`, an int32 Tensor [2] (see
+        `modeling.stateless_dropout_seed`), so that both builds agree.
       layer_input: float Tensor [rows, hidden].
       attention_bias: float Tensor broadcastable to the attention scores, or
         None.
 
     Returns:
-      The layer's output, float Tensor [rows, hidden], whose gradient with
-      respect to `layer_input` and the layer's variables is computed by
-      re-running the layer.
+      The layer's output, float Tensor [rows, hidden]. Its gradients reach
+      `layer_input` and the layer's variables; `attention_bias` gets none.
     """
+    graph = tf.get_default_graph()
     scope = tf.get_variable_scope()
     if attention_bias is None:
         attention_bias = tf.zeros([], dtype=layer_input.dtype)
@@ -43,31 +68,40 @@ def recompute_layer(layer_fn, layer_input, attention_bias):
     seed = tf.random.uniform([2], minval=0, maxval=2 ** 31 - 1, dtype=tf.int32,
                              name="dropout_seed")
 
-    def run(x, bias, layer_seed):
-        with modeling.stateless_dropout_seed(layer_seed):
-            return layer_fn(x, bias)
+    variables = {}  # Every variable the layer gets, by id, in first-use order.
 
-    @tf.custom_gradient
-    def forward(x, bias, layer_seed):
-        output = run(x, bias, layer_seed)
+    def record(getter, *args, **kwargs):
+        variable = getter(*args, **kwargs)
+        variables.setdefault(id(variable), variable)
+        return variable
 
-        def grad(d_output, variables=None):
-            # The control dependency keeps the recomputation in the backward
-            # pass; without it the graph could run it early and keep its
-            # activations alive, which is what we are avoiding.
-            with tf.control_dependencies([d_output]):
-                x_again = tf.identity(x)
-                bias_again = tf.identity(bias)
-                seed_again = tf.identity(layer_seed)
-            with tf.variable_scope(scope, reuse=True):
-                output_again = run(x_again, bias_again, seed_again)
-            variables = list(variables or [])
-            grads = tf.gradients(output_again, [x_again] + variables, grad_ys=d_output)
-            return (grads[0], None, None), grads[1:]
+    with tf.variable_scope(scope, custom_getter=record, auxiliary_name_scope=False):
+        output = layer_fn(layer_input, attention_bias, seed)
+    variables = list(variables.values())
 
-        return output, grad
+    carried = [output, layer_input, attention_bias, seed]
+    carried += [tf.convert_to_tensor(v) for v in variables]
+    with graph.gradient_override_map({"IdentityN": _GRADIENT_NAME}):
+        passed = tf.identity_n(carried)
 
-    return forward(layer_input, attention_bias, seed)
+    def backward(d_output):
+        # Reading the inputs after `d_output` exists keeps the recomputation
+        # in the backward pass; run early, it would hold its activations
+        # from the forward pass on, which is what this avoids.
+        with tf.control_dependencies([d_output]):
+            x_again = tf.identity(layer_input)
+            bias_again = tf.identity(attention_bias)
+            seed_again = tf.identity(seed)
+        with tf.variable_scope(scope, reuse=True, auxiliary_name_scope=False):
+            output_again = layer_fn(x_again, bias_again, seed_again)
+        grads = tf.gradients(output_again, [x_again] + variables, grad_ys=d_output)
+        # One entry per IdentityN input: output, input, bias, seed, variables.
+        return [None, grads[0], None, None] + grads[1:]
+
+    if not hasattr(graph, _BACKWARD_ATTRIBUTE):
+        setattr(graph, _BACKWARD_ATTRIBUTE, {})
+    getattr(graph, _BACKWARD_ATTRIBUTE)[passed[0].op.name] = backward
+    return passed[0]
 
 
 def limit_memory_fragmentation(threshold_bytes=128 * 1024):
