@@ -724,21 +724,13 @@ FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "label_ids", "label_m
 def write_windows(windows, output_file):
     """Writes windows as tf.train.Examples (the FEATURE_NAMES, int64
     [max_seq_length] each) to a TFRecord file, atomically."""
-    tmp_file = "%s.tmp-%d" % (output_file, os.getpid())
-    try:
+    with run_common.atomic_path(output_file) as tmp_file:
         with tf.io.TFRecordWriter(tmp_file) as writer:
             for window in windows:
-                feature = {
-                    name: tf.train.Feature(int64_list=tf.train.Int64List(
-                        value=getattr(window, name)))
-                    for name in FEATURE_NAMES}
+                feature = {name: run_common.int64_feature(getattr(window, name))
+                           for name in FEATURE_NAMES}
                 writer.write(tf.train.Example(
                     features=tf.train.Features(feature=feature)).SerializeToString())
-        tf.io.gfile.rename(tmp_file, output_file, overwrite=True)
-    except BaseException:
-        if tf.io.gfile.exists(tmp_file):
-            tf.io.gfile.remove(tmp_file)
-        raise
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder):
@@ -824,8 +816,9 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
         initializer=tf.truncated_normal_initializer(stddev=0.02))
     output_bias = tf.get_variable("ner/output_bias", [num_labels],
                                   initializer=tf.zeros_initializer())
-    if is_training:
-        sequence = tf.nn.dropout(sequence, rate=0.1)
+    if is_training and bert_config.hidden_dropout_prob > 0:
+        # The model's own dropout rate (0.1 in Google's models).
+        sequence = tf.nn.dropout(sequence, rate=bert_config.hidden_dropout_prob)
     logits = tf.matmul(tf.reshape(sequence, [-1, hidden_size]), output_weights,
                        transpose_b=True)
     logits = tf.nn.bias_add(logits, output_bias)
@@ -950,23 +943,28 @@ def _resolve_file(flag_name, data_dir, names, required_for):
     return path
 
 
-def predict_windows(estimator, windows, name, batch_size, fixed, checkpoint_path=None):
-    """Runs the model on windows (through a TFRecord file in output_dir).
+def predict_windows(estimator, windows, record_file, max_seq_length, batch_size, fixed,
+                    checkpoint_path=None):
+    """Runs the model on windows, through the TFRecord file `record_file`.
+
+    Args:
+      estimator: the runner (run_common.make_estimator).
+      windows: list of Window of `max_seq_length`.
+      batch_size: the runner's predict batch size.
+      fixed: every batch must be full (TPU): padding windows are added, and
+        their outputs dropped.
 
     Returns:
       list of [max_seq_length, num_labels] arrays, aligned with `windows`.
     """
     num_actual = len(windows)
     if fixed:
-        # TPU: every batch full; the padding windows' outputs are dropped.
-        while len(windows) % batch_size:
-            windows = windows + [padding_window(FLAGS.max_seq_length)]
-    path = os.path.join(FLAGS.output_dir, name + ".tf_record")
-    write_windows(windows, path)
-    tf.logging.info("***** Running prediction: %s *****", name)
-    tf.logging.info("  Num windows = %d (%d actual)", len(windows), num_actual)
-    tf.logging.info("  Batch size = %d", batch_size)
-    input_fn = file_based_input_fn_builder(path, FLAGS.max_seq_length, is_training=False,
+        windows = windows + [padding_window(max_seq_length)] * (-num_actual % batch_size)
+    write_windows(windows, record_file)
+    run_common.log_phase("Running prediction", [
+        ("Num windows", "%d (%d actual)" % (len(windows), num_actual)),
+        ("Batch size", batch_size)])
+    input_fn = file_based_input_fn_builder(record_file, max_seq_length, is_training=False,
                                            drop_remainder=fixed)
     outputs = []
     for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path):
@@ -978,17 +976,19 @@ def predict_windows(estimator, windows, name, batch_size, fixed, checkpoint_path
     return outputs
 
 
-def tag_file(estimator, ner_file, pieces, label_list, scheme, batch_size, name):
-    """Predicts a file's tags.
+def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, doc_stride,
+             document_context, batch_size, record_file, fixed=False):
+    """Predicts a file's tags (see `convert_file` and `predict_windows` for
+    the arguments).
 
     Returns:
       (probabilities [num_words, num_labels] in the file's word order,
       predicted tags per sentence in the data's scheme).
     """
-    windows, num_words = convert_file(ner_file, pieces, FLAGS.max_seq_length,
-                                      FLAGS.doc_stride, is_training=False,
-                                      document_context=FLAGS.document_context)
-    outputs = predict_windows(estimator, windows, name, batch_size, FLAGS.use_tpu)
+    windows, num_words = convert_file(ner_file, pieces, max_seq_length, doc_stride,
+                                      is_training=False, document_context=document_context)
+    outputs = predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
+                              fixed)
     probabilities = word_predictions(windows, outputs, num_words)
     predicted_ids = np.argmax(probabilities, axis=-1)
     sentences = []
@@ -1032,13 +1032,17 @@ def score_file(ner_file, probabilities, predicted, label_map, scheme):
     return result
 
 
-def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_path):
+def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_path,
+                 max_seq_length=128, model_dir=None):
     """Exports a SavedModel for serving from `checkpoint_path`.
 
     The serving_default signature takes int32 input_ids, input_mask and
     segment_ids [batch, max_seq_length] and returns probabilities [batch,
-    max_seq_length, num_labels]; the label names are in
-    assets.extra/ner_labels.json inside the SavedModel.
+    max_seq_length, num_labels]; `labels_path` (ner_labels.json, the label
+    names) is copied to assets.extra/ inside the SavedModel.
+
+    Args:
+      model_dir: the run's --output_dir, for the Estimator's logs (optional).
 
     Returns:
       The SavedModel's directory.
@@ -1047,7 +1051,7 @@ def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_pa
         bert_config=bert_config, num_labels=num_labels, init_checkpoint=None,
         learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
         use_one_hot_embeddings=False)
-    seq_length = FLAGS.max_seq_length
+    seq_length = max_seq_length
 
     def serving_input_receiver_fn():
         features = {name: tf.placeholder(tf.int32, [None, seq_length], name=name)
@@ -1056,7 +1060,7 @@ def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_pa
 
     path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
                                       checkpoint_path=checkpoint_path,
-                                      model_dir=FLAGS.output_dir)
+                                      model_dir=model_dir)
     extra = os.path.join(path, "assets.extra")
     tf.io.gfile.makedirs(extra)
     tf.io.gfile.copy(labels_path, os.path.join(extra, LABELS_FILE), overwrite=True)
@@ -1221,11 +1225,16 @@ def main(_):
     if FLAGS.do_train:
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
         write_windows(train_windows, train_file)
-        tf.logging.info("***** Running training *****")
-        tf.logging.info("  Num sentences = %d, windows = %d",
-                        sum(1 for _ in iter_sentences(train)), len(train_windows))
-        tf.logging.info("  Batch size = %d", FLAGS.train_batch_size)
-        tf.logging.info("  Num steps = %d", num_train_steps)
+        for window in train_windows[:3]:
+            run_common.log_example([
+                ("tokens", tokenizer.convert_ids_to_tokens(
+                    window.input_ids[:sum(window.input_mask)])),
+                ("input_ids", window.input_ids), ("label_ids", window.label_ids),
+                ("label_mask", window.label_mask)])
+        run_common.log_phase("Running training", [
+            ("Num sentences", sum(1 for _ in iter_sentences(train))),
+            ("Num examples", "%d windows" % len(train_windows)),
+            ("Batch size", FLAGS.train_batch_size), ("Num steps", num_train_steps)])
         estimator.train(input_fn=file_based_input_fn_builder(
             train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True),
             max_steps=num_train_steps)
@@ -1236,8 +1245,10 @@ def main(_):
                            "untrained output layer")
 
     if FLAGS.do_eval:
-        probabilities, predicted = tag_file(estimator, dev, pieces, label_list, scheme,
-                                            FLAGS.eval_batch_size, "eval")
+        probabilities, predicted = tag_file(
+            estimator, dev, pieces, label_list, scheme, FLAGS.max_seq_length,
+            FLAGS.doc_stride, FLAGS.document_context, FLAGS.eval_batch_size,
+            os.path.join(FLAGS.output_dir, "eval.tf_record"), FLAGS.use_tpu)
         result = score_file(dev, probabilities, predicted, label_map, scheme)
         if checkpoint:
             result["global_step"] = int(tf.train.load_variable(checkpoint,
@@ -1247,8 +1258,10 @@ def main(_):
         run_common.write_eval_results(result, FLAGS.output_dir)
 
     if test is not None:
-        probabilities, predicted = tag_file(estimator, test, pieces, label_list, scheme,
-                                            FLAGS.predict_batch_size, "predict")
+        probabilities, predicted = tag_file(
+            estimator, test, pieces, label_list, scheme, FLAGS.max_seq_length,
+            FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
+            os.path.join(FLAGS.output_dir, "predict.tf_record"), FLAGS.use_tpu)
         write_conll_predictions(os.path.join(FLAGS.output_dir, "test_predictions.txt"), test,
                                 predicted)
         if test.tagged:
@@ -1257,13 +1270,16 @@ def main(_):
                 FLAGS.output_dir, file_name="test_results.txt",
                 header="***** Test results *****")
     if text is not None:
-        _, predicted = tag_file(estimator, text, pieces, label_list, scheme,
-                                FLAGS.predict_batch_size, "predict_text")
+        _, predicted = tag_file(
+            estimator, text, pieces, label_list, scheme, FLAGS.max_seq_length,
+            FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
+            os.path.join(FLAGS.output_dir, "predict_text.tf_record"), FLAGS.use_tpu)
         write_conll_predictions(os.path.join(FLAGS.output_dir, "text_predictions.txt"), text,
                                 predicted, with_gold=False)
 
     if FLAGS.export_dir:
-        export_model(bert_config, len(label_list), checkpoint, FLAGS.export_dir, labels_path)
+        export_model(bert_config, len(label_list), checkpoint, FLAGS.export_dir, labels_path,
+                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir)
 
 
 if __name__ == "__main__":

@@ -746,3 +746,107 @@ def test_helpfull_lists_the_flags():
                  "init_checkpoint", "do_lower_case", "max_seq_length", "learning_rate",
                  "use_tpu", "gradient_accumulation_steps", "precision"):
         assert re.search(r"--(\[no\])?%s:" % name, proc.stdout), name
+
+
+# ---------------------------------------------------------------------------
+# As a library, with the flags never parsed.
+
+_LIBRARY_SCRIPT = r"""
+import json, sys
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+import modeling, run_ner, runtime, tokenization
+
+vocab_file, config_file, data_file, record_file, checkpoint = sys.argv[1:6]
+assert not flags.FLAGS.is_parsed()
+ner_file = run_ner.read_conll_file(data_file)
+tags = [s.tags for s in run_ner.iter_sentences(ner_file)]
+scheme = run_ner.detect_scheme(tags)
+labels = run_ner.label_list_for(run_ner.entity_types_of(t for s in tags for t in s), scheme)
+label_map = {label: i for i, label in enumerate(labels)}
+pieces = run_ner.WordPieceCache(tokenization.FullTokenizer(vocab_file))
+train, num_words = run_ner.convert_file(ner_file, pieces, 12, 4, is_training=True,
+                                        label_map=label_map, scheme=scheme)
+run_ner.write_windows(train, record_file)
+config = modeling.BertConfig.from_json_file(config_file)
+out = {"scheme": scheme, "labels": labels, "num_words": num_words,
+       "train": [list(w[:5]) for w in train]}
+
+
+def batch(is_training):
+    input_fn = run_ner.file_based_input_fn_builder(record_file, 12, is_training=is_training,
+                                                   drop_remainder=False)
+    return tf.data.make_one_shot_iterator(input_fn({"batch_size": len(train)})).get_next()
+
+
+with tf.Graph().as_default():
+    tf.train.get_or_create_global_step()
+    spec = run_ner.model_fn_builder(config, len(labels), None, 1e-3, 10, 1, False, False)(
+        batch(False), None, runtime.ModeKeys.PREDICT, {"batch_size": len(train)})
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        out["predict"] = sess.run(spec.predictions["probabilities"]).tolist()
+        tf.train.Saver().save(sess, checkpoint, write_meta_graph=False)
+
+with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    spec = run_ner.model_fn_builder(config, len(labels), checkpoint, 1e-3, 10, 1, False,
+                                    False)(batch(False), None, runtime.ModeKeys.TRAIN,
+                                           {"batch_size": len(train)})
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        # One batch: the loss of the forward pass before the update.
+        out["loss"] = float(sess.run([spec.loss, spec.train_op])[0])
+        out["step"] = int(sess.run(global_step))
+out["parsed"] = flags.FLAGS.is_parsed()
+print("JSON" + json.dumps(out))
+"""
+
+
+def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
+    """In a fresh process that never parses flags: read a CoNLL file, detect
+    its scheme, convert it to windows, feed the model_fn's PREDICT and TRAIN
+    specs; the training loss is the cross-entropy of the first pieces."""
+    data = _write(tmp_path / "train.txt", "mr NN I-NP O\njackson NN I-NP I-PER\nwent NN I-NP O\n"
+                                         "in NN I-NP O\nalpha NN I-NP I-LOC\n. . O O\n\n"
+                                         "the NN I-NP O\nbeta NN I-NP O\n")
+    vocab, _ = _model_files(tmp_path)
+    config = tiny.write_config(str(tmp_path), vocab_size=40, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_SCRIPT, vocab, config, data,
+         str(tmp_path / "train.tf_record"), str(tmp_path / "model.ckpt")],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    assert not out["parsed"]
+    assert out["scheme"] == "iob1"
+    assert out["labels"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert out["num_words"] == 8
+    ids = {w: i for i, w in enumerate(
+        tiny.SPECIAL_TOKENS + [line.strip() for line in open(vocab)][5:])}
+    # Without -DOCSTART-, each sentence is a document: two windows.
+    (first_ids, _, _, first_labels, first_mask), (second_ids, _, _, _, second_mask) = \
+        out["train"]
+    assert first_ids == [ids[t] for t in ["[CLS]", "mr", "jack", "##son", "went", "in",
+                                          "alpha", ".", "[SEP]"]] + [0] * 3
+    # IOB1 I-PER / I-LOC start entities: trained as B-PER (3) and B-LOC (1).
+    assert first_labels == [0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert first_mask == [0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0]
+    assert second_ids[:4] == [ids["[CLS]"], ids["the"], ids["beta"], ids["[SEP]"]]
+    assert second_mask[:4] == [0, 1, 1, 0]
+    probabilities = np.array(out["predict"])
+    assert probabilities.shape == (2, 12, 5)
+    np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, rtol=1e-5)
+    # The TRAIN loss, from the saved weights: mean cross-entropy over the
+    # masked positions only.
+    losses = []
+    for window, probs in zip(out["train"], probabilities):
+        for position, (label, mask) in enumerate(zip(window[3], window[4])):
+            if mask:
+                losses.append(-np.log(probs[position][label]))
+    assert len(losses) == 8
+    assert out["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert out["step"] == 1
