@@ -1,7 +1,12 @@
-"""Shared pytest setup: the repository root on sys.path, quiet TensorFlow."""
+"""Shared pytest setup: the repository root on sys.path, quiet TensorFlow, and
+failure reports that show the assertion and the end of the captured output
+rather than hundreds of lines of TensorFlow log."""
 
 import os
+import re
 import sys
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -10,3 +15,31 @@ if ROOT not in sys.path:
 TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
+
+# Captured output kept in a failure report: the last lines of each section.
+REPORT_TAIL_LINES = 40
+# TensorFlow's start-up and deprecation chatter, never the cause of a failure.
+_NOISE = re.compile(
+    r"Unable to register cu(DNN|FFT|BLAS) factory|Could not find TensorRT|"
+    r"cuda_(dnn|fft|blas|platform)\.cc|cudart_stub\.cc|Could not find cuda drivers|"
+    r"oneDNN custom operations are on|rebuild TensorFlow with the appropriate compiler|"
+    r"All log messages before absl::InitializeLog|is deprecated and will be removed|"
+    r"^Instructions for updating:|^(Use|Call) .* instead\.?$|This TensorFlow binary is "
+    r"optimized")
+
+
+def _tail(text):
+    lines = [line for line in text.splitlines() if not _NOISE.search(line)]
+    if len(lines) > REPORT_TAIL_LINES:
+        omitted = len(lines) - REPORT_TAIL_LINES
+        lines = ["[... %d earlier lines omitted ...]" % omitted] + lines[-REPORT_TAIL_LINES:]
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Shortens the captured stdout/stderr/log sections of failing tests."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections = [(title, _tail(content)) for title, content in report.sections]

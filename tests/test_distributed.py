@@ -1,7 +1,7 @@
-"""tf.distribute through run_common.make_estimator (issue 8): MirroredStrategy
-over two logical CPU devices in one process, and MultiWorkerMirroredStrategy
-with two worker processes on localhost, each must end with the same variables
-as one process training on the combined batch.
+"""tf.distribute through run_common.make_estimator: MirroredStrategy over two
+logical CPU devices in one process (both runtimes), and, with the Estimator,
+MultiWorkerMirroredStrategy with two worker processes on localhost; each must
+end with the same variables as one process training on the combined batch.
 
 Every run is a subprocess of tests/distributed_driver.py (logical devices and
 TF_CONFIG must be set before TensorFlow starts); all use loopback ports only
@@ -15,6 +15,8 @@ import sys
 
 import numpy as np
 import pytest
+
+import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "distributed_driver.py")
@@ -77,6 +79,8 @@ def test_mirrored_strategy_two_logical_cpus(reference):
     _assert_same_variables(dict(np.load(root / "mirrored.npz")), expected)
 
 
+@pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "
+                    "Estimator (TensorFlow 2.15); the session runner refuses it")
 def test_multi_worker_two_processes_on_localhost(reference):
     root, init_checkpoint, expected = reference
     ports = ",".join(str(p) for p in _free_ports(2))
@@ -87,3 +91,9 @@ def test_multi_worker_two_processes_on_localhost(reference):
         _finish(worker)
     # The chief (worker 0) writes the checkpoint and the variables.
     _assert_same_variables(dict(np.load(root / "worker0.npz")), expected)
+
+
+@pytest.mark.skipif(runtime.USE_ESTIMATOR, reason="the Estimator trains several workers")
+def test_multi_worker_refused_by_the_session_runner():
+    with pytest.raises(runtime.ConfigError, match="multi_worker_mirrored needs the Estimator"):
+        runtime.make_distribution_strategy("multi_worker_mirrored")

@@ -879,10 +879,16 @@ def test_stsb_regression_end_to_end(tmp_path):
     scores = _run_saved_model(export_dir, dev, "scores")
     labels = np.array([f.label_id for f in dev])
     assert scores.shape == (48,)
+    # eval_results.txt comes from the script's own predict pass (batches of
+    # 8); these scores from the SavedModel (one batch of 48). The two float32
+    # computations round differently, and the metrics (computed in float64
+    # from each set of scores) move with that noise: Pearson by up to 3e-5
+    # in repeated runs, so 1e-5 was flaky. The tolerances cover float32
+    # run-to-run variation, two orders of magnitude below a real error.
     assert result["eval_loss"] == pytest.approx(np.mean((scores - labels) ** 2), rel=1e-4)
     assert result["eval_pearson"] == pytest.approx(run_classifier.pearson_corr(labels, scores),
-                                                   abs=1e-5)
-    # Nearly tied scores may swap ranks between the two runs' float noise.
+                                                   abs=2e-4)
+    # Nearly tied scores may also swap ranks.
     assert result["eval_spearman"] == pytest.approx(
         run_classifier.spearman_corr(labels, scores), abs=1e-3)
     with open(os.path.join(output_dir, "test_results.tsv")) as f:
