@@ -1,7 +1,19 @@
-"""The README cannot drift from the code: every script command it shows is
-parsed with that script's real flag definitions (flag names must exist,
-values of typed flags must parse), and the scripts it names must exist."""
+"""The manual cannot drift from the code.
 
+For README.md and every page in docs/:
+
+* every script command in a shell code block is parsed with that script's
+  real flag definitions (flag names must exist, values of typed flags must
+  parse), and the scripts and shell entry points it names must exist (or, for
+  a file the reader is told to write, be shown on the same page);
+* no command runs a bare `python` (outside the project's environment it
+  lacks TensorFlow): commands name `.venv/bin/python` or another path;
+* relative links point to existing files and headings;
+
+and the README stays a short entry point (at most 300 lines).
+"""
+
+import glob
 import importlib
 import os
 import re
@@ -11,63 +23,110 @@ import pytest
 from absl import flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README_MAX_LINES = 300
+# The scripts whose commands the manual must show.
 SCRIPTS = ["create_vocab", "create_pretraining_data", "run_pretraining", "run_classifier",
            "run_squad", "extract_features", "convert_checkpoint"]
+# Pages linked from the README that are written alongside their scripts; a
+# link to them is accepted before they exist, and checked once they do.
+PENDING_PAGES = {"docs/ner.md", "docs/swag.md"}
 
 
-def _readme_commands():
-    """(script, [argument, ...]) for every `python <script>.py ...` command in
-    the README's code blocks, with line continuations joined."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        text = f.read()
+def _pages():
+    """Repository-relative paths of README.md and every docs/*.md page."""
+    docs = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    return ["README.md"] + docs
+
+
+def _read(page):
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        return f.read()
+
+
+PAGES = _pages()
+SHELL_BLOCK = re.compile(r"```(?:bash|shell|sh)\n(.*?)```", flags=re.S)
+ANY_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", flags=re.S)
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", flags=re.S)
+COMMAND = re.compile(r"(?:^|\s|&&\s*)(?:\S*/)?python3?\s+(\S+)\.py(\s.*)?$")
+
+
+def _commands(page):
+    """(page, script, [argument, ...], line) for every `<interpreter>
+    <script>.py ...` command in the page's shell blocks, with line
+    continuations joined."""
     commands = []
-    for block in re.findall(r"```(?:bash|shell|sh)\n(.*?)```", text, flags=re.S):
+    for block in SHELL_BLOCK.findall(_read(page)):
         block = re.sub(r"\\\n", " ", block)
         for line in block.splitlines():
             line = line.split(" #")[0].strip()
-            match = re.search(r"(?:^|\s|&&\s*)(?:\S*/)?python3?\s+(\S+)\.py(\s.*)?$", line)
+            match = COMMAND.search(line)
             if match is None:
                 continue
-            script = match.group(1)
             args = shlex.split(match.group(2) or "", posix=True)
-            commands.append((script, args, line))
+            commands.append((page, match.group(1), args, line))
     return commands
 
 
-COMMANDS = _readme_commands()
+COMMANDS = [command for page in PAGES for command in _commands(page)]
 
 
-def test_readme_shows_every_script():
-    shown = {script for script, _, _ in COMMANDS}
-    assert set(SCRIPTS) <= shown, "README lacks commands for %s" % (set(SCRIPTS) - shown)
+def _written_on_page(page, script):
+    """The source of a file the page tells the reader to write (a python
+    block whose first line is `# <script>.py...`), or None."""
+    for block in PYTHON_BLOCK.findall(_read(page)):
+        if re.match(r"#\s*%s\.py\b" % re.escape(os.path.basename(script)), block):
+            return block
+    return None
+
+
+def _is_flag_script(source):
+    return (("flags.DEFINE_" in source or "run_common.define_flags" in source)
+            and "__main__" in source)
+
+
+def _flag_scripts():
+    """Top-level scripts defined with absl flags: the required ones, then any
+    other run_*.py (run_ner.py, run_swag.py, ...) present."""
+    names = list(SCRIPTS)
+    for path in sorted(glob.glob(os.path.join(ROOT, "run_*.py"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        with open(path, encoding="utf-8") as f:
+            if name not in names and _is_flag_script(f.read()):
+                names.append(name)
+    return names
+
+
+def test_readme_is_short():
+    lines = _read("README.md").count("\n")
+    assert lines <= README_MAX_LINES, (
+        "README.md has %d lines; keep it at most %d and move details to docs/"
+        % (lines, README_MAX_LINES))
+
+
+def test_manual_shows_every_script():
+    shown = {script for _, script, _, _ in COMMANDS}
+    assert set(SCRIPTS) <= shown, "the manual lacks commands for %s" % (set(SCRIPTS) - shown)
 
 
 @pytest.fixture(scope="module")
 def all_flags():
-    for script in SCRIPTS:
+    for script in _flag_scripts():
         importlib.import_module(script)
     return flags.FLAGS
 
 
-@pytest.mark.parametrize("script,args,line", COMMANDS,
-                         ids=["%s-%d" % (c[0], i) for i, c in enumerate(COMMANDS)])
-def test_readme_command_parses(all_flags, script, args, line):
-    assert os.path.exists(os.path.join(ROOT, script + ".py")), (
-        "README names a script that does not exist: %s" % line)
-    if script not in SCRIPTS:
-        return  # demo, benchmarks and data generators: checked for existence only.
-    module = importlib.import_module(script)
-    with open(module.__file__, encoding="utf-8") as f:
-        source = f.read()
+def _check_args(all_flags, sources, args, where):
+    """Every --flag in `args` is defined by one of `sources` (script source
+    texts) or a shared flag group they ask for, and typed values parse."""
     import run_common
     groups = [names for group, names in (("TPU_FLAGS", run_common.TPU_FLAGS),
                                          ("TRAINING_OPTION_FLAGS",
                                           run_common.TRAINING_OPTION_FLAGS))
-              if "run_common." + group in source]
+              if any("run_common." + group in source for source in sources)]
 
-    def script_defines(name):
-        """The flag is this script's own or a shared one it asks for."""
-        return ('"%s"' % name in source or any(name in names for names in groups))
+    def defined(name):
+        return (any('"%s"' % name in source for source in sources)
+                or any(name in names for names in groups))
 
     for arg in args:
         if arg in ("...", "\\") or not arg.startswith("--"):
@@ -75,9 +134,99 @@ def test_readme_command_parses(all_flags, script, args, line):
         name, _, value = arg[2:].partition("=")
         if name not in all_flags and name.startswith("no") and name[2:] in all_flags:
             name = name[2:]
-        assert name in all_flags and script_defines(name), (
-            "README: --%s is not a flag of %s.py (%s)" % (name, script, line))
-        flag = all_flags[name]
+        assert name in all_flags and defined(name), "%s: --%s is not a flag" % (where, name)
         if value and "$" not in value:
             # Typed flags (int, float, bool, enum) must accept the value shown.
-            flag._parse(value)
+            all_flags[name]._parse(value)
+
+
+@pytest.mark.parametrize("page,script,args,line", COMMANDS,
+                         ids=["%s-%s-%d" % (c[0], c[1], i) for i, c in enumerate(COMMANDS)])
+def test_command_parses(all_flags, page, script, args, line):
+    where = "%s: %s" % (page, line)
+    path = os.path.join(ROOT, script + ".py")
+    if not os.path.exists(path):
+        # A file the reader writes: shown on the page; its flags are those of
+        # the repository scripts it imports.
+        source = _written_on_page(page, script)
+        assert source is not None, "names a script that does not exist: " + where
+        imported = [name for name in _flag_scripts()
+                    if re.search(r"^import %s\b" % name, source, flags=re.M)]
+        if args:
+            sources = []
+            for name in imported:
+                importlib.import_module(name)
+                with open(os.path.join(ROOT, name + ".py"), encoding="utf-8") as f:
+                    sources.append(f.read())
+            _check_args(all_flags, sources, args, where)
+        return
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    if os.path.dirname(script) == "" and script in _flag_scripts():
+        importlib.import_module(script)
+        _check_args(all_flags, [source], args, where)
+        return
+    # Demo, benchmarks and data generators (argparse or their own absl
+    # flags, not importable side by side): each flag must appear in the source.
+    for arg in args:
+        if arg.startswith("--"):
+            name = arg[2:].partition("=")[0]
+            assert '"%s"' % name in source or '"--%s"' % name in source, (
+                "%s: --%s is not a flag of %s.py" % (where, name, script))
+
+
+def _code_texts(text):
+    """Fenced code blocks (any language) and inline code spans of a page."""
+    blocks = ANY_BLOCK.findall(text)
+    prose = ANY_BLOCK.sub("", text)
+    return blocks + re.findall(r"`([^`\n]+)`", prose)
+
+
+# `python` or `python3` as a command word: not part of a path (.venv/bin/python),
+# a variable or a longer word, and followed by an argument.
+BARE_PYTHON = re.compile(r"(?<![\w/.$}{-])python3?(?=[ \t])")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_bare_python(page):
+    bad = [line.strip() for code in _code_texts(_read(page)) for line in code.splitlines()
+           if BARE_PYTHON.search(line)]
+    assert not bad, ("%s runs a bare `python` (use .venv/bin/python or say to activate .venv): %s"
+                     % (page, bad))
+
+
+ENTRY_POINT = re.compile(r"(?:^|[\s;&|(])(?:bash\s+)?(\./[\w./-]+\.sh|\.ci/run)\b")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_entry_points_exist(page):
+    for block in SHELL_BLOCK.findall(_read(page)):
+        for path in ENTRY_POINT.findall(block):
+            assert os.path.exists(os.path.join(ROOT, path)), "%s names %s" % (page, path)
+
+
+def _slug(heading):
+    """The anchor GitHub gives a heading."""
+    text = heading.strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(page):
+    text = ANY_BLOCK.sub("", _read(page))
+    return {_slug(h) for h in re.findall(r"^#{1,6}\s+(.*)$", text, flags=re.M)}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_links_resolve(page):
+    text = ANY_BLOCK.sub("", _read(page))
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto
+        path, _, anchor = target.partition("#")
+        linked = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        if not os.path.exists(os.path.join(ROOT, linked)):
+            assert linked in PENDING_PAGES, "%s links to a missing file: %s" % (page, target)
+            continue
+        if anchor:
+            assert anchor in _anchors(linked), "%s links to a missing heading: %s" % (page, target)
