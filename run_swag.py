@@ -1,0 +1,671 @@
+# coding=utf-8
+"""BERT fine-tuning for multiple choice: SWAG, and any task that picks one of
+a fixed number of endings for a context.
+
+The method of the BERT paper's SWAG experiment: each choice is packed as
+``[CLS] context [SEP] question + ending [SEP]``; the pooled ``[CLS]``
+output of each choice is scored by one weight vector shared by all choices,
+and a softmax over the choices' scores gives their probabilities.
+
+Data, in ``--data_dir`` or given by ``--train_file``/``--dev_file``/
+``--test_file``:
+
+* the SWAG CSV files as released (train.csv, val.csv, test.csv): the header
+  ``,video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,
+  ending2,ending3,label`` (test.csv without ``label``); the unnamed first
+  column is the example id, ``sent1`` the context and ``sent2`` the start of
+  every ending (the "question");
+* JSON Lines, one example per line: ``{"id": ..., "context": ...,
+  "question": ... (optional), "endings": [...], "label": ...}`` with the same
+  number of endings on every line of a file (train.jsonl, dev.jsonl or
+  val.jsonl, test.jsonl).
+
+Outputs in ``--output_dir``: ``eval_results.txt`` (eval_accuracy, eval_loss),
+``test_results.tsv`` (a header, then id, predicted choice and one probability
+per choice for each test example) and, with ``--export_dir``, a SavedModel.
+See docs/swag.md.
+"""
+
+import collections
+import csv
+import io
+import json
+import os
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+
+import modeling
+import run_common
+import runtime
+from run_common import InputError
+
+FLAGS = flags.FLAGS
+
+# ---------------------------------------------------------------------------
+# Flags.
+
+run_common.define_flags(
+    "bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
+    "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
+    "train_batch_size", "eval_batch_size", "predict_batch_size", "learning_rate",
+    "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
+    "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
+    max_seq_length=128)
+
+# Names that other scripts define too (see run_ner.py): the first script
+# imported in a process defines them; from the shell each script gets its own.
+if "data_dir" not in FLAGS:
+    flags.DEFINE_string(
+        "data_dir", None,
+        "Folder with the data files, found by their usual names (train.csv, "
+        "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, test.jsonl).",
+        allow_override=True)
+if "train_file" not in FLAGS:
+    flags.DEFINE_string(
+        "train_file", None, "Training data file (instead of the one in --data_dir).",
+        allow_override=True)
+if "dev_file" not in FLAGS:
+    flags.DEFINE_string(
+        "dev_file", None, "Dev (evaluation) data file (instead of the one in --data_dir).",
+        allow_override=True)
+if "test_file" not in FLAGS:
+    flags.DEFINE_string(
+        "test_file", None, "Test data file for --do_predict (instead of the one in "
+        "--data_dir).", allow_override=True)
+if "export_dir" not in FLAGS:
+    flags.DEFINE_string(
+        "export_dir", None,
+        "If set, export a SavedModel for serving under this directory (in a "
+        "timestamped subdirectory).", allow_override=True)
+if "tpu_job_name" not in FLAGS:
+    flags.DEFINE_string("tpu_job_name", None,
+                        "Name of TPU worker, if anything other than 'tpu_worker'",
+                        allow_override=True)
+
+flags.DEFINE_enum(
+    "input_format", "auto", ["auto", "swag_csv", "jsonl"],
+    "Format of the data files: swag_csv (the SWAG release), jsonl (one JSON "
+    "object per line) or auto (by the file name's extension: .csv, .jsonl or "
+    ".json).")
+
+# ---------------------------------------------------------------------------
+# Reading data.
+
+# Usual file names in --data_dir, in order of preference.
+TRAIN_NAMES = ("train.csv", "train.jsonl")
+DEV_NAMES = ("val.csv", "dev.csv", "dev.jsonl", "val.jsonl")
+TEST_NAMES = ("test.csv", "test.jsonl")
+
+# The SWAG release's columns (the first, unnamed, is the example id).
+SWAG_COLUMNS = ("", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
+                "ending0", "ending1", "ending2", "ending3")
+
+# example_id: str; context: str; question: str (may be empty); endings: list
+# of str; label: index of the right ending, or None (unlabelled).
+MultipleChoiceExample = collections.namedtuple(
+    "MultipleChoiceExample", ["example_id", "context", "question", "endings", "label"])
+
+
+def _read_text(path, flag_name):
+    if not tf.io.gfile.exists(path):
+        raise InputError("--%s: file not found: %s" % (flag_name, path))
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError("%s, line %d: not valid UTF-8"
+                         % (path, data[:e.start].count(b"\n") + 1))
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _parse_label(value, num_choices, path, line):
+    """A label cell or field -> int in [0, num_choices). Raises InputError."""
+    number = value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < num_choices:
+        raise InputError("%s, line %d: label %r is not a choice number from 0 to %d"
+                         % (path, line, value, num_choices - 1))
+    return number
+
+
+def read_swag_csv(path, flag_name="data_dir"):
+    """Reads a SWAG CSV file as released.
+
+    Args:
+      path: train.csv, val.csv or test.csv (test.csv has no label column).
+      flag_name: the flag that named the file (for a missing file's error).
+
+    Returns:
+      list of MultipleChoiceExample (4 endings each; label None without a
+      label column).
+
+    Raises:
+      InputError: missing or empty file, a header that is not SWAG's, a row
+        with the wrong number of columns or a bad label (naming the line).
+    """
+    text = _read_text(path, flag_name)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputError("%s: empty file" % path)
+    except csv.Error as e:
+        raise InputError("%s, line 1: %s" % (path, e))
+    expected = list(SWAG_COLUMNS)
+    if header[:len(expected)] != expected or header[len(expected):] not in ([], ["label"]):
+        raise InputError(
+            "%s, line 1: not the header of a SWAG CSV file (expected %r, optionally "
+            "followed by 'label'; found %r)" % (path, ",".join(expected), ",".join(header)))
+    column = {name: i for i, name in enumerate(header)}
+    has_label = "label" in column
+    examples = []
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            raise InputError("%s, line %d: %s" % (path, reader.line_num, e))
+        line = reader.line_num
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise InputError("%s, line %d: expected %d comma-separated columns, found %d"
+                             % (path, line, len(header), len(row)))
+        endings = [row[column["ending%d" % i]] for i in range(4)]
+        label = _parse_label(row[column["label"]], 4, path, line) if has_label else None
+        examples.append(MultipleChoiceExample(
+            example_id=row[0], context=row[column["sent1"]], question=row[column["sent2"]],
+            endings=endings, label=label))
+    if not examples:
+        raise InputError("%s: no examples (only a header)" % path)
+    return examples
+
+
+def read_jsonl(path, flag_name="data_dir"):
+    """Reads multiple-choice examples from JSON Lines.
+
+    Each non-blank line: {"id": str or number (optional: the line number),
+    "context": str, "question": str (optional), "endings": [str, ...],
+    "label": int (optional)}. Every line has the same number of endings (at
+    least 2), and either every line has a label or none has.
+
+    Returns:
+      list of MultipleChoiceExample.
+
+    Raises:
+      InputError: naming the file and line of the first bad one.
+    """
+    text = _read_text(path, flag_name)
+    examples = []
+    first = None  # (line, number of endings, has a label)
+    for line, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            raise InputError("%s, line %d: not valid JSON (%s)" % (path, line, e))
+        if not isinstance(obj, dict):
+            raise InputError("%s, line %d: expected a JSON object" % (path, line))
+        context, endings = obj.get("context"), obj.get("endings")
+        question = obj.get("question") or ""
+        if not isinstance(context, str):
+            raise InputError("%s, line %d: \"context\" must be a string" % (path, line))
+        if not isinstance(question, str):
+            raise InputError("%s, line %d: \"question\" must be a string" % (path, line))
+        if (not isinstance(endings, list) or len(endings) < 2
+                or not all(isinstance(e, str) for e in endings)):
+            raise InputError("%s, line %d: \"endings\" must be a list of at least 2 strings"
+                             % (path, line))
+        has_label = obj.get("label") is not None
+        if first is None:
+            first = (line, len(endings), has_label)
+        elif len(endings) != first[1]:
+            raise InputError("%s, line %d: %d endings, but line %d has %d (every example of "
+                             "a file needs the same number)"
+                             % (path, line, len(endings), first[0], first[1]))
+        elif has_label != first[2]:
+            raise InputError("%s, line %d: %s, unlike line %d" % (
+                path, line, "a label" if has_label else "no label", first[0]))
+        label = _parse_label(obj["label"], len(endings), path, line) if has_label else None
+        example_id = obj.get("id", line)
+        examples.append(MultipleChoiceExample(str(example_id), context, question,
+                                              list(endings), label))
+    if not examples:
+        raise InputError("%s: no examples (an empty file?)" % path)
+    return examples
+
+
+def read_examples(path, input_format="auto", flag_name="data_dir"):
+    """Reads a data file in `input_format` (auto: by extension, .csv for
+    SWAG's CSV, anything else JSON Lines)."""
+    if input_format == "auto":
+        input_format = "swag_csv" if path.lower().endswith(".csv") else "jsonl"
+    if input_format == "swag_csv":
+        return read_swag_csv(path, flag_name)
+    return read_jsonl(path, flag_name)
+
+
+def _find_data_file(data_dir, names):
+    if not data_dir:
+        return None
+    for name in names:
+        path = os.path.join(data_dir, name)
+        if tf.io.gfile.exists(path):
+            return path
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Features.
+
+# input_ids, input_mask, segment_ids: one list of max_seq_length ints per
+# choice; label_id: int (0 without a label); is_real_example: False for the
+# padding that fills TPU batches.
+InputFeatures = collections.namedtuple(
+    "InputFeatures", ["input_ids", "input_mask", "segment_ids", "label_id",
+                      "is_real_example"])
+
+
+def convert_example(example, max_seq_length, tokenizer):
+    """One example -> InputFeatures: per choice, [CLS] context [SEP]
+    question + ending [SEP] (the longer side truncated first), as ids."""
+    context = tokenizer.tokenize(example.context)
+    question = example.question.strip()
+    input_ids, input_mask, segment_ids = [], [], []
+    for ending in example.endings:
+        second = tokenizer.tokenize((question + " " + ending) if question else ending)
+        _, ids, mask, segments = run_common.pack_sequence_pair(
+            list(context), second, max_seq_length, tokenizer)
+        input_ids.append(ids)
+        input_mask.append(mask)
+        segment_ids.append(segments)
+    label = example.label if example.label is not None else 0
+    return InputFeatures(input_ids, input_mask, segment_ids, label, True)
+
+
+def padding_features(num_choices, max_seq_length):
+    """All-zero features of an example that counts nowhere (TPU padding)."""
+    zeros = [[0] * max_seq_length for _ in range(num_choices)]
+    return InputFeatures(zeros, zeros, zeros, 0, False)
+
+
+def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_multiple=1):
+    """Converts examples and writes them as tf.train.Examples to a TFRecord
+    file, atomically: input_ids, input_mask, segment_ids (int64
+    [num_choices * max_seq_length]), label_ids and is_real_example (int64
+    [1]); with pad_to_multiple > 1, padding examples make the count a
+    multiple of it.
+
+    Returns:
+      the number of records written.
+    """
+    num_choices = len(examples[0].endings)
+    features = [convert_example(e, max_seq_length, tokenizer) for e in examples]
+    for i, (example, feature) in enumerate(zip(examples[:3], features)):
+        run_common.log_example([
+            ("id", example.example_id),
+            ("tokens (choice 0)", tokenizer.convert_ids_to_tokens(
+                feature.input_ids[0][:sum(feature.input_mask[0])])),
+            ("input_ids (choice 0)", feature.input_ids[0]),
+            ("segment_ids (choice 0)", feature.segment_ids[0]),
+            ("label", feature.label_id)])
+    while len(features) % pad_to_multiple:
+        features.append(padding_features(num_choices, max_seq_length))
+    with run_common.atomic_path(output_file) as tmp_file:
+        with tf.io.TFRecordWriter(tmp_file) as writer:
+            for feature in features:
+                record = {
+                    "input_ids": run_common.int64_feature(sum(feature.input_ids, [])),
+                    "input_mask": run_common.int64_feature(sum(feature.input_mask, [])),
+                    "segment_ids": run_common.int64_feature(sum(feature.segment_ids, [])),
+                    "label_ids": run_common.int64_feature([feature.label_id]),
+                    "is_real_example": run_common.int64_feature(
+                        [int(feature.is_real_example)]),
+                }
+                writer.write(tf.train.Example(
+                    features=tf.train.Features(feature=record)).SerializeToString())
+    return len(features)
+
+
+def file_based_input_fn_builder(input_file, num_choices, seq_length, is_training,
+                                drop_remainder):
+    """An input_fn over a file of `write_features`.
+
+    Returns:
+      input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask,
+      segment_ids int32 [batch, num_choices, seq_length]; label_ids,
+      is_real_example int32 [batch]. Training repeats and shuffles.
+    """
+    name_to_features = {
+        "input_ids": tf.io.FixedLenFeature([num_choices, seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([num_choices, seq_length], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([num_choices, seq_length], tf.int64),
+        "label_ids": tf.io.FixedLenFeature([], tf.int64),
+        "is_real_example": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def input_fn(params):
+        d = tf.data.TFRecordDataset(input_file)
+        if is_training:
+            d = d.repeat()
+            d = d.shuffle(buffer_size=1000)
+        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
+                  num_parallel_calls=tf.data.AUTOTUNE)
+        d = d.batch(batch_size=params["batch_size"], drop_remainder=drop_remainder)
+        return d.prefetch(tf.data.AUTOTUNE)
+
+    return input_fn
+
+
+# ---------------------------------------------------------------------------
+# Model.
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
+                 use_one_hot_embeddings):
+    """Scores every choice from its pooled [CLS] output with one shared
+    weight vector, and a softmax over the choices.
+
+    Args:
+      input_ids, input_mask, segment_ids: int32 [batch, num_choices,
+        seq_length] (num_choices may be unknown until run time).
+      labels: int32 [batch], the right choice.
+
+    Returns:
+      (loss scalar, per_example_loss [batch], logits [batch, num_choices],
+      probabilities [batch, num_choices]), from `swag/output_weights`
+      [1, hidden] and `swag/output_bias` [1].
+    """
+    batch_size, num_choices, seq_length = modeling.get_shape_list(input_ids, expected_rank=3)
+
+    def flat(t):
+        return tf.reshape(t, [-1, seq_length])
+
+    model = modeling.BertModel(
+        config=bert_config,
+        is_training=is_training,
+        input_ids=flat(input_ids),
+        input_mask=flat(input_mask),
+        token_type_ids=flat(segment_ids),
+        use_one_hot_embeddings=use_one_hot_embeddings,
+        **run_common.model_options())
+    pooled = model.get_pooled_output()  # [batch * num_choices, hidden]
+    hidden_size = modeling.get_shape_list(pooled)[-1]
+    output_weights = tf.get_variable(
+        "swag/output_weights", [1, hidden_size],
+        initializer=tf.truncated_normal_initializer(stddev=0.02))
+    output_bias = tf.get_variable("swag/output_bias", [1], initializer=tf.zeros_initializer())
+    if is_training and bert_config.hidden_dropout_prob > 0:
+        # The model's own dropout rate (0.1 in Google's models).
+        pooled = tf.nn.dropout(pooled, rate=bert_config.hidden_dropout_prob)
+    scores = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True), output_bias)
+    logits = tf.reshape(scores, [batch_size, num_choices])
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot = tf.one_hot(labels, depth=num_choices, dtype=tf.float32)
+    per_example_loss = -tf.reduce_sum(one_hot * log_probs, axis=-1)
+    return (tf.reduce_mean(per_example_loss), per_example_loss, logits,
+            tf.nn.softmax(logits, axis=-1))
+
+
+def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_steps,
+                     num_warmup_steps, use_tpu, use_one_hot_embeddings):
+    """Returns the `model_fn` for the runner.
+
+    TRAIN and EVAL (eval_accuracy, eval_loss over the real examples) read
+    label_ids too; PREDICT returns {"probabilities": [batch, num_choices]}
+    (plus label_ids and is_real_example when given), and the serving
+    signature returns the probabilities.
+    """
+
+    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
+        run_common.log_features(features)
+        input_ids = features["input_ids"]
+        if "label_ids" in features:
+            label_ids = features["label_ids"]
+        else:  # Serving: no labels.
+            label_ids = tf.zeros(tf.shape(input_ids)[:1], dtype=tf.int32)
+        if "is_real_example" in features:
+            is_real_example = tf.cast(features["is_real_example"], tf.float32)
+        else:
+            is_real_example = tf.ones(tf.shape(label_ids), dtype=tf.float32)
+        is_training = mode == runtime.ModeKeys.TRAIN
+        total_loss, per_example_loss, logits, probabilities = create_model(
+            bert_config, is_training, input_ids, features["input_mask"],
+            features["segment_ids"], label_ids, use_one_hot_embeddings)
+        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+
+        if mode == runtime.ModeKeys.TRAIN:
+            train_op = run_common.create_train_op(
+                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
+            num_choices, seq_length = modeling.get_shape_list(input_ids)[1:]
+            return runtime.TPUEstimatorSpec(
+                mode=mode, loss=total_loss, train_op=train_op, scaffold_fn=scaffold_fn,
+                training_hooks=run_common.training_hooks(
+                    total_loss, examples_per_step=params["batch_size"],
+                    tokens_per_step=params["batch_size"] * num_choices * seq_length,
+                    use_tpu=use_tpu))
+        if mode == runtime.ModeKeys.EVAL:
+
+            def metric_fn(per_example_loss, label_ids, logits, is_real_example):
+                # TPU padding examples have weight 0.
+                predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+                return {
+                    "eval_accuracy": tf.metrics.accuracy(
+                        labels=label_ids, predictions=predictions, weights=is_real_example),
+                    "eval_loss": tf.metrics.mean(values=per_example_loss,
+                                                 weights=is_real_example),
+                }
+
+            return runtime.TPUEstimatorSpec(
+                mode=mode, loss=total_loss, scaffold_fn=scaffold_fn,
+                eval_metrics=(metric_fn,
+                              [per_example_loss, label_ids, logits, is_real_example]))
+        predictions = {"probabilities": probabilities}
+        for name in ("label_ids", "is_real_example"):
+            if name in features:
+                predictions[name] = features[name]
+        return runtime.TPUEstimatorSpec(
+            mode=mode, predictions=predictions,
+            export_outputs={
+                tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
+                    runtime.PredictOutput({"probabilities": probabilities}),
+            },
+            scaffold_fn=scaffold_fn)
+
+    return model_fn
+
+
+# ---------------------------------------------------------------------------
+# Steps of main.
+
+def write_test_results(path, examples, probabilities):
+    """test_results.tsv: a header, then per example its id, the predicted
+    choice (0-based) and each choice's probability, tab-separated."""
+    num_choices = len(examples[0].endings)
+    with run_common.atomic_output(path) as writer:
+        writer.write("\t".join(["id", "prediction"] + ["probability_%d" % i
+                                                       for i in range(num_choices)]) + "\n")
+        for example, probs in zip(examples, probabilities):
+            writer.write("\t".join([example.example_id, str(int(np.argmax(probs)))] +
+                                   ["%.6f" % p for p in probs]) + "\n")
+
+
+def export_model(bert_config, checkpoint_path, export_dir, max_seq_length=128,
+                 model_dir=None):
+    """Exports a SavedModel for serving from `checkpoint_path`.
+
+    The serving_default signature takes int32 input_ids, input_mask and
+    segment_ids [batch, num_choices, max_seq_length] (any number of
+    choices) and returns probabilities [batch, num_choices].
+
+    Args:
+      model_dir: the run's --output_dir, for the Estimator's logs (optional).
+
+    Returns:
+      The SavedModel's directory.
+    """
+    model_fn = model_fn_builder(
+        bert_config=bert_config, init_checkpoint=None, learning_rate=0.0,
+        num_train_steps=None, num_warmup_steps=None, use_tpu=False,
+        use_one_hot_embeddings=False)
+
+    def serving_input_receiver_fn():
+        features = {name: tf.placeholder(tf.int32, [None, None, max_seq_length], name=name)
+                    for name in ("input_ids", "input_mask", "segment_ids")}
+        return runtime.ServingInputReceiver(features, features)
+
+    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
+                                      checkpoint_path=checkpoint_path, model_dir=model_dir)
+    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
+    return path
+
+
+def _resolve_file(flag_name, names, required_for):
+    path = getattr(FLAGS, flag_name) or _find_data_file(FLAGS.data_dir, names)
+    if path is None:
+        where = ("in --data_dir=%s (%s)" % (FLAGS.data_dir, ", ".join(names))
+                 if FLAGS.data_dir else "(no --data_dir)")
+        raise InputError("%s needs --%s or a data file %s" % (required_for, flag_name, where))
+    return path
+
+
+def _checkpoint_to_use():
+    """The latest checkpoint in output_dir, else --init_checkpoint if it is a
+    fine-tuned multiple-choice model, else None."""
+    checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
+    if checkpoint:
+        return checkpoint
+    if FLAGS.init_checkpoint:
+        names = [name for name, _ in tf.train.list_variables(FLAGS.init_checkpoint)]
+        if "swag/output_weights" in names:
+            return FLAGS.init_checkpoint
+    return None
+
+
+def main(_):
+    tf.logging.set_verbosity(tf.logging.INFO)
+
+    # Every input is checked before anything is trained or written.
+    run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
+        raise InputError("At least one of `do_train`, `do_eval`, `do_predict` or "
+                         "`export_dir` must be set.")
+    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
+        raise InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
+    if FLAGS.max_seq_length < 4:
+        raise InputError("--max_seq_length must be at least 4, got %d" % FLAGS.max_seq_length)
+    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
+                                          FLAGS.init_checkpoint)
+    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    bert_config = run_common.load_bert_config(
+        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
+        vocab_file=FLAGS.vocab_file)
+
+    # Read all data now, so that a bad file stops the run before training.
+    train = dev = test = None
+    if FLAGS.do_train:
+        train = read_examples(_resolve_file("train_file", TRAIN_NAMES, "--do_train"),
+                              FLAGS.input_format, "train_file")
+    if FLAGS.do_eval:
+        dev = read_examples(_resolve_file("dev_file", DEV_NAMES, "--do_eval"),
+                            FLAGS.input_format, "dev_file")
+    if FLAGS.do_predict:
+        test_path = _resolve_file("test_file", TEST_NAMES, "--do_predict")
+        test = read_examples(test_path, FLAGS.input_format, "test_file")
+    for name, examples in (("training", train), ("dev", dev)):
+        if examples is not None and examples[0].label is None:
+            raise InputError("The %s data need labels (a 'label' column or field)" % name)
+
+    num_train_steps = num_warmup_steps = None
+    if FLAGS.do_train:
+        num_train_steps = run_common.num_train_steps(len(train), FLAGS.train_batch_size,
+                                                     FLAGS.num_train_epochs)
+        if num_train_steps < 1:
+            raise InputError(
+                "%d training examples, --train_batch_size=%d and --num_train_epochs=%s "
+                "make 0 training steps" % (len(train), FLAGS.train_batch_size,
+                                           FLAGS.num_train_epochs))
+        num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use() is None:
+        raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
+                         "--init_checkpoint to export (train first with --do_train)"
+                         % FLAGS.output_dir)
+
+    tf.io.gfile.makedirs(FLAGS.output_dir)
+    run_config = run_common.make_run_config(
+        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
+        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
+        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
+    model_fn = model_fn_builder(
+        bert_config=bert_config, init_checkpoint=FLAGS.init_checkpoint,
+        learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
+        use_one_hot_embeddings=FLAGS.use_tpu)
+    estimator = run_common.make_estimator(
+        model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
+        eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
+    # TPU: eval and predict batches must all be full; padding examples fill
+    # them and count nowhere.
+    fixed = FLAGS.use_tpu
+
+    if FLAGS.do_train:
+        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+        write_features(train, FLAGS.max_seq_length, tokenizer, train_file)
+        run_common.log_phase("Running training", [
+            ("Num examples", len(train)), ("Num choices", len(train[0].endings)),
+            ("Batch size", FLAGS.train_batch_size), ("Num steps", num_train_steps)])
+        estimator.train(input_fn=file_based_input_fn_builder(
+            train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
+            drop_remainder=True), max_steps=num_train_steps)
+
+    checkpoint = _checkpoint_to_use()
+    if FLAGS.do_eval:
+        eval_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
+        num_records = write_features(dev, FLAGS.max_seq_length, tokenizer, eval_file,
+                                     pad_to_multiple=FLAGS.eval_batch_size if fixed else 1)
+        run_common.log_phase("Running evaluation", [
+            ("Num examples", "%d (%d actual)" % (num_records, len(dev))),
+            ("Batch size", FLAGS.eval_batch_size)])
+        result = estimator.evaluate(
+            input_fn=file_based_input_fn_builder(eval_file, len(dev[0].endings),
+                                                 FLAGS.max_seq_length, is_training=False,
+                                                 drop_remainder=fixed),
+            steps=num_records // FLAGS.eval_batch_size if fixed else None,
+            checkpoint_path=checkpoint)
+        run_common.write_eval_results(result, FLAGS.output_dir)
+
+    if FLAGS.do_predict:
+        predict_file = os.path.join(FLAGS.output_dir, "predict.tf_record")
+        num_records = write_features(test, FLAGS.max_seq_length, tokenizer, predict_file,
+                                     pad_to_multiple=FLAGS.predict_batch_size if fixed else 1)
+        run_common.log_phase("Running prediction", [
+            ("Num examples", "%d (%d actual)" % (num_records, len(test))),
+            ("Batch size", FLAGS.predict_batch_size)])
+        probabilities = []
+        for prediction in estimator.predict(
+                input_fn=file_based_input_fn_builder(
+                    predict_file, len(test[0].endings), FLAGS.max_seq_length,
+                    is_training=False, drop_remainder=fixed),
+                checkpoint_path=checkpoint):
+            if len(probabilities) == len(test):
+                break
+            probabilities.append(prediction["probabilities"])
+        if len(probabilities) != len(test):
+            raise RuntimeError("Got %d predictions for %d examples"
+                               % (len(probabilities), len(test)))
+        path = os.path.join(FLAGS.output_dir, "test_results.tsv")
+        write_test_results(path, test, probabilities)
+        tf.logging.info("Wrote %d predictions to %s", len(test), path)
+
+    if FLAGS.export_dir:
+        export_model(bert_config, checkpoint, FLAGS.export_dir,
+                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir)
+
+
+if __name__ == "__main__":
+    run_common.run_script(main)
