@@ -15,6 +15,10 @@ as a subprocess with its real flags, printing every command first:
   5. run_squad.py                fine-tune it on a SQuAD 1.1-format set, and
                                  predict and score the dev questions
   6. extract_features.py         contextual vectors for a few sentences
+  7. run_ner.py                  fine-tune it to tag persons, places and
+                                 organisations (CoNLL-2003 layout)
+  8. run_swag.py                 fine-tune it for multiple choice (SWAG
+                                 layout)
 
 and prints a summary. Everything goes to one folder (--output_dir, default
 demo_output/): each step's outputs, its full log (logs/), the model config
@@ -57,9 +61,11 @@ MODEL = {
 # Amount of work per mode. "quick" only checks that everything runs.
 SETTINGS = {
     "full": {"dupe_factor": 5, "pretrain_steps": 400, "pretrain_lr": "5e-4",
-             "max_eval_steps": 10, "classifier_epochs": "6.0", "squad_epochs": "3.0"},
+             "max_eval_steps": 10, "classifier_epochs": "6.0", "squad_epochs": "3.0",
+             "ner_epochs": "8.0", "swag_epochs": "3.0"},
     "quick": {"dupe_factor": 1, "pretrain_steps": 20, "pretrain_lr": "5e-4",
-              "max_eval_steps": 2, "classifier_epochs": "0.2", "squad_epochs": "0.2"},
+              "max_eval_steps": 2, "classifier_epochs": "0.2", "squad_epochs": "0.2",
+              "ner_epochs": "0.5", "swag_epochs": "0.2"},
 }
 
 
@@ -175,6 +181,40 @@ def build_steps(out, quick=False):
             ("batch_size", 8),
         ], "The pre-trained model's last two layers for each word piece of "
            "demo_data/sentences.txt."),
+        Step("ner", "Fine-tuning a named-entity tagger (CoNLL-2003 layout)", "run_ner.py",
+             model + [
+                 ("init_checkpoint", pretrained),
+                 ("do_lower_case", True),
+                 ("data_dir", os.path.join(data, "ner")),
+                 ("do_train", True),
+                 ("do_eval", True),
+                 ("do_predict", True),
+                 ("max_seq_length", 64),
+                 ("doc_stride", 32),
+                 ("train_batch_size", 32),
+                 ("predict_batch_size", 64),
+                 ("learning_rate", "1e-3"),
+                 ("num_train_epochs", s["ner_epochs"]),
+                 ("output_dir", os.path.join(out, "ner")),
+             ], "Persons, places and organisations in short documents, IOB1 tags as in "
+                "the original CoNLL files; a town's name can be any of the three, and "
+                "only its neighbours tell which."),
+        Step("swag", "Fine-tuning for multiple choice (SWAG layout)", "run_swag.py",
+             model + [
+                 ("init_checkpoint", pretrained),
+                 ("do_lower_case", True),
+                 ("data_dir", os.path.join(data, "swag")),
+                 ("do_train", True),
+                 ("do_eval", True),
+                 ("do_predict", True),
+                 ("max_seq_length", 48),
+                 ("train_batch_size", 16),
+                 ("predict_batch_size", 32),
+                 ("learning_rate", "2e-4"),
+                 ("num_train_epochs", s["swag_epochs"]),
+                 ("output_dir", os.path.join(out, "swag")),
+             ], "Pick the ending that fits a short biography, of four: the person's "
+                "workplace, their vehicle's colour, how their dinner went."),
     ]
 
 
@@ -347,12 +387,19 @@ def summarize(steps, out_abs, quick):
     width = len(lines[0]["features"][0]["layers"][0]["values"])
     add("features", "%d lines, %d tokens x 2 layers x %d values in %s"
         % (len(lines), tokens, width, _display_path(features)))
+    ner = read_key_values(os.path.join(out_abs, "ner", "eval_results.txt"))
+    add("ner", "dev entity F1 %.3f (PER %.3f, LOC %.3f, ORG %.3f), word accuracy %.3f"
+        % (ner["eval_f1"], ner.get("eval_f1_PER", 0.0), ner.get("eval_f1_LOC", 0.0),
+           ner.get("eval_f1_ORG", 0.0), ner["eval_accuracy"]))
+    swag = read_key_values(os.path.join(out_abs, "swag", "eval_results.txt"))
+    add("swag", "dev accuracy %.3f (chance 0.250: 4 endings)" % swag["eval_accuracy"])
 
     checks = [
         ("masked-LM accuracy rose",
          end["masked_lm_accuracy"] > start["masked_lm_accuracy"] + 0.05),
         ("classifier beat the majority-class baseline",
          classifier["eval_accuracy"] > baseline),
+        ("multiple choice beat chance", swag["eval_accuracy"] > 0.25),
     ]
     width_script = max(len(r[0]) for r in rows)
     text = ["", "=" * 78, "Summary%s" % (" (--quick: too little training to learn much)"
@@ -390,7 +437,8 @@ def prepare_output_dir(out_abs):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="End-to-end BERT demo: vocabulary, pre-training, classification, "
-                    "SQuAD and feature extraction on shipped data.")
+                    "SQuAD, feature extraction, named entities and multiple choice on "
+                    "shipped data.")
     parser.add_argument("--output_dir", default=os.path.join(REPO, "demo_output"),
                         help="folder for all outputs (default: demo_output/ in the "
                              "repository; cleared first if an earlier demo made it)")

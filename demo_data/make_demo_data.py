@@ -22,9 +22,22 @@ Writes:
   squad/dev.json     biographies (run_squad.py).
   sentences.txt      a few lines for extract_features.py (one with the
                      "A ||| B" pair delimiter).
+  ner/               a named-entity set in the CoNLL-2003 layout (train.txt,
+                     valid.txt, test.txt: "token POS chunk tag", IOB1 tags,
+                     -DOCSTART- between documents) for run_ner.py: persons,
+                     places and organisations, where a town's name is a
+                     place after "in", part of a person's name after a first
+                     name, and part of an organisation before "Rowing Club".
+  swag/              a multiple-choice set in the SWAG CSV layout (train.csv,
+                     val.csv, test.csv without labels) for run_swag.py: pick
+                     the ending that fits a short biography (the person's
+                     workplace, the colour of their vehicle, how a dinner
+                     went).
 """
 
 import argparse
+import csv
+import io
 import json
 import os
 import random
@@ -293,6 +306,174 @@ SENTENCES = [
 ]
 
 
+# ---------------------------------------------------------------------------
+# Named entities (CoNLL-2003 layout).
+
+SURNAMES = ["Lind", "Varga", "Okafor", "Brandt", "Moreau", "Sato", "Novak", "Quist",
+            "Haldane", "Ferreira"]
+ORG_KINDS = [["Rowing", "Club"], ["Bakers", "Guild"], ["Chess", "Society"],
+             ["Town", "Council"], ["Choir"], ["Library", "Trust"]]
+VERBS_TRAVEL = ["travelled", "walked", "drove", "cycled"]
+
+
+def _person(rng):
+    """(words, type per word): a first name and, often, a surname, which is
+    sometimes a town's name (then only the context says it is a person)."""
+    first, _, _ = rng.choice(NAMES)
+    roll = rng.random()
+    if roll < 0.35:
+        return [first], ["PER"]
+    surname = rng.choice(TOWNS) if roll < 0.65 else rng.choice(SURNAMES)
+    return [first, surname], ["PER", "PER"]
+
+
+def _organisation(rng):
+    words = [rng.choice(TOWNS)] + rng.choice(ORG_KINDS)
+    return words, ["ORG"] * len(words)
+
+
+def _ner_sentence(rng):
+    """One sentence as (words, entity type or None per word)."""
+    form = rng.randrange(7)
+    parts = []  # (words, types)
+
+    def plain(text):
+        words = text.split()
+        parts.append((words, [None] * len(words)))
+
+    if form == 0:
+        parts.append(_person(rng))
+        plain("lives in")
+        parts.append(([rng.choice(TOWNS)], ["LOC"]))
+        plain(".")
+    elif form == 1:
+        parts.append(_person(rng))
+        plain("works for the")
+        parts.append(_organisation(rng))
+        plain("in")
+        parts.append(([rng.choice(TOWNS)], ["LOC"]))
+        plain(".")
+    elif form == 2:
+        plain("The")
+        parts.append(_organisation(rng))
+        plain("met in")
+        parts.append(([rng.choice(TOWNS)], ["LOC"]))
+        plain("on %s ." % rng.choice(DAYS))
+    elif form == 3:
+        parts.append(_person(rng))
+        plain("%s from" % rng.choice(VERBS_TRAVEL))
+        parts.append(([rng.choice(TOWNS)], ["LOC"]))
+        plain("to")
+        parts.append(([rng.choice(TOWNS)], ["LOC"]))
+        plain("by %s ." % rng.choice(TRANSPORT))
+    elif form == 4:
+        parts.append(_person(rng))
+        plain("and")
+        parts.append(_person(rng))
+        plain("joined the")
+        parts.append(_organisation(rng))
+        plain("last %s ." % rng.choice(SEASONS))
+    elif form == 5:
+        plain("In")
+        parts.append(([rng.choice(TOWNS)], ["LOC"]))
+        plain(", the %s is %s ." % (rng.choice(LANDMARKS), rng.choice(["calm", "cold",
+                                                                       "bright"])))
+    else:
+        parts.append(_person(rng))
+        plain("said the")
+        parts.append(_organisation(rng))
+        plain("needs more %s ." % rng.choice(["members", "money", "room", "time"]))
+    words = [w for ws, _ in parts for w in ws]
+    types = [t for _, ts in parts for t in ts]
+    return words, types
+
+
+def iob1_tags(types):
+    """Entity types per word (None outside entities; each entity a run of
+    one type) -> IOB1 tags, as in the original CoNLL-2003 files: I- inside
+    entities, B- only for an entity right after one of the same type. The
+    sentence generator puts words between entities, so there are no B-."""
+    return ["O" if t is None else "I-" + t for t in types]
+
+
+def _pos(word, entity_type):
+    if entity_type is not None:
+        return "NNP", "I-NP"
+    if word in (".", ","):
+        return word, "O"
+    return ("NNP" if word[0].isupper() else "NN"), "I-NP"
+
+
+def make_ner(rng, num_documents):
+    """CoNLL-2003-layout text: -DOCSTART- lines, 'token POS chunk tag'."""
+    lines = []
+    for _ in range(num_documents):
+        lines.append("-DOCSTART- -X- -X- O\n\n")
+        for _ in range(rng.randint(3, 5)):
+            words, types = _ner_sentence(rng)
+            for word, entity_type, tag in zip(words, types, iob1_tags(types)):
+                pos, chunk = _pos(word, entity_type)
+                lines.append("%s %s %s %s\n" % (word, pos, chunk, tag))
+            lines.append("\n")
+    return "".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Multiple choice (SWAG CSV layout).
+
+SWAG_HEADER = ("", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
+               "ending0", "ending1", "ending2", "ending3", "label")
+
+
+def _swag_question(rng):
+    """(context, start of the endings, right ending, three wrong endings)."""
+    name, he, his = rng.choice(NAMES)
+    kind = rng.randrange(3)
+    if kind == 0:
+        jobs = rng.sample(JOBS, 4)
+        job, _, workplace = jobs[0]
+        context = "%s is a %s who lives in %s." % (name, job, rng.choice(TOWNS))
+        start = "Every morning %s walks to the" % he
+        return (context, start, "%s where %s works." % (workplace, he),
+                ["%s where %s works." % (j[2], he) for j in jobs[1:]])
+    if kind == 1:
+        colors = rng.sample(COLORS, 4)
+        vehicle = rng.choice(VEHICLES)
+        context = "%s has a %s %s that %s uses on %ss." % (name, colors[0], vehicle, he,
+                                                          rng.choice(DAYS))
+        start = "What colour is %s's %s? It is" % (name, vehicle)
+        return context, start, colors[0] + ".", [c + "." for c in colors[1:]]
+    happy = rng.random() < 0.5
+    clause = review_sentence(rng, happy)[0]
+    context = "%s had dinner at %s, and %s." % (name, rng.choice(PLACES), clause)
+    start = name
+    right = ("was happy and %s will come back soon." % he if happy
+             else "was unhappy and %s will not go back." % he)
+    wrong = ("was unhappy and %s will not go back." % he if happy
+             else "was happy and %s will come back soon." % he)
+    others = ["keeps a %s called %s." % (rng.choice(ANIMALS)[0], rng.choice(PET_NAMES)),
+              "is a %s in %s." % (rng.choice(JOBS)[0], rng.choice(TOWNS))]
+    return context, start, right, [wrong] + others
+
+
+def make_swag(rng, num_examples, first_id, with_labels=True):
+    """SWAG CSV text: the release's header, one row per question; the right
+    ending's place is random (about a quarter in each)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SWAG_HEADER if with_labels else SWAG_HEADER[:-1])
+    for i in range(num_examples):
+        context, start, right, wrong = _swag_question(rng)
+        wrong = list(wrong)
+        rng.shuffle(wrong)
+        label = rng.randrange(4)
+        endings = wrong[:label] + [right] + wrong[label:]
+        row = [str(first_id + i), "demo%04d" % (first_id + i), str(i), context + " " + start,
+               context, start, "gold"] + endings
+        writer.writerow(row + ([str(label)] if with_labels else []))
+    return out.getvalue()
+
+
 def _write(path, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
@@ -328,6 +509,17 @@ def main():
            json.dumps(make_squad(rng, 30, first_id=1000)) + "\n")
 
     _write(os.path.join(out, "sentences.txt"), "\n".join(SENTENCES) + "\n")
+
+    rng = random.Random(4)
+    _write(os.path.join(out, "ner", "train.txt"), make_ner(rng, 150))
+    _write(os.path.join(out, "ner", "valid.txt"), make_ner(rng, 40))
+    _write(os.path.join(out, "ner", "test.txt"), make_ner(rng, 20))
+
+    rng = random.Random(5)
+    _write(os.path.join(out, "swag", "train.csv"), make_swag(rng, 500, 0))
+    _write(os.path.join(out, "swag", "val.csv"), make_swag(rng, 120, 10000))
+    _write(os.path.join(out, "swag", "test.csv"), make_swag(rng, 40, 20000,
+                                                            with_labels=False))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import demo
 
 REPO = demo.REPO
 SCRIPTS = ["create_vocab.py", "create_pretraining_data.py", "run_pretraining.py",
-           "run_classifier.py", "run_squad.py", "extract_features.py"]
+           "run_classifier.py", "run_squad.py", "extract_features.py", "run_ner.py",
+           "run_swag.py"]
 
 
 # ---------------------------------------------------------------------------
@@ -25,9 +26,10 @@ def test_shipped_data_is_what_the_generator_writes(tmp_path):
                     "--output_dir", str(tmp_path)], check=True)
     generated = sorted(os.path.relpath(os.path.join(d, f), tmp_path)
                        for d, _, files in os.walk(tmp_path) for f in files)
-    assert generated == ["corpus.txt", "sentences.txt", "sentiment/dev.tsv",
-                         "sentiment/test.tsv", "sentiment/train.tsv", "squad/dev.json",
-                         "squad/train.json"]
+    assert generated == ["corpus.txt", "ner/test.txt", "ner/train.txt", "ner/valid.txt",
+                         "sentences.txt", "sentiment/dev.tsv", "sentiment/test.tsv",
+                         "sentiment/train.tsv", "squad/dev.json", "squad/train.json",
+                         "swag/test.csv", "swag/train.csv", "swag/val.csv"]
     for name in generated:
         assert filecmp.cmp(tmp_path / name, os.path.join(REPO, "demo_data", name),
                            shallow=False), name
@@ -95,6 +97,57 @@ def test_squad_answers_are_at_their_offsets(name):
     assert len(ids) == questions > 100
 
 
+@pytest.mark.parametrize("name", ["train.txt", "valid.txt", "test.txt"])
+def test_ner_data_in_conll_layout_where_context_decides(name):
+    """CoNLL-2003 layout (4 columns, IOB1, -DOCSTART-), read independently of
+    run_ner: town names occur as places, persons' surnames and organisations,
+    so the word alone does not give its tag."""
+    with open(os.path.join(REPO, "demo_data", "ner", name), encoding="utf-8") as f:
+        text = f.read()
+    documents = text.count("-DOCSTART- -X- -X- O\n\n")
+    assert documents >= 20
+    tags_of = {}
+    previous = "O"
+    for line in text.split("\n"):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            previous = "O"
+            continue
+        assert len(fields) == 4, line
+        tag = fields[3]
+        assert tag == "O" or tag[:2] in ("I-", "B-"), line
+        # IOB1: B- only right after an entity of the same type.
+        if tag.startswith("B-"):
+            assert previous[2:] == tag[2:], line
+        tags_of.setdefault(fields[0], set()).add(tag[2:] or "O")
+        previous = tag
+    assert {"PER", "LOC", "ORG"} <= set.union(*tags_of.values())
+    ambiguous = [w for w, types in tags_of.items() if {"PER", "LOC", "ORG"} <= types]
+    assert len(ambiguous) >= 3
+
+
+@pytest.mark.parametrize("name", ["train.csv", "val.csv", "test.csv"])
+def test_swag_data_in_the_release_layout(name):
+    import csv
+    with open(os.path.join(REPO, "demo_data", "swag", name), encoding="utf-8",
+              newline="") as f:
+        rows = list(csv.reader(f))
+    header = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
+              "ending0", "ending1", "ending2", "ending3"]
+    labelled = name != "test.csv"
+    assert rows[0] == header + (["label"] if labelled else [])
+    assert all(len(row) == len(rows[0]) for row in rows[1:])
+    assert len({row[0] for row in rows[1:]}) == len(rows) - 1 >= 40
+    for row in rows[1:]:
+        assert row[3] == row[4] + " " + row[5]
+        assert len(set(row[7:11])) == 4
+    if labelled:
+        labels = [int(row[11]) for row in rows[1:]]
+        # The right ending's place is spread out: the majority baseline is
+        # near chance.
+        assert max(labels.count(i) for i in range(4)) / len(labels) < 0.32
+
+
 # ---------------------------------------------------------------------------
 # The commands.
 
@@ -152,7 +205,7 @@ def test_later_steps_read_what_earlier_steps_write():
         assert steps["pretraining"][key] == steps["pretraining_data"][key]
     checkpoint = os.path.join(steps["pretraining"]["output_dir"],
                               "model.ckpt-%d" % steps["pretraining"]["num_train_steps"])
-    for name in ("classifier", "squad", "features"):
+    for name in ("classifier", "squad", "features", "ner", "swag"):
         assert steps[name]["init_checkpoint"] == checkpoint
         assert steps[name]["vocab_file"] == "out/vocab.txt"
 
@@ -234,7 +287,9 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     for path in ["vocab.txt", "bert_config.json", "pretraining_data.tfrecord",
                  "pretraining/eval_results_at_start.txt", "pretraining/eval_results.txt",
                  "classifier/eval_results.txt", "squad/predictions.json",
-                 "squad/eval_results.json", "features.jsonl", "summary.txt"]:
+                 "squad/eval_results.json", "features.jsonl", "ner/eval_results.txt",
+                 "ner/eval_predictions.txt", "ner/test_predictions.txt",
+                 "swag/eval_results.txt", "swag/test_results.tsv", "summary.txt"]:
         assert (out / path).is_file(), path
     assert sorted(os.listdir(out / "logs")) == sorted(
         s.name + ".log" for s in demo.build_steps("x"))
@@ -247,6 +302,7 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     assert summary.strip() in stdout
     assert "masked-LM accuracy" in summary and "majority-class baseline" in summary
     assert "exact match" in summary
+    assert "dev entity F1" in summary and "chance 0.250" in summary
     with open(out / "bert_config.json") as f:
         vocab_size = json.load(f)["vocab_size"]
     with open(out / "vocab.txt", encoding="utf-8") as f:
