@@ -28,6 +28,13 @@ def load_original(module_name):
             sys.modules["tensorflow"] = saved
 
 
+def estimator_available():
+    """Whether this TensorFlow still has the Estimator, which the original's
+    scripts need to run (their library functions don't)."""
+    import tensorflow.compat.v1 as tf1
+    return hasattr(tf1, "estimator")
+
+
 def run_original_script(module_name, argv):
     """Runs the original script's main with `argv` (in this process)."""
     import tensorflow.compat.v1 as tf1

@@ -487,13 +487,13 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     features, and run the model_fn's PREDICT, EVAL and TRAIN specs; the loss
     and accuracy agree with the predicted probabilities."""
     data = _write(tmp_path / "dev.jsonl", "\n".join(json.dumps(o) for o in [
-        {"id": "a", "context": "the car is red .", "endings": ["red", "blue", "green"],
+        {"id": "a", "context": "the sun is hot .", "endings": ["fire", "ice", "snow"],
          "label": 0},
-        {"id": "b", "context": "the hat is blue .", "question": "it looks",
-         "endings": ["red", "blue", "green"], "label": 2}]) + "\n")
-    vocab, _ = _model_files(tmp_path)
-    config = tiny.write_config(str(tmp_path), vocab_size=40, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0)
+        {"id": "b", "context": "the lake is cold .", "question": "it feels",
+         "endings": ["oven", "soup", "frost"], "label": 2}]) + "\n")
+    # Every word is in the vocabulary, so the three endings differ and their
+    # scores are not exact ties (an argmax over ties may go either way).
+    vocab, config = _model_files(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-c", _LIBRARY_SCRIPT, vocab, config, data,
          str(tmp_path / "dev.tf_record"), str(tmp_path / "model.ckpt")],
@@ -510,7 +510,12 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     labels = np.array([0, 2])
     expected_loss = -np.mean(np.log(probabilities[[0, 1], labels]))
     assert out["eval"]["eval_loss"] == pytest.approx(expected_loss, rel=1e-5)
-    assert out["eval"]["eval_accuracy"] == pytest.approx(
-        np.mean(np.argmax(probabilities, axis=1) == labels))
+    # The untrained scores are close: where the top two are within float32
+    # noise of each other, the EVAL run's argmax may pick either.
+    top_two = np.sort(probabilities, axis=1)[:, -2:]
+    decisive = top_two[:, 1] - top_two[:, 0] > 1e-6
+    correct = np.argmax(probabilities, axis=1) == labels
+    assert (np.mean(correct & decisive) - 1e-6 <= out["eval"]["eval_accuracy"]
+            <= np.mean(correct | ~decisive) + 1e-6)
     assert out["loss"] == pytest.approx(expected_loss, rel=1e-5)
     assert out["step"] == 1
