@@ -41,6 +41,7 @@ import struct
 import tempfile
 
 import numpy as np
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
@@ -89,8 +90,10 @@ def read_json(path):
     """Reads a JSON object from `path`; InputError naming the file if invalid."""
     if not tf.io.gfile.exists(path):
         raise InputError("--hf_model_dir: file not found: %s" % path)
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
+    try:
+        text = run_common.read_file_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise run_common.non_utf8_error(None, path)
     try:
         value = json.loads(text)
     except ValueError as e:
@@ -280,8 +283,15 @@ def load_hf_weights(model_dir):
             weight_map = read_json(path(index)).get("weight_map")
             if not isinstance(weight_map, dict):
                 raise InputError("%s has no weight_map" % path(index))
+            shards = sorted(set(weight_map.values()))
+            missing = [shard for shard in shards if not tf.io.gfile.exists(path(shard))]
+            if missing:
+                raise InputError(
+                    "--hf_model_dir %s: %s names %d shard(s) that are not there: %s; "
+                    "download the missing file(s) into the directory"
+                    % (model_dir, index, len(missing), ", ".join(missing)))
             tensors = {}
-            for shard in sorted(set(weight_map.values())):
+            for shard in shards:
                 tensors.update(loader(path(shard)))
             return tensors, path(index)
     raise InputError(
@@ -540,6 +550,7 @@ def convert(hf_model_dir, output_dir):
         raise InputError("--output_dir is required")
     if not tf.io.gfile.isdir(hf_model_dir):
         raise InputError("--hf_model_dir: directory not found: %s" % hf_model_dir)
+    run_common.check_output_dir(output_dir)
 
     config_path = os.path.join(hf_model_dir, "config.json")
     vocab_path = os.path.join(hf_model_dir, "vocab.txt")
@@ -548,7 +559,7 @@ def convert(hf_model_dir, output_dir):
         raise InputError("--hf_model_dir: file not found: %s (BERT's WordPiece vocabulary)"
                          % vocab_path)
     with tf.io.gfile.GFile(vocab_path, "r") as f:
-        num_vocab = sum(1 for _ in f)
+        num_vocab = sum(1 for _ in run_common.utf8_lines(f, None, vocab_path))
     if num_vocab > config["vocab_size"]:
         raise InputError("%s has %d tokens but vocab_size in %s is %d"
                          % (vocab_path, num_vocab, config_path, config["vocab_size"]))
@@ -572,6 +583,12 @@ def convert(hf_model_dir, output_dir):
         for name in sorted(tf.io.gfile.listdir(tmp_dir)):
             tf.io.gfile.rename(os.path.join(tmp_dir, name), os.path.join(output_dir, name),
                                overwrite=True)
+    except Exception as e:
+        # A full disk or a file size limit: one line naming the output.
+        message = run_common.output_write_error(e, tmp_dir)
+        if message:
+            raise InputError(message) from e
+        raise
     finally:
         if tf.io.gfile.exists(tmp_dir):
             tf.io.gfile.rmtree(tmp_dir)

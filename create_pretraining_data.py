@@ -62,7 +62,7 @@ from run_common import InputError
 FLAGS = flags.FLAGS
 
 run_common.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
-                        "max_seq_length", "max_predictions_per_seq")
+                        "max_seq_length", "max_predictions_per_seq", "log_every_seconds")
 
 flags.DEFINE_bool(
     "do_whole_word_mask", False,
@@ -118,6 +118,7 @@ def _is_remote(path):
 
 
 def _gfile():
+    import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
     return tf.io.gfile
 
@@ -167,16 +168,28 @@ class _AtomicRecordFiles:
         self._next = 0
         self.count = 0
 
+    def _write_error(self, error, index):
+        """InputError naming output file `index`, for a write that failed for
+        lack of room; None for other errors."""
+        message = run_common.output_write_error(error, self._paths[index])
+        return InputError(message) if message else None
+
     def write(self, framed_records):
         files, n = self._files, len(self._files)
         for record in framed_records:
-            files[self._next].write(record)
+            try:
+                files[self._next].write(record)
+            except OSError as e:
+                raise self._write_error(e, self._next) or e
             self._next = (self._next + 1) % n
             self.count += 1
 
     def commit(self):
-        for f in self._files:
-            f.close()
+        for index, f in enumerate(self._files):
+            try:
+                f.close()
+            except OSError as e:
+                raise self._write_error(e, index) or e
         for tmp, path in zip(self._tmp_paths, self._paths):
             if _is_remote(path):
                 _gfile().rename(tmp, path, overwrite=True)
@@ -440,6 +453,8 @@ class _Vocab:
         try:
             self.tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
                                                         do_lower_case=do_lower_case)
+        except UnicodeDecodeError:
+            raise run_common.non_utf8_error("vocab_file", vocab_file)
         except ValueError as e:
             raise InputError("--vocab_file: %s" % e)
         vocab = self.tokenizer.vocab
@@ -1012,19 +1027,23 @@ def _log_capped(num_capped, total):
 # ---------------------------------------------------------------------------
 # Default mode: the original's algorithm, all instances in memory.
 
+def _total_megabytes(input_files):
+    """Size of the input files in MB (for the progress lines' ETA)."""
+    return sum(_gfile().stat(path).length if _is_remote(path) else os.path.getsize(path)
+               for path in input_files) / 1e6
+
+
 def _run_original_mode(input_files, vocab, writer):
     start = time.time()
     documents = [[]]
     bytes_read = [0]
     lines = _numbered_lines(input_files)
+    reading = run_common.Progress("Reading the input", _total_megabytes(input_files), "MB")
 
     def counted(lines):
-        next_report = 10 << 20
         for item in lines:
             bytes_read[0] += len(item[2])
-            if bytes_read[0] >= next_report:
-                logging.info("Read %.1f MB (%.0f s)", bytes_read[0] / 1e6, time.time() - start)
-                next_report += 10 << 20
+            reading.update(count=bytes_read[0] / 1e6)
             yield item
 
     _documents_from_lines(counted(lines), vocab, documents)
@@ -1039,12 +1058,15 @@ def _run_original_mode(input_files, vocab, writer):
                           FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
                           FLAGS.do_whole_word_mask)
 
-    def progress(dupe, count):
-        logging.info("Pass %d/%d over the documents: %d instances (%.0f s)",
-                     dupe + 1, FLAGS.dupe_factor, count, time.time() - start)
+    making = run_common.Progress("Making instances", len(documents) * FLAGS.dupe_factor,
+                                 "documents")
 
-    instances = _make_instances(documents, maker.from_document, FLAGS.dupe_factor, rng,
-                                progress)
+    def from_document(documents, index, rng, output):
+        maker.from_document(documents, index, rng, output)
+        making.update()
+
+    instances = _make_instances(documents, from_document, FLAGS.dupe_factor, rng)
+    making.done()
     del documents
     for data in instances[:_LOG_EXAMPLES]:
         _log_example(vocab, decode_example(data))
@@ -1160,7 +1182,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
     buffer = _ShuffleBuffer(FLAGS.shuffle_buffer_size,
                             _shard_seed(FLAGS.random_seed, -1), writer.write)
     shards = _shards(input_files, int(shard_mb * 1e6))
-    start = time.time()
+    progress = run_common.Progress("Processing the input", _total_megabytes(input_files), "MB")
     totals = {"text": 0, "capped": 0, "shards": 0}
 
     def consume(result):
@@ -1176,11 +1198,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         totals["text"] += text_bytes
         totals["capped"] += capped
         totals["shards"] += 1
-        elapsed = time.time() - start
-        logging.info("Shard %d: %d instances; in all %.1f MB of text, %d instances "
-                     "written or buffered, %.2f MB/s", index, len(lengths),
-                     totals["text"] / 1e6, writer.count + len(buffer._buffer),
-                     totals["text"] / 1e6 / max(elapsed, 1e-9))
+        progress.update(count=totals["text"] / 1e6)
 
     num_workers = FLAGS.num_workers
     _init_worker(config, vocab)
@@ -1206,6 +1224,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
             while pending:
                 consume(pending.pop(0).get())
     buffer.flush()
+    progress.done()
     if totals["text"] == 0 or writer.count == 0:
         raise InputError("--input_file: no text found in %s" % ", ".join(input_files))
     _log_capped(totals["capped"], writer.count)
@@ -1234,10 +1253,9 @@ def _check_flags():
     if not output_files:
         raise InputError("--output_file is required")
     for path in output_files:
-        directory = os.path.dirname(path)
-        if not _is_remote(path) and directory and not os.path.isdir(directory):
-            raise InputError("--output_file %s: directory %s does not exist"
-                             % (path, directory))
+        # A directory, a missing or unwritable directory: found now rather
+        # than after all the output was made.
+        run_common.check_output_file(path, "output_file", create_dir=False)
     return output_files
 
 

@@ -101,6 +101,7 @@ def count_words(input_files, do_lower_case):
     Raises:
       InputError: a file is not UTF-8 (names the file and line).
     """
+    import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
 
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)

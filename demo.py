@@ -410,7 +410,10 @@ def summarize(steps, out_abs, quick):
     text.append("%-*s %6s" % (width_script, "total", "%.0f s" % total))
     text.append("")
     for what, ok in checks:
-        text.append("%s %s" % ("[ok]  " if ok else "[no]  ", what))
+        # --quick trains too little for the checks to mean anything: shown,
+        # not judged.
+        mark = "[--]  " if quick else "[ok]  " if ok else "[no]  "
+        text.append("%s %s" % (mark, what))
     text.append("")
     text.append("All outputs: %s/ (logs in %s/logs/, summary in %s/summary.txt)"
                 % ((_display_path(out_abs),) * 3))
@@ -471,10 +474,14 @@ def main(argv=None):
                   % (out, config["vocab_size"], config["num_hidden_layers"],
                      config["hidden_size"], config["num_attention_heads"]))
 
-    text, _ = summarize(steps, out_abs, args.quick)
+    text, checks = summarize(steps, out_abs, args.quick)
     print("\n".join(text))
     with open(os.path.join(out_abs, "summary.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(text).strip() + "\n")
+    failed = [what for what, ok in checks.items() if not ok]
+    if failed and not args.quick:
+        print("ERROR: the demo's check(s) failed: %s" % "; ".join(failed), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -36,6 +36,7 @@ import time
 import zipfile
 
 import numpy as np
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
@@ -80,9 +81,6 @@ flags.DEFINE_bool(
     "with the default to float32 rounding (so a 6th decimal may differ).")
 
 # Seconds between progress log lines.
-_LOG_EVERY_SECS = 10.0
-
-
 @dataclasses.dataclass
 class InputExample:
     """One input line: its number (unique_id, from 0), `text_a`, and for a
@@ -558,28 +556,13 @@ def parse_layers(layers, num_hidden_layers, output_format="jsonl"):
 
 
 def resolve_checkpoint(init_checkpoint):
-    """A checkpoint prefix, or a directory with a "checkpoint" state file or
-    exactly one checkpoint -> the checkpoint prefix.
+    """A checkpoint prefix, or a directory holding checkpoints -> the
+    checkpoint prefix (see `run_common.resolve_checkpoint`).
 
     Raises:
-      InputError: no checkpoint there.
+      InputError: no checkpoint there, or several and no way to choose.
     """
-    if not init_checkpoint:
-        raise InputError("--init_checkpoint is required")
-    if tf.io.gfile.isdir(init_checkpoint):
-        latest = tf.train.latest_checkpoint(init_checkpoint)
-        if latest:
-            return latest
-        # No "checkpoint" state file (as in Google's zips and converted
-        # models): accept a directory holding exactly one checkpoint.
-        indexes = tf.io.gfile.glob(os.path.join(init_checkpoint, "*.index"))
-        if len(indexes) == 1:
-            return indexes[0][:-len(".index")]
-    elif tf.io.gfile.exists(init_checkpoint + ".index"):
-        return init_checkpoint
-    raise InputError("--init_checkpoint: no checkpoint found at %s (expected a prefix "
-                     "such as .../bert_model.ckpt with a .index file next to it)"
-                     % init_checkpoint)
+    return run_common.resolve_checkpoint("init_checkpoint", init_checkpoint, required=True)
 
 
 # ---------------------------------------------------------------------------
@@ -602,6 +585,8 @@ def main(_):
     layer_indexes = parse_layers(FLAGS.layers, bert_config.num_hidden_layers,
                                  output_format=FLAGS.output_format)
     init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
+    run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                     FLAGS.bert_config_file)
     if FLAGS.max_seq_length < 3:
         raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
                          % FLAGS.max_seq_length)
@@ -611,6 +596,7 @@ def main(_):
         raise InputError("--trim_padding needs dynamic shapes, which TPUs do not "
                          "support: leave it off with --use_tpu")
 
+    run_common.check_output_file(FLAGS.output_file, "output_file")
     output_dir = os.path.dirname(FLAGS.output_file)
     if output_dir:
         tf.io.gfile.makedirs(output_dir)
@@ -656,14 +642,15 @@ def main(_):
             writer = NpzWriter(FLAGS.output_file, layer_indexes, dtype=FLAGS.npz_dtype)
 
         start = time.time()
-        last_log = None
+        progress = None
         done = 0
+        tf.logging.info("Computing features with the weights of %s", init_checkpoint)
         for result in estimator.predict(input_fn, yield_single_examples=True):
-            if last_log is None:
+            if progress is None:
                 # The first result comes after building the graph and
-                # restoring the checkpoint: count log intervals from here.
-                last_log = time.time()
-                tf.logging.info("First predictions after %.1f s", last_log - start)
+                # restoring the checkpoint: measure the rate from here.
+                tf.logging.info("First predictions after %.1f s", time.time() - start)
+                progress = run_common.Progress("Computing features", num_examples)
             num_tokens = int(np.sum(result["input_mask"]))
             # Every token came from the vocabulary, so ids map back to them.
             tokens = tokenizer.convert_ids_to_tokens(result["input_ids"][:num_tokens].tolist())
@@ -673,11 +660,7 @@ def main(_):
                 layers.append(layer if FLAGS.pooling != "none" else layer[:num_tokens])
             writer.write(int(result["unique_id"]), tokens, layers)
             done += 1
-            now = time.time()
-            if now - last_log >= _LOG_EVERY_SECS:
-                tf.logging.info("Processed %d of %d examples (%.1f examples/s)", done,
-                                num_examples, done / (now - start))
-                last_log = now
+            progress.update()
         if done != num_examples:
             raise RuntimeError("Got %d predictions for %d examples" % (done, num_examples))
         writer.close()

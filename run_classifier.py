@@ -13,7 +13,10 @@ Same flags, building blocks and output files as Google's original
 * evaluation during training (``--eval_every_n_steps``) and keeping the best
   checkpoint (``--keep_best_checkpoint``);
 * a SavedModel for serving (``--export_dir``);
-* clear errors for bad input before training starts.
+* clear errors for bad input before training starts;
+* your own data without code (``--task_name=generic``, see own_data.py and
+  docs/own_data.md): CSV, TSV or JSON Lines files with the columns named by
+  flags; classification, multi-label classification or regression.
 """
 
 import collections
@@ -23,10 +26,12 @@ import itertools
 import os
 
 import numpy as np
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
 import modeling
+import own_data
 import run_common
 import runtime
 import tokenization
@@ -50,7 +55,8 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "task_name", None,
     "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli or xnli "
-    "(any letter case).")
+    "(any letter case); or generic: your own CSV, TSV or JSON Lines files (see "
+    "--text_column, --label_column and docs/own_data.md).")
 
 flags.DEFINE_string(
     "tpu_job_name", None,
@@ -98,6 +104,85 @@ flags.DEFINE_string(
     "MNLI only, with --do_predict: the GLUE diagnostic set "
     "(glue_data/diagnostic/diagnostic.tsv), predicted into AX.tsv.")
 
+# Own data (--task_name=generic; read by own_data.py). run_squad.py, run_ner.py
+# and run_swag.py define some of these names too: the first script imported
+# in a process defines them (allow_override lets a later definition replace
+# ours); from the shell each script gets its own.
+if "train_file" not in FLAGS:
+    flags.DEFINE_string(
+        "train_file", None,
+        "--task_name=generic: the training file (instead of train.csv/.tsv/.jsonl "
+        "in --data_dir).", allow_override=True)
+if "dev_file" not in FLAGS:
+    flags.DEFINE_string(
+        "dev_file", None,
+        "--task_name=generic: the dev (evaluation) file (instead of dev.* or val.* in "
+        "--data_dir).", allow_override=True)
+if "test_file" not in FLAGS:
+    flags.DEFINE_string(
+        "test_file", None,
+        "--task_name=generic: the file to predict with --do_predict (instead of "
+        "test.* in --data_dir).", allow_override=True)
+if "labels" not in FLAGS:
+    flags.DEFINE_string(
+        "labels", None,
+        "--task_name=generic: the labels, comma-separated, in the order of the "
+        "model's outputs. Default: those of the training file, sorted (or, "
+        "without --do_train, labels.txt of the training run in --output_dir or "
+        "next to --init_checkpoint).", allow_override=True)
+
+flags.DEFINE_enum(
+    "data_format", "auto", ["auto"] + list(own_data.FORMATS),
+    "--task_name=generic: format of the data files: csv (comma-separated, "
+    "quoted as spreadsheets write it), tsv (tab-separated, no quoting), jsonl "
+    "(one JSON object per line) or auto (by extension: .csv, .tsv, .jsonl, "
+    ".ndjson, .json).")
+
+flags.DEFINE_bool(
+    "has_header", True,
+    "--task_name=generic, CSV and TSV: the first row names the columns, and "
+    "the column flags take those names. False: every row is data, and the "
+    "column flags take 0-based column numbers.")
+
+flags.DEFINE_string(
+    "text_column", "text",
+    "--task_name=generic: the column (JSON field) holding the text to classify "
+    "(the first text of a sentence pair).")
+
+flags.DEFINE_string(
+    "text_b_column", None,
+    "--task_name=generic: the column holding the second text of a sentence-pair "
+    "task; unset: single texts.")
+
+flags.DEFINE_string(
+    "label_column", "label",
+    "--task_name=generic: the column holding the label (training and dev files; "
+    "test files need not have it).")
+
+flags.DEFINE_string(
+    "id_column", None,
+    "--task_name=generic: a column identifying each row, copied to "
+    "predictions.tsv; unset: rows are numbered from 0.")
+
+flags.DEFINE_bool(
+    "regression", False,
+    "--task_name=generic: the labels are numbers to predict (squared-error loss; "
+    "Pearson and Spearman correlation).")
+
+flags.DEFINE_bool(
+    "multi_label", False,
+    "--task_name=generic: each row has any number of labels (separated by "
+    "--label_separator, or a JSON list); one sigmoid output per label.")
+
+flags.DEFINE_string(
+    "label_separator", "|",
+    "--task_name=generic with --multi_label: what separates the labels of a row.")
+
+flags.DEFINE_float(
+    "multi_label_threshold", 0.5,
+    "--task_name=generic with --multi_label: a label is predicted when its "
+    "probability is at least this (predictions.tsv and the F1 metrics).")
+
 
 # ---------------------------------------------------------------------------
 # Examples and features.
@@ -111,14 +196,15 @@ class InputExample:
         the index is the one the submission file needs.
       text_a: the (first) text, untokenized.
       text_b: the second text of a pair task; None for single-text tasks.
-      label: the label as a string ("3.800" for regression); test examples
-        carry a placeholder.
+      label: the label as a string ("3.800" for regression), or a tuple of
+        label strings for a multi-label task; test examples carry a
+        placeholder.
     """
 
     guid: str
     text_a: str
     text_b: str | None = None
-    label: str | None = None
+    label: str | tuple | None = None
 
 
 class PaddingInputExample:
@@ -136,12 +222,13 @@ class PaddingInputExample:
 class InputFeatures:
     """The model input of one example: input_ids, input_mask and segment_ids
     (lists of max_seq_length ints), label_id (the label's index; a float for
-    regression) and is_real_example (False for a PaddingInputExample)."""
+    regression; for multi-label a list of num_labels 0/1 ints) and
+    is_real_example (False for a PaddingInputExample)."""
 
     input_ids: list
     input_mask: list
     segment_ids: list
-    label_id: int | float
+    label_id: int | float | list
     is_real_example: bool = True
 
 
@@ -168,6 +255,11 @@ class DataProcessor:
 
     # Beyond the original: what main needs to know about the task.
     is_regression = False
+    # Several labels per example (multi-hot label ids, one sigmoid per label);
+    # a label counts as predicted where its probability reaches
+    # multi_label_threshold.
+    is_multi_label = False
+    multi_label_threshold = 0.5
     # Stem of the GLUE submission file (e.g. "MRPC" -> MRPC.tsv); None: none.
     submission_name = None
     # Metrics beyond eval_accuracy/eval_loss (names of `METRIC_FUNCTIONS`).
@@ -212,7 +304,8 @@ class DataProcessor:
         """All rows of a tab-separated file, the header included, as lists of
         strings (the helper that custom processors call)."""
         with tf.io.gfile.GFile(input_file, "r") as f:
-            return list(csv.reader(f, delimiter="\t", quotechar=quotechar))
+            return list(csv.reader(run_common.utf8_lines(f, None, input_file),
+                                   delimiter="\t", quotechar=quotechar))
 
     def _read_rows(self, input_file, layout):
         """Reads a data file and checks its rows' number of columns.
@@ -234,7 +327,8 @@ class DataProcessor:
         rows = []
         with tf.io.gfile.GFile(input_file, "r") as f:
             # quotechar=None: quotes are ordinary characters in GLUE files.
-            reader = csv.reader(f, delimiter="\t", quotechar=None)
+            reader = csv.reader(run_common.utf8_lines(f, "data_dir", input_file),
+                                delimiter="\t", quotechar=None)
             num_columns = layout.num_columns
             for i, row in enumerate(reader):
                 if i == 0 and layout.header:
@@ -586,7 +680,16 @@ class XnliProcessor(DataProcessor):
         return examples
 
 
+class GenericProcessor(own_data.OwnDataProcessor, DataProcessor):
+    """--task_name=generic: your own CSV, TSV or JSON Lines files, read as
+    own_data.Settings say (from the flags by default); classification,
+    multi-label classification or regression. See own_data.py."""
+
+    example_class = InputExample
+
+
 PROCESSORS = {
+    own_data.TASK_NAME: GenericProcessor,
     "cola": ColaProcessor,
     "sst-2": Sst2Processor,
     "mrpc": MrpcProcessor,
@@ -616,13 +719,16 @@ def get_processor(task_name, xnli_language="zh"):
             % (task_name, ", ".join(sorted(PROCESSORS))))
     if name == "xnli":
         return XnliProcessor(language=xnli_language)
+    if name == own_data.TASK_NAME:
+        return GenericProcessor.from_flags()
     return PROCESSORS[name]()
 
 
 # ---------------------------------------------------------------------------
 # Features.
 
-def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
+def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
+                           multi_label=False):
     """Turns one `InputExample` into the model's `InputFeatures`.
 
     Args:
@@ -633,18 +739,24 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
         parsed as a float).
       max_seq_length: length of the feature lists.
       tokenizer: FullTokenizer.
+      multi_label: the example's label is a tuple of labels (multi-label
+        task).
 
     Returns:
       InputFeatures: [CLS] A [SEP] (B [SEP]) as ids, zero-padded to
       max_seq_length, with input_mask (1 for real tokens) and segment_ids
       (0 for A, 1 for B); label_id is the label's index in label_list (its
-      float value for regression).
+      float value for regression; for multi-label a list of len(label_list)
+      ints, 1 for each of the example's labels).
     """
     if isinstance(example, PaddingInputExample):
         zeros = [0] * max_seq_length
+        if label_list is None:
+            label_id = 0.0
+        else:
+            label_id = [0] * len(label_list) if multi_label else 0
         return InputFeatures(input_ids=zeros, input_mask=list(zeros), segment_ids=list(zeros),
-                             label_id=0.0 if label_list is None else 0,
-                             is_real_example=False)
+                             label_id=label_id, is_real_example=False)
 
     tokens_a = tokenizer.tokenize(example.text_a)
     tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
@@ -654,6 +766,8 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
         tokens_a, tokens_b, max_seq_length, tokenizer)
     if label_list is None:
         label_id = float(example.label)
+    elif multi_label:
+        label_id = [int(label in example.label) for label in label_list]
     else:
         label_id = label_list.index(example.label)
 
@@ -664,39 +778,43 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
             ("input_ids", input_ids),
             ("input_mask", input_mask),
             ("segment_ids", segment_ids),
-            ("label", "%s (id = %s)" % (example.label, label_id))])
+            ("label", "%s (id = %s)" % (example.label, label_id))], debug=ex_index > 0)
 
     return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
                          label_id=label_id, is_real_example=True)
 
 
 def file_based_convert_examples_to_features(
-        examples, label_list, max_seq_length, tokenizer, output_file):
+        examples, label_list, max_seq_length, tokenizer, output_file, multi_label=False):
     """Converts `InputExample`s (see `convert_single_example`) into a TFRecord
     file, written atomically, of one tf.train.Example each: int64
     input_ids, input_mask, segment_ids [max_seq_length], label_ids [1]
-    (float for regression, label_list None) and is_real_example [1]."""
+    (float for regression, label_list None; [len(label_list)] 0/1 with
+    multi_label) and is_real_example [1]."""
     label_feature = (run_common.float_feature if label_list is None
                      else run_common.int64_feature)
+    progress = run_common.Progress("Converting examples for %s" % os.path.basename(output_file),
+                                   len(examples))
     with run_common.atomic_path(output_file) as tmp_file, \
             tf.io.TFRecordWriter(tmp_file) as writer:
         for ex_index, example in enumerate(examples):
-            if ex_index % 10000 == 0:
-                tf.logging.info("Writing example %d of %d", ex_index, len(examples))
+            progress.update()
             feature = convert_single_example(ex_index, example, label_list, max_seq_length,
-                                             tokenizer)
+                                             tokenizer, multi_label=multi_label)
+            label_ids = feature.label_id if multi_label else [feature.label_id]
             record = tf.train.Example(features=tf.train.Features(feature={
                 "input_ids": run_common.int64_feature(feature.input_ids),
                 "input_mask": run_common.int64_feature(feature.input_mask),
                 "segment_ids": run_common.int64_feature(feature.segment_ids),
-                "label_ids": label_feature([feature.label_id]),
+                "label_ids": label_feature(label_ids),
                 "is_real_example": run_common.int64_feature([int(feature.is_real_example)]),
             }))
             writer.write(record.SerializeToString())
+    progress.done()
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                is_regression=False, skip_records=0):
+                                is_regression=False, skip_records=0, num_multi_labels=0):
     """Builds the `input_fn` reading a file of
     `file_based_convert_examples_to_features` for the runner.
 
@@ -708,17 +826,22 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
       is_regression: label_ids are floats.
       skip_records: training only: start this many records into the repeated
         file (to continue where an earlier `train` call stopped).
+      num_multi_labels: a multi-label task's number of labels (label_ids are
+        then 0/1 vectors of that length); 0 for other tasks.
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 tensors
       [batch, seq_length] (input_ids, input_mask, segment_ids) and [batch]
-      (label_ids, float32 for regression; is_real_example).
+      (label_ids, float32 for regression, [batch, num_multi_labels] for
+      multi-label; is_real_example).
     """
+    label_shape = [num_multi_labels] if num_multi_labels else []
     name_to_features = {
         "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
         "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
         "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-        "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
+        "label_ids": tf.io.FixedLenFeature(label_shape,
+                                           tf.float32 if is_regression else tf.int64),
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
     }
 
@@ -747,7 +870,8 @@ _truncate_seq_pair = run_common.truncate_seq_pair
 # Model.
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
-                 labels, num_labels, use_one_hot_embeddings, is_regression=False):
+                 labels, num_labels, use_one_hot_embeddings, is_regression=False,
+                 multi_label=False):
     """BERT with a classification (or regression) layer on the pooled output.
 
     Variables: BERT's (bert/...), plus output_weights [num_labels, hidden]
@@ -757,10 +881,14 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       bert_config: modeling.BertConfig.
       is_training: apply dropout.
       input_ids, input_mask, segment_ids: int32 [batch, seq_length].
-      labels: int32 [batch] label ids (float32 scores for regression).
+      labels: int32 [batch] label ids (float32 scores for regression; int32
+        [batch, num_labels] 0/1 for multi-label).
       num_labels: number of classes (1 for regression).
       use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
       is_regression: predict a score, with a squared-error loss.
+      multi_label: num_labels independent yes/no decisions: sigmoid
+        probabilities, and the loss is the sigmoid cross-entropy averaged over
+        the labels.
 
     Returns:
       (loss, per_example_loss [batch], logits [batch, num_labels],
@@ -796,6 +924,14 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
             per_example_loss = tf.square(scores - tf.cast(labels, tf.float32))
             return tf.reduce_mean(per_example_loss), per_example_loss, logits, scores
 
+        if multi_label:
+            # Each label on its own: no softmax competition between them.
+            probabilities = tf.sigmoid(logits)
+            per_example_loss = tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(
+                    labels=tf.cast(labels, logits.dtype), logits=logits), axis=-1)
+            return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
+
         probabilities = tf.nn.softmax(logits, axis=-1)
         # Cross-entropy: minus the log-probability of the true label.
         log_probs = tf.nn.log_softmax(logits, axis=-1)
@@ -806,12 +942,12 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
-                     use_one_hot_embeddings, is_regression=False):
+                     use_one_hot_embeddings, is_regression=False, multi_label=False):
     """Builds the classifier's `model_fn` for the runner (TPUEstimator API).
 
     Args:
-      bert_config, num_labels, use_one_hot_embeddings, is_regression: as
-        for `create_model`.
+      bert_config, num_labels, use_one_hot_embeddings, is_regression,
+        multi_label: as for `create_model`.
       init_checkpoint: checkpoint to start from, or None.
       learning_rate, num_train_steps, num_warmup_steps: the optimizer's
         schedule (see optimization.create_optimizer; TRAIN only).
@@ -820,10 +956,11 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     Returns:
       model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec.
       `features` holds int32 input_ids, input_mask and segment_ids
-      [batch, seq_length], and label_ids [batch] (float32 for regression) and
-      is_real_example [batch] when the data has them (a serving request has
-      neither). TRAIN: the mean loss and its train_op. EVAL: eval_loss and
-      (not for regression) eval_accuracy over the real examples. PREDICT:
+      [batch, seq_length], and label_ids [batch] (float32 for regression;
+      [batch, num_labels] for multi-label) and is_real_example [batch] when
+      the data has them (a serving request has neither). TRAIN: the mean
+      loss and its train_op. EVAL: eval_loss and (single-label
+      classification only) eval_accuracy over the real examples. PREDICT:
       "probabilities" [batch, num_labels] ("scores" [batch] for
       regression), plus "label_ids" and "is_real_example" when the features
       have them; the serving signature returns only the former.
@@ -837,17 +974,20 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         if "label_ids" in features:
             label_ids = features["label_ids"]
         else:  # A serving request.
-            label_ids = tf.zeros(tf.shape(input_ids)[:1],
+            label_shape = tf.shape(input_ids)[:1]
+            if multi_label:
+                label_shape = tf.concat([label_shape, [num_labels]], axis=0)
+            label_ids = tf.zeros(label_shape,
                                  dtype=tf.float32 if is_regression else tf.int32)
         if "is_real_example" in features:
             is_real_example = tf.cast(features["is_real_example"], dtype=tf.float32)
         else:
-            is_real_example = tf.ones(tf.shape(label_ids), dtype=tf.float32)
+            is_real_example = tf.ones(tf.shape(input_ids)[:1], dtype=tf.float32)
 
         total_loss, per_example_loss, logits, probabilities = create_model(
             bert_config, mode == runtime.ModeKeys.TRAIN, input_ids, features["input_mask"],
             features["segment_ids"], label_ids, num_labels, use_one_hot_embeddings,
-            is_regression=is_regression)
+            is_regression=is_regression, multi_label=multi_label)
 
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
@@ -858,7 +998,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                 train_op=run_common.create_train_op(
                     total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu),
                 training_hooks=run_common.training_hooks(
-                    total_loss, examples_per_step=params["batch_size"], use_tpu=use_tpu),
+                    total_loss, examples_per_step=params["batch_size"], use_tpu=use_tpu,
+                    num_train_steps=num_train_steps),
                 scaffold_fn=scaffold_fn)
 
         if mode == runtime.ModeKeys.EVAL:
@@ -866,7 +1007,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                 # Padding examples (TPU) have is_real_example 0: no weight.
                 metrics = {"eval_loss": tf.metrics.mean(values=per_example_loss,
                                                         weights=is_real_example)}
-                if not is_regression:
+                # Multi-label metrics (F1) come from the NumPy pass in `evaluate`.
+                if not (is_regression or multi_label):
                     predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
                     metrics["eval_accuracy"] = tf.metrics.accuracy(
                         labels=label_ids, predictions=predicted, weights=is_real_example)
@@ -904,12 +1046,13 @@ def input_fn_builder(features, seq_length, is_training, drop_remainder):
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 input_ids,
       input_mask, segment_ids [batch, seq_length] and label_ids [batch]
-      (float32 when the labels are floats: regression); repeated and
-      shuffled for training.
+      (float32 when the labels are floats: regression; [batch, num_labels]
+      when they are lists: multi-label); repeated and shuffled for training.
     """
     num_examples = len(features)
     label_ids = [f.label_id for f in features]
     label_dtype = tf.float32 if any(isinstance(x, float) for x in label_ids) else tf.int32
+    label_shape = [len(label_ids[0])] if label_ids and isinstance(label_ids[0], list) else []
     columns = {
         "input_ids": ([f.input_ids for f in features], tf.int32),
         "input_mask": ([f.input_mask for f in features], tf.int32),
@@ -921,7 +1064,7 @@ def input_fn_builder(features, seq_length, is_training, drop_remainder):
         """See input_fn_builder."""
         d = tf.data.Dataset.from_tensor_slices({
             name: tf.constant(values, dtype=dtype,
-                              shape=[num_examples] + ([] if name == "label_ids"
+                              shape=[num_examples] + (label_shape if name == "label_ids"
                                                       else [seq_length]))
             for name, (values, dtype) in columns.items()})
         if is_training:
@@ -931,7 +1074,8 @@ def input_fn_builder(features, seq_length, is_training, drop_remainder):
     return input_fn
 
 
-def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer):
+def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                 multi_label=False):
     """`convert_single_example` of every example: a list of `InputFeatures`,
     in order (held in memory, for `input_fn_builder`)."""
     features = []
@@ -939,7 +1083,8 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
         if ex_index % 10000 == 0:
             tf.logging.info("Converting example %d of %d", ex_index, len(examples))
         features.append(convert_single_example(ex_index, example, label_list,
-                                               max_seq_length, tokenizer))
+                                               max_seq_length, tokenizer,
+                                               multi_label=multi_label))
     return features
 
 
@@ -1010,17 +1155,24 @@ METRIC_FUNCTIONS = {
     "matthews_corr": matthews_corrcoef,
     "pearson": pearson_corr,
     "spearman": spearman_corr,
+    # Multi-label: over [n, num_labels] 0/1 arrays.
+    "micro_f1": own_data.micro_f1,
+    "macro_f1": own_data.macro_f1,
 }
 
 
-def compute_metrics(metric_names, label_ids, outputs, is_real_example, is_regression):
+def compute_metrics(metric_names, label_ids, outputs, is_real_example, is_regression,
+                    threshold=None):
     """Task metrics over the real examples.
 
     Args:
       metric_names: names in METRIC_FUNCTIONS.
-      label_ids: [n] label ids (scores for regression).
+      label_ids: [n] label ids (scores for regression; [n, num_labels] 0/1
+        for multi-label).
       outputs: [n, num_labels] probabilities, or [n] scores for regression.
       is_real_example: [n], 0 for padding examples (excluded).
+      threshold: multi-label tasks: a label is predicted where its
+        probability is >= threshold. None: single-label (argmax).
 
     Returns:
       dict "eval_<name>" -> float.
@@ -1028,7 +1180,12 @@ def compute_metrics(metric_names, label_ids, outputs, is_real_example, is_regres
     real = np.asarray(is_real_example).astype(bool)
     labels = np.asarray(label_ids)[real]
     outputs = np.asarray(outputs)[real]
-    predictions = outputs if is_regression else np.argmax(outputs, axis=-1)
+    if is_regression:
+        predictions = outputs
+    elif threshold is not None:
+        predictions = (outputs >= threshold).astype(np.int64)
+    else:
+        predictions = np.argmax(outputs, axis=-1)
     return {"eval_" + name: METRIC_FUNCTIONS[name](labels, predictions)
             for name in metric_names}
 
@@ -1058,6 +1215,11 @@ def _count_with_padding(num_examples, num_actual):
     return "%d (%d actual, %d padding)" % (num_examples, num_actual, num_examples - num_actual)
 
 
+def _num_multi_labels(processor, label_list):
+    """file_based_input_fn_builder's num_multi_labels for the task."""
+    return len(label_list) if processor.is_multi_label else 0
+
+
 class _EvalSet:
     """A dev set written to a TFRecord file, ready to evaluate."""
 
@@ -1078,12 +1240,14 @@ class _EvalSet:
         name = "eval.tf_record" if not suffix else "eval_%s.tf_record" % suffix
         self.file = os.path.join(FLAGS.output_dir, name)
         file_based_convert_examples_to_features(
-            examples, label_list, FLAGS.max_seq_length, tokenizer, self.file)
+            examples, label_list, FLAGS.max_seq_length, tokenizer, self.file,
+            multi_label=processor.is_multi_label)
         # None: until the data runs out. A TPU needs the number of steps.
         self.steps = self.num_examples // FLAGS.eval_batch_size if fixed else None
         self.input_fn = file_based_input_fn_builder(
             input_file=self.file, seq_length=FLAGS.max_seq_length, is_training=False,
-            drop_remainder=fixed, is_regression=processor.is_regression)
+            drop_remainder=fixed, is_regression=processor.is_regression,
+            num_multi_labels=_num_multi_labels(processor, label_list))
 
 
 def evaluate(estimator, eval_set, processor, checkpoint_path=None):
@@ -1108,8 +1272,9 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None):
             label_ids.append(prediction["label_ids"])
             outputs.append(prediction[output_name])
             is_real.append(prediction["is_real_example"])
+        threshold = processor.multi_label_threshold if processor.is_multi_label else None
         result.update(compute_metrics(processor.metric_names, label_ids, outputs, is_real,
-                                      processor.is_regression))
+                                      processor.is_regression, threshold=threshold))
     return result
 
 
@@ -1198,7 +1363,9 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
                       tokenizer, processor, checkpoint_path=None):
     """Predicts a test set; writes test_results[_<suffix>].tsv (one line of
     tab-separated class probabilities, or one score, per example, in input
-    order) and, for GLUE tasks, <submission_name>.tsv ("index\\tprediction").
+    order) and, for GLUE tasks, <submission_name>.tsv ("index\\tprediction");
+    for own data (GenericProcessor), predictions[_<suffix>].tsv (id and
+    predicted label names).
     """
     num_actual = len(examples)
     fixed = _use_fixed_size_batches()
@@ -1209,14 +1376,17 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     name = "predict.tf_record" if not suffix else "predict_%s.tf_record" % suffix
     predict_file = os.path.join(FLAGS.output_dir, name)
     file_based_convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
-                                            tokenizer, predict_file)
+                                            tokenizer, predict_file,
+                                            multi_label=processor.is_multi_label)
 
     run_common.log_phase("Running prediction", [
         ("Num examples", _count_with_padding(len(examples), num_actual)),
         ("Batch size", FLAGS.predict_batch_size)])
     input_fn = file_based_input_fn_builder(
         input_file=predict_file, seq_length=FLAGS.max_seq_length, is_training=False,
-        drop_remainder=fixed, is_regression=processor.is_regression)
+        drop_remainder=fixed, is_regression=processor.is_regression,
+        num_multi_labels=_num_multi_labels(processor, label_list))
+    run_common.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir)
     predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path)
 
     # In input order; the padding examples come last.
@@ -1247,14 +1417,23 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
                 writer.write("%s\t%s\n" % (index, prediction))
         tf.logging.info("Wrote GLUE submission file %s", submission_file)
 
+    if isinstance(processor, GenericProcessor):
+        name = own_data.PREDICTIONS_FILE
+        if suffix:
+            name = name.replace(".tsv", "_%s.tsv" % suffix)
+        path = os.path.join(FLAGS.output_dir, name)
+        processor.write_predictions_file(path, examples[:num_actual], outputs, label_list)
+        tf.logging.info("Wrote predicted labels to %s", path)
+
 
 def export_model(bert_config, num_labels, is_regression, checkpoint_path, export_dir,
-                 max_seq_length=128, model_dir=None):
+                 max_seq_length=128, model_dir=None, multi_label=False):
     """Exports a SavedModel (tag "serve") for serving from `checkpoint_path`.
 
     The serving_default signature takes int32 input_ids, input_mask and
     segment_ids [batch, max_seq_length] and returns probabilities
-    [batch, num_labels] (scores [batch] for regression).
+    [batch, num_labels] (scores [batch] for regression; independent sigmoid
+    probabilities with multi_label).
 
     The model_fn is the training one, run on the CPU without a TPU
     wrapper, so the export has no TPU graph whatever --use_tpu says.
@@ -1262,6 +1441,7 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
     Args:
       max_seq_length: the sequence length of the signature's inputs.
       model_dir: the run's --output_dir, for the Estimator's logs (optional).
+      multi_label: the model was trained for a multi-label task.
 
     Returns:
       The directory of the SavedModel (a timestamped directory in export_dir).
@@ -1269,7 +1449,7 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
     model_fn = model_fn_builder(
         bert_config=bert_config, num_labels=num_labels, init_checkpoint=None,
         learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
-        use_one_hot_embeddings=False, is_regression=is_regression)
+        use_one_hot_embeddings=False, is_regression=is_regression, multi_label=multi_label)
 
     def serving_input_receiver_fn():
         features = {
@@ -1307,8 +1487,11 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    run_common.require_flags("data_dir", "task_name", "vocab_file", "bert_config_file",
+    # Own data may name each file (--train_file etc.) instead of a --data_dir.
+    data_dir_flag = () if own_data.is_generic_task(FLAGS.task_name) else ("data_dir",)
+    run_common.require_flags(*data_dir_flag, "task_name", "vocab_file", "bert_config_file",
                              "output_dir")
+    own_data.check_flags_unused(FLAGS.task_name)
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
         raise run_common.InputError(
             "At least one of `do_train`, `do_eval`, `do_predict` or `export_dir` must "
@@ -1320,15 +1503,19 @@ def main(_):
             raise run_common.InputError("--diagnostic_file is for --task_name=MNLI only")
         run_common.require_file("diagnostic_file", FLAGS.diagnostic_file)
         processor.diagnostic_file = FLAGS.diagnostic_file
-    if not tf.io.gfile.isdir(FLAGS.data_dir):
+    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
         raise run_common.InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
 
     tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
-    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
         FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
         vocab_file=FLAGS.vocab_file)
+    run_common.check_output_dir(FLAGS.output_dir)
+    if init_checkpoint:
+        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                         FLAGS.bert_config_file)
     if FLAGS.max_seq_length < 3:
         raise run_common.InputError("--max_seq_length must be at least 3, got %d"
                                     % FLAGS.max_seq_length)
@@ -1343,6 +1530,10 @@ def main(_):
 
     label_list = processor.get_labels()
     num_labels = 1 if processor.is_regression else len(label_list)
+    # A checkpoint of another model in --output_dir would be restored and fail.
+    run_common.check_output_dir_checkpoint(
+        FLAGS.output_dir, bert_config,
+        {"output_weights": [num_labels, bert_config.hidden_size], "output_bias": [num_labels]})
 
     # Read all data now, so that a bad file stops the run before training.
     train_examples = processor.get_train_examples(FLAGS.data_dir) if FLAGS.do_train else None
@@ -1362,6 +1553,9 @@ def main(_):
         num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
 
     tf.io.gfile.makedirs(FLAGS.output_dir)
+    if isinstance(processor, GenericProcessor):
+        # The label order of the model's outputs, for later runs and for users.
+        processor.write_labels(FLAGS.output_dir)
 
     run_config = run_common.make_run_config(
         FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
@@ -1369,10 +1563,11 @@ def main(_):
         FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
 
     model_fn = model_fn_builder(
-        bert_config, num_labels, init_checkpoint=FLAGS.init_checkpoint,
+        bert_config, num_labels, init_checkpoint=init_checkpoint,
         learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
-        use_one_hot_embeddings=FLAGS.use_tpu, is_regression=processor.is_regression)
+        use_one_hot_embeddings=FLAGS.use_tpu, is_regression=processor.is_regression,
+        multi_label=processor.is_multi_label)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
     estimator = run_common.make_estimator(
         model_fn, run_config, FLAGS.use_tpu,
@@ -1388,7 +1583,8 @@ def main(_):
     if FLAGS.do_train:
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
         file_based_convert_examples_to_features(
-            train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file)
+            train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
+            multi_label=processor.is_multi_label)
         run_common.log_phase("Running training", [
             ("Num examples", len(train_examples)), ("Batch size", FLAGS.train_batch_size),
             ("Num steps", num_train_steps)])
@@ -1397,7 +1593,8 @@ def main(_):
             return file_based_input_fn_builder(
                 input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
                 drop_remainder=True, is_regression=processor.is_regression,
-                skip_records=skip_records)
+                skip_records=skip_records,
+                num_multi_labels=_num_multi_labels(processor, label_list))
 
         if periodic_eval:
             every = FLAGS.eval_every_n_steps or FLAGS.save_checkpoints_steps
@@ -1427,7 +1624,7 @@ def main(_):
         checkpoint = _checkpoint_to_export(best_checkpoint)
         export_model(bert_config, num_labels, processor.is_regression, checkpoint,
                      FLAGS.export_dir, max_seq_length=FLAGS.max_seq_length,
-                     model_dir=FLAGS.output_dir)
+                     model_dir=FLAGS.output_dir, multi_label=processor.is_multi_label)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import os
 import re
 
 import numpy as np
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 

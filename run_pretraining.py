@@ -11,6 +11,7 @@ fresh --output_dir, and the input files checked before training starts.
 
 import os
 
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
@@ -132,7 +133,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                     total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu),
                 training_hooks=run_common.training_hooks(
                     total_loss, examples_per_step=batch_size,
-                    tokens_per_step=batch_size * seq_length, use_tpu=use_tpu),
+                    tokens_per_step=batch_size * seq_length, use_tpu=use_tpu,
+                    num_train_steps=num_train_steps),
                 scaffold_fn=scaffold_fn)
 
         if mode == runtime.ModeKeys.EVAL:
@@ -349,6 +351,38 @@ def input_fn_builder(input_files,
     return input_fn
 
 
+def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size):
+    """Checks the framing of every input file (`run_common.check_tfrecord_file`)
+    and the first record of the first one (`check_input_file`), logging the
+    number of records (progress about every --log_every_seconds).
+
+    Raises:
+      InputError: naming the file at fault.
+    """
+    progress = run_common.Progress("Checking the input files", len(input_files), "files")
+    num_records = 0
+    for path in input_files:
+        num_records += run_common.check_tfrecord_file("input_file", path)
+        progress.update()
+    tf.logging.info("%d input file(s), %d records", len(input_files), num_records)
+    check_input_file(input_files[0], max_seq_length, max_predictions_per_seq, vocab_size)
+
+
+def head_variable_shapes(bert_config):
+    """name -> shape of the variables of the two pre-training heads
+    (cls/predictions, cls/seq_relationship)."""
+    h = bert_config.hidden_size
+    return {
+        "cls/predictions/transform/dense/kernel": [h, h],
+        "cls/predictions/transform/dense/bias": [h],
+        "cls/predictions/transform/LayerNorm/beta": [h],
+        "cls/predictions/transform/LayerNorm/gamma": [h],
+        "cls/predictions/output_bias": [bert_config.vocab_size],
+        "cls/seq_relationship/output_weights": [2, h],
+        "cls/seq_relationship/output_bias": [2],
+    }
+
+
 def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_size):
     """Checks the first record of `input_file` against the flags.
 
@@ -459,22 +493,28 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is built or written.
+    run_common.require_flags("input_file", "bert_config_file", "output_dir")
     if not (FLAGS.do_train or FLAGS.do_eval):
         raise run_common.InputError("Nothing to do: set --do_train and/or --do_eval.")
-    run_common.require_flags("input_file", "bert_config_file", "output_dir")
     if not 0 < FLAGS.max_predictions_per_seq <= FLAGS.max_seq_length:
         raise run_common.InputError(
             "--max_predictions_per_seq=%d must be between 1 and --max_seq_length=%d"
             % (FLAGS.max_predictions_per_seq, FLAGS.max_seq_length))
     bert_config = run_common.load_bert_config(FLAGS.bert_config_file,
                                               max_seq_length=FLAGS.max_seq_length)
-    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    run_common.check_output_dir(FLAGS.output_dir)
+    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    if init_checkpoint:
+        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                         FLAGS.bert_config_file)
+    run_common.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+                                          head_variable_shapes(bert_config))
     input_files = run_common.expand_file_patterns("input_file", FLAGS.input_file)
     tf.logging.info("*** Input Files ***")
     for path in input_files:
         tf.logging.info("  %s", path)
-    check_input_file(input_files[0], FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                     bert_config.vocab_size)
+    check_input_files(input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                      bert_config.vocab_size)
 
     tf.io.gfile.makedirs(FLAGS.output_dir)
     run_config = run_common.make_run_config(
@@ -482,7 +522,7 @@ def main(_):
         FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project,
         FLAGS.master, FLAGS.num_tpu_cores)
     model_fn = model_fn_builder(
-        bert_config, init_checkpoint=FLAGS.init_checkpoint, learning_rate=FLAGS.learning_rate,
+        bert_config, init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
         num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
         use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.

@@ -35,6 +35,7 @@ import re
 import string
 
 import numpy as np
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
@@ -247,8 +248,10 @@ def load_squad_json(input_file, flag_name):
       InputError: missing file, not JSON, or no top-level "data" list.
     """
     run_common.require_file(flag_name, input_file)
-    with tf.io.gfile.GFile(input_file, "r") as reader:
-        text = reader.read()
+    try:
+        text = run_common.read_file_bytes(input_file).decode("utf-8")
+    except UnicodeDecodeError:
+        raise run_common.non_utf8_error(flag_name, input_file)
     try:
         dataset = json.loads(text)
     except ValueError as e:
@@ -436,10 +439,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
       1000000000 in the order they are made.
     """
     unique_id = _FIRST_UNIQUE_ID
+    progress = run_common.Progress("Converting examples to features", len(examples))
     for example_index, example in enumerate(examples):
-        if example_index and example_index % 5000 == 0:
-            tf.logging.info("Converted %d of %d examples (%d features)", example_index,
-                            len(examples), unique_id - _FIRST_UNIQUE_ID)
+        progress.update(count=example_index)
         query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
         pieces, piece_to_word, word_to_piece = _split_words(example.doc_tokens, tokenizer)
         answer = None
@@ -483,6 +485,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
             unique_id += 1
 
     num_features = unique_id - _FIRST_UNIQUE_ID
+    progress.update(count=len(examples))
+    progress.done()
     tf.logging.info("Converted %d examples into %d features", len(examples), num_features)
     return num_features
 
@@ -705,6 +709,12 @@ def _write_features(writer, examples, tokenizer, is_training, keep=None):
 # ---------------------------------------------------------------------------
 # Model and model_fn.
 
+def head_variable_shapes(bert_config):
+    """name -> shape of the span head's variables (see `create_model`)."""
+    return {"cls/squad/output_weights": [2, bert_config.hidden_size],
+            "cls/squad/output_bias": [2]}
+
+
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
                  use_one_hot_embeddings):
     """BERT with a span-prediction head: two scores for every token.
@@ -803,7 +813,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             seq_length = modeling.get_shape_list(features["input_ids"])[1]
             hooks = run_common.training_hooks(
                 loss, examples_per_step=params["batch_size"],
-                tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu)
+                tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu,
+                num_train_steps=num_train_steps)
             return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op,
                                             scaffold_fn=scaffold_fn, training_hooks=hooks)
         if mode == runtime.ModeKeys.PREDICT:
@@ -1603,11 +1614,23 @@ def evaluate_only():
     return run_evaluation(dataset, FLAGS.output_dir, where, **_evaluation_settings())
 
 
-def _predict(estimator, tokenizer):
-    """Predicts --predict_file: writes eval.tf_record, the prediction files
-    and, if the file has answers, the evaluation."""
+def _read_predict_file():
+    """(examples, parsed json) of --predict_file: read before any training,
+    so that a bad file stops the run at once."""
     examples = read_squad_examples(FLAGS.predict_file, is_training=False,
                                    version_2_with_negative=FLAGS.version_2_with_negative)
+    return examples, load_squad_json(FLAGS.predict_file, "predict_file")
+
+
+def _predict(estimator, tokenizer, examples=None, dataset=None):
+    """Predicts --predict_file: writes eval.tf_record, the prediction files
+    and, if the file has answers, the evaluation.
+
+    Args:
+      examples, dataset: `_read_predict_file()`'s, if already read.
+    """
+    if examples is None:
+        examples, dataset = _read_predict_file()
     writer = FeatureWriter(os.path.join(FLAGS.output_dir, "eval.tf_record"),
                            is_training=False)
     # Only what write_predictions needs stays in memory; the model inputs are
@@ -1625,15 +1648,17 @@ def _predict(estimator, tokenizer):
     input_fn = input_fn_builder(writer.filename, FLAGS.max_seq_length, is_training=False,
                                 drop_remainder=False)
     results = []
+    run_common.log_checkpoint_used("Predicting", None, FLAGS.output_dir)
+    progress = run_common.Progress("Predicting", len(features), unit="features")
     for prediction in estimator.predict(input_fn, yield_single_examples=True):
-        if len(results) % 1000 == 0:
-            tf.logging.info("Processing example: %d of %d", len(results), len(features))
+        progress.update(count=len(results) + 1)
         # float32 arrays: a quarter of the memory of lists of Python floats,
         # and the same values once converted.
         results.append(RawResult(
             unique_id=int(prediction["unique_ids"]),
             start_logits=np.array(prediction["start_logits"], dtype=np.float32).ravel(),
             end_logits=np.array(prediction["end_logits"], dtype=np.float32).ravel()))
+    progress.done()
 
     version_2 = FLAGS.version_2_with_negative
     all_predictions, all_nbest_json, null_odds = write_predictions(
@@ -1645,7 +1670,6 @@ def _predict(estimator, tokenizer):
         null_score_diff_threshold=FLAGS.null_score_diff_threshold,
         verbose_logging=FLAGS.verbose_logging)
 
-    dataset = load_squad_json(FLAGS.predict_file, "predict_file")
     if dataset_has_answers(dataset, version_2):
         run_evaluation(dataset, FLAGS.output_dir, "--predict_file %s" % FLAGS.predict_file,
                        all_predictions, all_nbest_json, null_odds if version_2 else None,
@@ -1666,10 +1690,19 @@ def main(_):
     run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
     tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
-    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
         FLAGS.bert_config_file, vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
     validate_flags_or_throw(bert_config)
+    run_common.check_output_dir(FLAGS.output_dir)
+    if init_checkpoint:
+        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                         FLAGS.bert_config_file)
+    run_common.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+                                           head_variable_shapes(bert_config))
+    # Every input file is read before training: a broken --predict_file
+    # stops the run now, not after hours of training.
+    predict_input = _read_predict_file() if FLAGS.do_predict else (None, None)
     tf.io.gfile.makedirs(FLAGS.output_dir)
 
     run_config = run_common.make_run_config(
@@ -1696,7 +1729,7 @@ def main(_):
 
     # One-hot embedding lookups are faster on TPUs, gathers elsewhere.
     model_fn = model_fn_builder(
-        bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate, num_train_steps,
+        bert_config, init_checkpoint, FLAGS.learning_rate, num_train_steps,
         num_warmup_steps, use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
     estimator = run_common.make_estimator(
         model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
@@ -1719,7 +1752,7 @@ def main(_):
             max_steps=num_train_steps)
 
     if FLAGS.do_predict:
-        _predict(estimator, tokenizer)
+        _predict(estimator, tokenizer, *predict_input)
 
 
 if __name__ == "__main__":

@@ -309,3 +309,21 @@ def test_quick_demo_runs_end_to_end(tmp_path):
         assert vocab_size == len(f.read().splitlines())
     with open(out / "features.jsonl", encoding="utf-8") as f:
         assert len(f.read().splitlines()) == 4
+
+
+@pytest.mark.parametrize("quick, check_passes, status", [
+    (False, True, 0), (False, False, 1), (True, False, 0)])
+def test_exit_status_follows_the_checks(tmp_path, monkeypatch, capsys, quick, check_passes,
+                                        status):
+    """A full demo whose own check fails ("[no]") exits with status 1 and
+    says which; --quick trains too little for the checks to count."""
+    monkeypatch.setattr(demo, "run_step", lambda *args: 0)
+    monkeypatch.setattr(demo, "write_bert_config", lambda *args: dict(
+        vocab_size=10, num_hidden_layers=1, hidden_size=8, num_attention_heads=1))
+    monkeypatch.setattr(demo, "summarize", lambda steps, out_abs, quick: (
+        ["summary"], {"classifier beat the majority-class baseline": check_passes}))
+    argv = ["--output_dir", str(tmp_path / "out")] + (["--quick"] if quick else [])
+    assert demo.main(argv) == status
+    err = capsys.readouterr().err
+    assert ("ERROR: the demo's check(s) failed: classifier beat the majority-class "
+            "baseline" in err) == (status == 1)

@@ -333,7 +333,7 @@ def test_bad_records_raise_input_error(setup, tmp_path):
     cases = {
         "empty.tfrecord": (lambda p: open(p, "wb").close(), "holds no records"),
         "text.tfrecord": (lambda p: open(p, "w").write("just some text\n" * 20),
-                          "cannot read"),
+                          "cannot be read as TFRecord"),
         "missing.tfrecord": (lambda p: write_records(p, instances, drop=("masked_lm_ids",)),
                              "no feature 'masked_lm_ids'"),
         "big_ids.tfrecord": (lambda p: write_records(

@@ -1,0 +1,86 @@
+"""Imports TensorFlow without its start-up noise on machines without a GPU.
+
+Importing TensorFlow makes its C++ side print lines that say nothing about
+the run: on TensorFlow 2.15 three error-level "Unable to register
+cuDNN/cuFFT/cuBLAS factory" lines (a known harmless double registration)
+and "Could not find TensorRT"; on every version "Could not find cuda
+drivers" and a note on CPU instructions; on TensorFlow 2.16+ the first look
+for devices logs an error-level "failed call to cuInit" where there is no
+GPU. TF_CPP_MIN_LOG_LEVEL cannot
+silence them for the import alone (TensorFlow reads it once, at its first
+log line, and keeps it for the whole process), and a level high enough to
+hide error-level lines would hide real errors too.
+
+So the import runs with the process's standard error (file descriptor 2)
+sent to a temporary file. Afterwards every line that is not one of the known
+start-up messages is written back to standard error, in order: anything
+else TensorFlow prints while importing is still seen. Lines printed after
+the import are not touched.
+
+The scripts import this module before TensorFlow (`import quiet_tf`); it
+does its work once, when first imported. Set BERT_TF_IMPORT_LOG=1 to see
+TensorFlow's start-up lines unfiltered.
+"""
+
+import glob
+import os
+import re
+import sys
+import tempfile
+
+# Whether this machine has an NVIDIA GPU driver at all (its device nodes).
+# Only where it has none is a failed CUDA initialisation noise; where it has
+# one, that error is real and stays visible.
+_HAS_NVIDIA_DEVICE = bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists(
+    "/proc/driver/nvidia")
+
+# The start-up lines left out (matched anywhere in a line).
+_NOISE = re.compile(
+    r"Unable to register (cuDNN|cuFFT|cuBLAS) factory"
+    r"|Could not find TensorRT"
+    r"|Could not find cuda drivers on your machine"
+    r"|cpu_feature_guard\.cc"
+    r"|^To enable the following instructions: .*rebuild TensorFlow"
+    r"|oneDNN custom operations are on"
+    r"|All log messages before absl::InitializeLog\(\) is called are written to STDERR")
+_NO_GPU_NOISE = re.compile(r"failed call to cuInit")
+
+
+def is_startup_noise(line):
+    """Whether `line` (str) is one of the start-up messages left out."""
+    if _NO_GPU_NOISE.search(line):
+        return not _HAS_NVIDIA_DEVICE
+    return _NOISE.search(line) is not None
+
+
+def _import_quietly():
+    if "tensorflow" in sys.modules or os.environ.get("BERT_TF_IMPORT_LOG") == "1":
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # No usable file descriptor 2.
+        import tensorflow  # noqa: F401
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow
+            if not _HAS_NVIDIA_DEVICE:
+                # The first look for devices tries to start CUDA, which on
+                # TensorFlow 2.16+ logs an error-level "failed call to
+                # cuInit" without a GPU: done here, that line is caught.
+                tensorflow.config.list_physical_devices("GPU")
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode("utf-8", "replace")
+                    .splitlines(keepends=True) if not is_startup_noise(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+_import_quietly()
