@@ -7,10 +7,11 @@ Flags, data pipeline, variable names and output files (predictions.json,
 nbest_predictions.json, null_odds.json) are those of Google's original
 run_squad.py. In addition:
 
-* the official evaluation is built in: when --predict_file carries answers,
-  eval_results.json holds the official SQuAD 1.1 (exact_match, f1) or 2.0
-  (exact, f1, HasAns_*, NoAns_*, best_*) metrics; `--evaluate_only` scores an
-  existing predictions.json, and `evaluate()` does it from Python;
+* the official evaluation is built in (squad_evaluate.py, whose names are
+  also run_squad's): when --predict_file carries answers, eval_results.json
+  holds the official SQuAD 1.1 (exact_match, f1) or 2.0 (exact, f1,
+  HasAns_*, NoAns_*, best_*) metrics; `--evaluate_only` scores an existing
+  predictions.json, and `evaluate()` does it from Python;
 * SQuAD 2.0 null-threshold tuning in the same run (--tune_null_threshold):
   predictions_best_threshold.json next to the untuned predictions.json;
 * clear errors for files that are not SQuAD JSON (naming the field and the
@@ -18,11 +19,12 @@ run_squad.py. In addition:
   and no crash when every n-best answer of a 2.0 question is the null answer.
 
 The building blocks (read_squad_examples, convert_examples_to_features,
-create_model, model_fn_builder, input_fn_builder, write_predictions) take
-their settings as arguments, with the flags' defaults, so they also work from
-Python with the flags unparsed. Only the training options (--precision,
---recompute_grad, --gradient_accumulation_steps) reach create_model and the
-model_fn through the flags, and those fall back to their defaults there.
+create_model, model_fn_builder, input_fn_builder, write_predictions and the
+whole predict phase, predict_and_evaluate) take their settings as arguments,
+with the flags' defaults, so they also work from Python with the flags
+unparsed. Only the training options (--precision, --recompute_grad,
+--gradient_accumulation_steps) reach create_model and the model_fn through
+the flags, and those fall back to their defaults there.
 """
 
 import collections
@@ -31,8 +33,6 @@ import json
 import math
 import os
 import random
-import re
-import string
 
 import numpy as np
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
@@ -44,6 +44,14 @@ import run_common
 import runtime
 import tokenization
 from run_common import InputError
+# The official evaluation is squad_evaluate.py's; its public names stay
+# available as run_squad.<name> for existing callers.
+from squad_evaluate import (  # noqa: F401
+    apply_no_ans_threshold, apply_null_threshold, best_non_null_predictions, compute_exact,
+    compute_f1, dataset_has_answers, evaluate, evaluate_v1, evaluate_v2, exact_match_score_v1,
+    f1_score_v1, find_best_thresh, get_field, get_raw_scores, iterate_questions, make_eval_dict,
+    make_qid_to_has_ans, merge_eval, metric_max_over_ground_truths, normalize_answer,
+    run_evaluation, search_null_threshold, tune_null_threshold, write_json)
 
 FLAGS = flags.FLAGS
 
@@ -263,44 +271,6 @@ def load_squad_json(input_file, flag_name):
     return dataset
 
 
-def _field(obj, key, expected_type, where):
-    """obj[key], checked to exist and have `expected_type`; else InputError."""
-    if not isinstance(obj, dict) or key not in obj:
-        raise InputError("%s: missing field \"%s\"" % (where, key))
-    value = obj[key]
-    if not isinstance(value, expected_type) or isinstance(value, bool) != (
-            expected_type is bool):
-        raise InputError("%s: field \"%s\" should be %s, not %r" % (
-            where, key, getattr(expected_type, "__name__", expected_type), value))
-    return value
-
-
-def iterate_questions(dataset, where):
-    """Yields (paragraph, qa, where) for every question, checking the
-    structure (data/paragraphs/context/qas/id/question).
-
-    Args:
-      dataset: parsed SQuAD json (dict with "data") or its "data" list.
-      where: prefix of error messages (e.g. "--predict_file dev.json").
-    """
-    articles = dataset["data"] if isinstance(dataset, dict) else dataset
-    for article_index, article in enumerate(articles):
-        article_where = "%s, article %d" % (where, article_index)
-        if isinstance(article, dict) and "title" in article:
-            article_where += " (%r)" % (article["title"],)
-        paragraphs = _field(article, "paragraphs", list, article_where)
-        for paragraph_index, paragraph in enumerate(paragraphs):
-            paragraph_where = "%s, paragraph %d" % (article_where, paragraph_index)
-            _field(paragraph, "context", str, paragraph_where)
-            qas = _field(paragraph, "qas", list, paragraph_where)
-            for qa_index, qa in enumerate(qas):
-                qa_where = "%s, question %d" % (paragraph_where, qa_index)
-                qas_id = _field(qa, "id", (str, int), qa_where)
-                qa_where = "%s, question id %r" % (where, qas_id)
-                _field(qa, "question", str, qa_where)
-                yield paragraph, qa, qa_where
-
-
 def read_squad_examples(input_file, is_training, version_2_with_negative=False):
     """Reads a SQuAD json file into SquadExamples, one per question.
 
@@ -351,7 +321,7 @@ def read_squad_examples_and_skipped(input_file, is_training, version_2_with_nega
         example = SquadExample(qas_id=qa["id"], question_text=qa["question"],
                                doc_tokens=words)
         if is_training:
-            answers = _field(qa, "answers", list, qa_where)
+            answers = get_field(qa, "answers", list, qa_where)
             if version_2_with_negative and qa.get("is_impossible", False):
                 example.is_impossible = True
                 example.orig_answer_text = ""
@@ -361,8 +331,8 @@ def read_squad_examples_and_skipped(input_file, is_training, version_2_with_nega
                     "%s: for training, each question should have exactly 1 answer, "
                     "not %d" % (qa_where, len(answers)))
             else:
-                text = _field(answers[0], "text", str, qa_where + ", answer")
-                start = _field(answers[0], "answer_start", int, qa_where + ", answer")
+                text = get_field(answers[0], "text", str, qa_where + ", answer")
+                start = get_field(answers[0], "answer_start", int, qa_where + ", answer")
                 span = _locate_answer(text, start, context, words, char_to_word)
                 if span is None:
                     if verbose_logging or len(skipped) < 5:
@@ -687,10 +657,11 @@ class FeatureWriter:
             tf.io.gfile.remove(self._tmp_filename)
 
 
-def _write_features(writer, examples, tokenizer, is_training, keep=None):
-    """Converts `examples` with the lengths of the flags, streaming every
-    feature to `writer` (and passing it to `keep`, if given); removes the
-    partial file on failure."""
+def _write_features(writer, examples, tokenizer, is_training, max_seq_length, doc_stride,
+                    max_query_length, keep=None):
+    """Converts `examples` (`convert_examples_to_features` with these lengths),
+    streaming every feature to `writer` (and passing it to `keep`, if given);
+    removes the partial file on failure."""
     def output_fn(feature):
         writer.process_feature(feature)
         if keep is not None:
@@ -698,8 +669,8 @@ def _write_features(writer, examples, tokenizer, is_training, keep=None):
 
     try:
         convert_examples_to_features(
-            examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
-            FLAGS.max_query_length, is_training, output_fn)
+            examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training,
+            output_fn)
     except BaseException:
         writer.abort()
         raise
@@ -1032,13 +1003,6 @@ def _span_text(example, feature, span, do_lower_case, verbose_logging):
                           verbose_logging=verbose_logging)
 
 
-def write_json(path, value):
-    """Writes `value` as the original does (indent 4, final newline),
-    atomically."""
-    with run_common.atomic_output(path) as writer:
-        writer.write(json.dumps(value, indent=4) + "\n")
-
-
 def write_predictions(all_examples, all_features, all_results, n_best_size,
                       max_answer_length, do_lower_case, output_prediction_file,
                       output_nbest_file, output_null_log_odds_file,
@@ -1143,417 +1107,90 @@ def _compute_softmax(scores):
 
 
 # ---------------------------------------------------------------------------
-# The official evaluation (evaluate-v1.1.py and evaluate-v2.0.py), built in:
-# same names, numbers and output keys.
+# The predict phase.
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = frozenset(string.punctuation)
+def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, predict_file,
+                         max_seq_length=384, doc_stride=128, max_query_length=64,
+                         predict_batch_size=8, n_best_size=20, max_answer_length=30,
+                         do_lower_case=True, version_2_with_negative=False,
+                         null_score_diff_threshold=0.0, tune_threshold=False,
+                         verbose_logging=False):
+    """Answers the questions of a predict file with the model, writes the
+    predictions and, if the file has answers, scores them.
 
-
-def normalize_answer(s):
-    """An answer as the official scripts compare it: lower case, without
-    ASCII punctuation and the articles a/an/the, single spaces."""
-    text = "".join(char for char in s.lower() if char not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def _overlap_f1(prediction_tokens, gold_tokens):
-    """F1 of the tokens two answers share (as bags); 0 if they share none."""
-    common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0
-    precision = num_same / len(prediction_tokens)
-    recall = num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def f1_score_v1(prediction, ground_truth):
-    """SQuAD 1.1 token-overlap F1 (0 when nothing overlaps, even both empty)."""
-    return _overlap_f1(normalize_answer(prediction).split(),
-                       normalize_answer(ground_truth).split())
-
-
-def exact_match_score_v1(prediction, ground_truth):
-    """SQuAD 1.1 exact match (a bool) of the normalised answers."""
-    return normalize_answer(prediction) == normalize_answer(ground_truth)
-
-
-def metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
-    """The best `metric_fn(prediction, truth)` over the gold answers."""
-    return max(metric_fn(prediction, truth) for truth in ground_truths)
-
-
-def _answer_texts(qa, where):
-    answers = _field(qa, "answers", list, where)
-    return [_field(a, "text", str, where + ", answer") for a in answers]
-
-
-def evaluate_v1(dataset, predictions, where="dataset"):
-    """The official SQuAD 1.1 evaluation (evaluate-v1.1.py).
+    Writes to `output_dir`: eval.tf_record (the model inputs), predictions.json,
+    nbest_predictions.json, null_odds.json (SQuAD 2.0) and, with answers,
+    eval_results.json (plus, with tune_threshold, the *_best_threshold.json
+    files; see `squad_evaluate.run_evaluation`).
 
     Args:
-      dataset: parsed SQuAD json (or its "data" list) with answers.
-      predictions: dict qas_id -> answer text. A question without a
-        prediction scores 0 (with a warning), as in the official script.
-      where: names the dataset in error messages.
+      estimator: what `run_common.make_estimator` returns for this script's
+        model_fn (its predict_batch_size is `predict_batch_size`).
+      tokenizer: the FullTokenizer of the model's vocabulary.
+      examples, dataset: the predict file read by `read_squad_examples` and
+        `load_squad_json` (`_read_predict_file` does both).
+      output_dir: where the files go (it must exist).
+      predict_file: the file's path, for messages.
+      max_seq_length, doc_stride, max_query_length: the windows
+        (`convert_examples_to_features`).
+      predict_batch_size: for the log only.
+      n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
+        null_score_diff_threshold, verbose_logging: as `write_predictions`.
+      tune_threshold: also choose the best SQuAD 2.0 null threshold on the
+        file (--tune_null_threshold).
 
     Returns:
-      {"exact_match": float, "f1": float}, on a 0-100 scale.
-
-    Raises:
-      InputError: a question without answers (a SQuAD 2.0 file?).
+      The eval dict of predictions.json, or None when the file has no answers.
     """
-    exact_match = f1 = 0
-    total = 0
-    missing = []
-    for _, qa, qa_where in iterate_questions(dataset, where):
-        total += 1
-        gold = _answer_texts(qa, qa_where)
-        if not gold:
-            raise InputError("%s has no answers: SQuAD 1.1 evaluation needs at least "
-                             "one (for SQuAD 2.0 use --version_2_with_negative)" % qa_where)
-        if qa["id"] not in predictions:
-            missing.append(qa["id"])
-            continue
-        prediction = predictions[qa["id"]]
-        exact_match += metric_max_over_ground_truths(exact_match_score_v1, prediction, gold)
-        f1 += metric_max_over_ground_truths(f1_score_v1, prediction, gold)
-    if missing:
-        tf.logging.warning("Unanswered questions will receive score 0: %d (first: %s)",
-                           len(missing), missing[0])
-    if not total:
-        raise InputError("%s has no questions" % where)
-    return collections.OrderedDict([("exact_match", 100.0 * exact_match / total),
-                                    ("f1", 100.0 * f1 / total)])
+    writer = FeatureWriter(os.path.join(output_dir, "eval.tf_record"), is_training=False)
+    # Only what write_predictions needs stays in memory; the model inputs are
+    # streamed to eval.tf_record.
+    features = []
+    _write_features(writer, examples, tokenizer, False, max_seq_length, doc_stride,
+                    max_query_length,
+                    keep=lambda f: features.append(PredictionFeature(
+                        f.unique_id, f.example_index, f.doc_span_index, f.tokens,
+                        f.token_to_orig_map, f.token_is_max_context)))
+    tf.logging.info("***** Running predictions *****")
+    tf.logging.info("  Num orig examples = %d", len(examples))
+    tf.logging.info("  Num split examples = %d", len(features))
+    tf.logging.info("  Batch size = %d", predict_batch_size)
 
+    input_fn = input_fn_builder(writer.filename, max_seq_length, is_training=False,
+                                drop_remainder=False)
+    results = []
+    run_common.log_checkpoint_used("Predicting", None, output_dir)
+    progress = run_common.Progress("Predicting", len(features), unit="features")
+    for prediction in estimator.predict(input_fn, yield_single_examples=True):
+        progress.update(count=len(results) + 1)
+        # float32 arrays: a quarter of the memory of lists of Python floats,
+        # and the same values once converted.
+        results.append(RawResult(
+            unique_id=int(prediction["unique_ids"]),
+            start_logits=np.array(prediction["start_logits"], dtype=np.float32).ravel(),
+            end_logits=np.array(prediction["end_logits"], dtype=np.float32).ravel()))
+    progress.done()
 
-def compute_exact(a_gold, a_pred):
-    """SQuAD 2.0 exact match of one answer: 0 or 1."""
-    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
+    all_predictions, all_nbest_json, null_odds = write_predictions(
+        examples, features, results, n_best_size, max_answer_length, do_lower_case,
+        os.path.join(output_dir, "predictions.json"),
+        os.path.join(output_dir, "nbest_predictions.json"),
+        os.path.join(output_dir, "null_odds.json"),
+        version_2_with_negative=version_2_with_negative,
+        null_score_diff_threshold=null_score_diff_threshold,
+        verbose_logging=verbose_logging)
 
-
-def compute_f1(a_gold, a_pred):
-    """SQuAD 2.0 token-overlap F1 of one answer; an empty answer ("no
-    answer") scores 1 against an empty one and 0 against any other."""
-    gold_tokens = normalize_answer(a_gold).split()
-    pred_tokens = normalize_answer(a_pred).split()
-    if not gold_tokens or not pred_tokens:
-        return int(gold_tokens == pred_tokens)
-    return _overlap_f1(pred_tokens, gold_tokens)
-
-
-def make_qid_to_has_ans(dataset, where="dataset"):
-    """qas_id -> whether the question has a (non-empty) answers list."""
-    qid_to_has_ans = collections.OrderedDict()
-    for _, qa, qa_where in iterate_questions(dataset, where):
-        qid_to_has_ans[qa["id"]] = bool(_answer_texts(qa, qa_where))
-    return qid_to_has_ans
-
-
-def get_raw_scores(dataset, preds, where="dataset"):
-    """Per-question exact and F1 of `preds`, the best over the gold answers
-    (the only gold answer of an unanswerable question is "").
-
-    Returns:
-      (exact_scores, f1_scores): dicts qas_id -> score in [0, 1], for the
-      questions that have a prediction.
-    """
-    exact_scores = {}
-    f1_scores = {}
-    for _, qa, qa_where in iterate_questions(dataset, where):
-        qid = qa["id"]
-        # Gold answers that normalise to nothing count as "no answer".
-        gold = [a for a in _answer_texts(qa, qa_where) if normalize_answer(a)] or [""]
-        if qid not in preds:
-            continue
-        exact_scores[qid] = max(compute_exact(a, preds[qid]) for a in gold)
-        f1_scores[qid] = max(compute_f1(a, preds[qid]) for a in gold)
-    return exact_scores, f1_scores
-
-
-def apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
-    """`scores` with every question whose na_prob > na_prob_thresh answered
-    "" (1.0 if it has no answer, else 0.0)."""
-    return {qid: float(not qid_to_has_ans[qid]) if na_probs[qid] > na_prob_thresh else score
-            for qid, score in scores.items()}
-
-
-def make_eval_dict(exact_scores, f1_scores, qid_list=None):
-    """exact, f1 (0-100) and total over the questions of `qid_list` (all of
-    `exact_scores` if None or empty)."""
-    if not qid_list:
-        qid_list = list(exact_scores)
-    total = len(qid_list)
-    return collections.OrderedDict([
-        ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
-        ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
-        ("total", total),
-    ])
-
-
-def merge_eval(main_eval, new_eval, prefix):
-    """Adds `new_eval`'s entries to `main_eval` as prefix_key."""
-    for key, value in new_eval.items():
-        main_eval["%s_%s" % (prefix, key)] = value
-
-
-def search_null_threshold(preds, scores, na_probs, qid_to_has_ans):
-    """The official find_best_thresh search.
-
-    Starting from "every question answered null", questions are switched to
-    their prediction in increasing na_prob order; the best total is kept.
-
-    Args:
-      preds: qas_id -> predicted text (should be the best non-null answer).
-      scores: qas_id -> exact or F1 of that prediction.
-      na_probs: qas_id -> null odds; null is predicted where na_prob > thresh.
-      qid_to_has_ans: qas_id -> bool.
-
-    Returns:
-      (best_score, best_thresh): best_score on a 0-100 scale; best_thresh is
-      None if answering every question null is best.
-    """
-    # All null: every unanswerable question is right.
-    score = sum(1 for has_ans in qid_to_has_ans.values() if not has_ans)
-    best_score = score
-    best_thresh = None
-    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
-        if qid not in scores:
-            continue
-        if qid_to_has_ans[qid]:
-            score += scores[qid]
-        elif preds[qid]:
-            score -= 1  # An unanswerable question loses its (right) null.
-        if score > best_score:
-            best_score = score
-            best_thresh = na_probs[qid]
-    return 100.0 * best_score / len(scores), best_thresh
-
-
-def find_best_thresh(preds, scores, na_probs, qid_to_has_ans):
-    """The official find_best_thresh: (best score, its threshold, 0.0 if
-    all-null is best)."""
-    best_score, best_thresh = search_null_threshold(preds, scores, na_probs, qid_to_has_ans)
-    return best_score, (0.0 if best_thresh is None else best_thresh)
-
-
-def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0, where="dataset"):
-    """The official SQuAD 2.0 evaluation (evaluate-v2.0.py).
-
-    Args:
-      dataset: parsed SQuAD 2.0 json (or its "data" list) with answers.
-      predictions: dict qas_id -> answer text ("" for no answer); must cover
-        every question.
-      na_probs: optional dict qas_id -> null odds (null_odds.json, the
-        official --na-prob-file). When given, a question whose na_prob >
-        na_prob_thresh counts as answered "" (the official default 1.0: no
-        effect on predictions made with --null_score_diff_threshold <= 1),
-        and the best thresholds are searched.
-      na_prob_thresh: the official --na-prob-thresh.
-      where: names the dataset in error messages.
-
-    Returns:
-      OrderedDict: exact, f1, total, HasAns_exact, HasAns_f1, HasAns_total,
-      NoAns_exact, NoAns_f1, NoAns_total (those present), and with na_probs
-      best_exact, best_exact_thresh, best_f1, best_f1_thresh; scores 0-100.
-
-    Raises:
-      InputError: predictions or na_probs miss questions.
-    """
-    qid_to_has_ans = make_qid_to_has_ans(dataset, where)
-    if not qid_to_has_ans:
-        raise InputError("%s has no questions" % where)
-    _check_covers(predictions, qid_to_has_ans, "predictions")
-    if na_probs is not None:
-        _check_covers(na_probs, qid_to_has_ans, "null odds")
-    exact_raw, f1_raw = get_raw_scores(dataset, predictions, where)
-    # Without null odds, na_prob_thresh nulls nothing.
-    odds = na_probs if na_probs is not None else {k: 0.0 for k in predictions}
-    exact = apply_no_ans_threshold(exact_raw, odds, qid_to_has_ans, na_prob_thresh)
-    f1 = apply_no_ans_threshold(f1_raw, odds, qid_to_has_ans, na_prob_thresh)
-
-    result = make_eval_dict(exact, f1)
-    has_ans = [k for k, v in qid_to_has_ans.items() if v]
-    no_ans = [k for k, v in qid_to_has_ans.items() if not v]
-    if has_ans:
-        merge_eval(result, make_eval_dict(exact, f1, qid_list=has_ans), "HasAns")
-    if no_ans:
-        merge_eval(result, make_eval_dict(exact, f1, qid_list=no_ans), "NoAns")
-    if na_probs is not None:
-        # Only the dataset's questions take part (the official script's
-        # na_probs come from the same run, so they are the same set).
-        na_probs = {k: na_probs[k] for k in qid_to_has_ans}
-        result["best_exact"], result["best_exact_thresh"] = find_best_thresh(
-            predictions, exact_raw, na_probs, qid_to_has_ans)
-        result["best_f1"], result["best_f1_thresh"] = find_best_thresh(
-            predictions, f1_raw, na_probs, qid_to_has_ans)
-    return result
-
-
-def _check_covers(values, qid_to_has_ans, what):
-    missing = [k for k in qid_to_has_ans if k not in values]
-    if missing:
-        raise InputError("The %s miss %d of the %d questions (first: %r)"
-                         % (what, len(missing), len(qid_to_has_ans), missing[0]))
-
-
-def evaluate(dataset, predictions, na_probs=None, version_2_with_negative=False):
-    """Official SQuAD evaluation of `predictions` (qas_id -> text) against
-    `dataset` (parsed SQuAD json or its "data" list): `evaluate_v1`, or with
-    version_2_with_negative `evaluate_v2` (`na_probs`: null_odds.json's dict).
-    """
-    if version_2_with_negative:
-        return evaluate_v2(dataset, predictions, na_probs=na_probs)
-    return evaluate_v1(dataset, predictions)
-
-
-
-def dataset_has_answers(dataset, version_2_with_negative):
-    """Whether `dataset` can be evaluated: every question has an "answers"
-    list and (SQuAD 1.1) a non-empty one, or (2.0) at least one question has
-    an answer or is marked impossible."""
-    articles = dataset["data"] if isinstance(dataset, dict) else dataset
-    any_answer = False
-    for article in articles:
-        for paragraph in article.get("paragraphs", []):
-            for qa in paragraph.get("qas", []):
-                answers = qa.get("answers") if isinstance(qa, dict) else None
-                if not isinstance(answers, list):
-                    return False
-                if not answers and not version_2_with_negative:
-                    return False
-                any_answer = any_answer or bool(answers) or bool(qa.get("is_impossible"))
-    return any_answer
-
-
-def best_non_null_predictions(all_nbest_json):
-    """qas_id -> the highest-scoring non-empty n-best text ("" if none)."""
-    best = collections.OrderedDict()
-    for qid, nbest in all_nbest_json.items():
-        best[qid] = next((entry["text"] for entry in nbest if entry["text"]), "")
-    return best
-
-
-def apply_null_threshold(non_null_predictions, null_odds, threshold):
-    """Predictions at `threshold`: "" where null_odds > threshold (the
-    original's rule for --null_score_diff_threshold), else the best non-null
-    answer."""
-    return collections.OrderedDict(
-        (qid, "" if null_odds[qid] > threshold else text)
-        for qid, text in non_null_predictions.items())
-
-
-def tune_null_threshold(dataset, all_nbest_json, null_odds, where="dataset"):
-    """Chooses the null_score_diff_threshold with the best F1 on `dataset`.
-
-    The official best_f1_thresh is a threshold on na_prob (null predicted
-    where na_prob > thresh), the same rule and quantity as the original's
-    `null_odds > null_score_diff_threshold`, so it is used as such. The
-    search scores every question's best non-null n-best answer (not
-    predictions.json, whose nulls at the run's threshold would hide the
-    answers that a higher threshold brings back).
-
-    Returns:
-      (threshold, predictions, eval_dict): the threshold; predictions
-      (qas_id -> text) at that threshold; their `evaluate_v2` results plus
-      "null_score_diff_threshold".
-    """
-    qid_to_has_ans = make_qid_to_has_ans(dataset, where)
-    _check_covers(all_nbest_json, qid_to_has_ans, "n-best predictions")
-    _check_covers(null_odds, qid_to_has_ans, "null odds")
-    non_null = best_non_null_predictions(
-        collections.OrderedDict((k, all_nbest_json[k]) for k in qid_to_has_ans))
-    na_probs = {k: null_odds[k] for k in qid_to_has_ans}
-    _, f1_raw = get_raw_scores(dataset, non_null, where)
-    _, threshold = search_null_threshold(non_null, f1_raw, na_probs, qid_to_has_ans)
-    if threshold is None:
-        # Answering every question null is best: any threshold below all
-        # null odds does that.
-        threshold = min(na_probs.values()) - 1.0
-    predictions = apply_null_threshold(non_null, na_probs, threshold)
-    # Scored as written (the nulls are already applied).
-    result = evaluate_v2(dataset, predictions, where=where)
-    result["null_score_diff_threshold"] = threshold
-    return threshold, predictions, result
-
-
-def _read_json(path, what):
-    run_common.require_file(what, path)
-    with tf.io.gfile.GFile(path, "r") as reader:
-        try:
-            return json.load(reader)
-        except ValueError as e:
-            raise InputError("%s is not a JSON file: %s" % (path, e))
-
-
-def _log_results(header, result):
-    tf.logging.info(header)
-    for key, value in result.items():
-        tf.logging.info("  %s = %s", key, value)
-
-
-def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_json=None,
-                   null_odds=None, version_2_with_negative=False, tune_threshold=False,
-                   null_score_diff_threshold=0.0):
-    """Scores predictions against `dataset` and writes eval_results.json (and,
-    with tune_threshold, predictions_best_threshold.json and
-    eval_results_best_threshold.json) to `output_dir`.
-
-    Args:
-      dataset: parsed SQuAD json with answers.
-      output_dir: where the results go, and where predictions.json,
-        nbest_predictions.json and null_odds.json are read from when they
-        are not given.
-      where: names the dataset in messages.
-      all_predictions, all_nbest_json, null_odds: write_predictions' results,
-        or None to read them from `output_dir` (null_odds.json is optional).
-      version_2_with_negative: SQuAD 2.0 metrics.
-      tune_threshold: also choose the best null threshold (2.0 only;
-        `tune_null_threshold`).
-      null_score_diff_threshold: the threshold the predictions were made
-        with (for the log).
-
-    Returns:
-      The eval dict of predictions.json.
-    """
-    if all_predictions is None:
-        all_predictions = _read_json(os.path.join(output_dir, "predictions.json"),
-                                     "predictions.json in --output_dir")
-    null_odds_file = os.path.join(output_dir, "null_odds.json")
-    if version_2_with_negative and null_odds is None and tf.io.gfile.exists(null_odds_file):
-        null_odds = _read_json(null_odds_file, "null_odds.json in --output_dir")
-
-    if version_2_with_negative:
-        result = evaluate_v2(dataset, all_predictions, na_probs=null_odds, where=where)
-        header = ("***** Eval results (predictions.json, null_score_diff_threshold=%s) *****"
-                  % null_score_diff_threshold)
-    else:
-        result = evaluate_v1(dataset, all_predictions, where=where)
-        header = "***** Eval results (predictions.json) *****"
-    _log_results(header, result)
-    write_json(os.path.join(output_dir, "eval_results.json"), result)
-    if not tune_threshold:
-        return result
-
-    if null_odds is None:
-        raise InputError("--tune_null_threshold needs null_odds.json in %s" % output_dir)
-    if all_nbest_json is None:
-        all_nbest_json = _read_json(os.path.join(output_dir, "nbest_predictions.json"),
-                                    "nbest_predictions.json in --output_dir")
-    threshold, tuned, tuned_result = tune_null_threshold(dataset, all_nbest_json,
-                                                         null_odds, where)
-    write_json(os.path.join(output_dir, "predictions_best_threshold.json"), tuned)
-    write_json(os.path.join(output_dir, "eval_results_best_threshold.json"), tuned_result)
-    _log_results("***** Eval results (predictions_best_threshold.json) *****", tuned_result)
-    tf.logging.info(
-        "Best --null_score_diff_threshold on %s: %r (F1 %.2f, exact %.2f). "
-        "predictions_best_threshold.json uses it; predictions.json is untuned "
-        "(--null_score_diff_threshold=%r: F1 %.2f, exact %.2f). The threshold was "
-        "chosen on the same questions it is scored on.",
-        where, threshold, tuned_result["f1"], tuned_result["exact"],
-        null_score_diff_threshold, result["f1"], result["exact"])
-    return result
+    if not dataset_has_answers(dataset, version_2_with_negative):
+        tf.logging.info("--predict_file has no answers: not evaluating.")
+        if tune_threshold:
+            tf.logging.warning("--tune_null_threshold needs answers in --predict_file: "
+                               "no threshold tuned.")
+        return None
+    return run_evaluation(
+        dataset, output_dir, "--predict_file %s" % predict_file, all_predictions,
+        all_nbest_json, null_odds if version_2_with_negative else None,
+        version_2_with_negative=version_2_with_negative, tune_threshold=tune_threshold,
+        null_score_diff_threshold=null_score_diff_threshold)
 
 
 # ---------------------------------------------------------------------------
@@ -1622,65 +1259,6 @@ def _read_predict_file():
     return examples, load_squad_json(FLAGS.predict_file, "predict_file")
 
 
-def _predict(estimator, tokenizer, examples=None, dataset=None):
-    """Predicts --predict_file: writes eval.tf_record, the prediction files
-    and, if the file has answers, the evaluation.
-
-    Args:
-      examples, dataset: `_read_predict_file()`'s, if already read.
-    """
-    if examples is None:
-        examples, dataset = _read_predict_file()
-    writer = FeatureWriter(os.path.join(FLAGS.output_dir, "eval.tf_record"),
-                           is_training=False)
-    # Only what write_predictions needs stays in memory; the model inputs are
-    # streamed to eval.tf_record.
-    features = []
-    _write_features(writer, examples, tokenizer, is_training=False,
-                    keep=lambda f: features.append(PredictionFeature(
-                        f.unique_id, f.example_index, f.doc_span_index, f.tokens,
-                        f.token_to_orig_map, f.token_is_max_context)))
-    tf.logging.info("***** Running predictions *****")
-    tf.logging.info("  Num orig examples = %d", len(examples))
-    tf.logging.info("  Num split examples = %d", len(features))
-    tf.logging.info("  Batch size = %d", FLAGS.predict_batch_size)
-
-    input_fn = input_fn_builder(writer.filename, FLAGS.max_seq_length, is_training=False,
-                                drop_remainder=False)
-    results = []
-    run_common.log_checkpoint_used("Predicting", None, FLAGS.output_dir)
-    progress = run_common.Progress("Predicting", len(features), unit="features")
-    for prediction in estimator.predict(input_fn, yield_single_examples=True):
-        progress.update(count=len(results) + 1)
-        # float32 arrays: a quarter of the memory of lists of Python floats,
-        # and the same values once converted.
-        results.append(RawResult(
-            unique_id=int(prediction["unique_ids"]),
-            start_logits=np.array(prediction["start_logits"], dtype=np.float32).ravel(),
-            end_logits=np.array(prediction["end_logits"], dtype=np.float32).ravel()))
-    progress.done()
-
-    version_2 = FLAGS.version_2_with_negative
-    all_predictions, all_nbest_json, null_odds = write_predictions(
-        examples, features, results, FLAGS.n_best_size, FLAGS.max_answer_length,
-        FLAGS.do_lower_case, os.path.join(FLAGS.output_dir, "predictions.json"),
-        os.path.join(FLAGS.output_dir, "nbest_predictions.json"),
-        os.path.join(FLAGS.output_dir, "null_odds.json"),
-        version_2_with_negative=version_2,
-        null_score_diff_threshold=FLAGS.null_score_diff_threshold,
-        verbose_logging=FLAGS.verbose_logging)
-
-    if dataset_has_answers(dataset, version_2):
-        run_evaluation(dataset, FLAGS.output_dir, "--predict_file %s" % FLAGS.predict_file,
-                       all_predictions, all_nbest_json, null_odds if version_2 else None,
-                       **_evaluation_settings())
-    else:
-        tf.logging.info("--predict_file has no answers: not evaluating.")
-        if FLAGS.tune_null_threshold:
-            tf.logging.warning("--tune_null_threshold needs answers in --predict_file: "
-                               "no threshold tuned.")
-
-
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     if FLAGS.evaluate_only:
@@ -1739,7 +1317,8 @@ def main(_):
         # The features go through a file rather than memory: SQuAD's are large.
         writer = FeatureWriter(os.path.join(FLAGS.output_dir, "train.tf_record"),
                                is_training=True)
-        _write_features(writer, train_examples, tokenizer, is_training=True)
+        _write_features(writer, train_examples, tokenizer, True, FLAGS.max_seq_length,
+                        FLAGS.doc_stride, FLAGS.max_query_length)
         tf.logging.info("***** Running training *****")
         tf.logging.info("  Num orig examples = %d", len(train_examples))
         tf.logging.info("  Num split examples = %d", writer.num_features)
@@ -1752,7 +1331,14 @@ def main(_):
             max_steps=num_train_steps)
 
     if FLAGS.do_predict:
-        _predict(estimator, tokenizer, *predict_input)
+        examples, dataset = predict_input
+        predict_and_evaluate(
+            estimator, tokenizer, examples, dataset, FLAGS.output_dir, FLAGS.predict_file,
+            max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
+            max_query_length=FLAGS.max_query_length,
+            predict_batch_size=FLAGS.predict_batch_size, n_best_size=FLAGS.n_best_size,
+            max_answer_length=FLAGS.max_answer_length, do_lower_case=FLAGS.do_lower_case,
+            verbose_logging=FLAGS.verbose_logging, **_evaluation_settings())
 
 
 if __name__ == "__main__":

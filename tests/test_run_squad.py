@@ -1,5 +1,6 @@
-"""Tests for run_squad.py: data pipeline, predictions, official metrics,
-threshold tuning, bad input, and tiny end-to-end runs for SQuAD 1.1 and 2.0.
+"""Tests for run_squad.py and squad_evaluate.py: data pipeline, predictions,
+official metrics, threshold tuning, bad input, and tiny end-to-end runs for
+SQuAD 1.1 and 2.0.
 
 Expected values are worked out by hand in the comments, or come from Google's
 original run_squad.py (run in a subprocess, since its absl flags clash with
@@ -20,6 +21,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import run_squad
+import squad_evaluate
 import tokenization
 from run_common import InputError
 from tiny import write_config, write_vocab
@@ -375,18 +377,35 @@ def test_get_best_indexes_and_softmax():
 
 
 # ---------------------------------------------------------------------------
-# Official metrics, hand-computed.
+# Official metrics (squad_evaluate.py), hand-computed.
+
+def test_squad_evaluate_needs_neither_tensorflow_nor_run_squad():
+    # Imported alone, in a fresh interpreter: no TensorFlow, no run_squad.
+    code = ("import sys, squad_evaluate\n"
+            "print(sorted(m for m in ('tensorflow', 'run_squad') if m in sys.modules))")
+    proc = subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    # run_squad's names are squad_evaluate's, so the tests below cover both.
+    for name in ("normalize_answer", "f1_score_v1", "exact_match_score_v1", "compute_exact",
+                 "compute_f1", "evaluate", "evaluate_v1", "evaluate_v2", "get_raw_scores",
+                 "find_best_thresh", "search_null_threshold", "tune_null_threshold",
+                 "apply_null_threshold", "best_non_null_predictions", "dataset_has_answers",
+                 "run_evaluation", "iterate_questions", "write_json"):
+        assert getattr(run_squad, name) is getattr(squad_evaluate, name), name
+
 
 def test_normalize_and_f1_v1():
-    assert run_squad.normalize_answer("The  Cat, an apple!") == "cat apple"
-    assert run_squad.normalize_answer("theory") == "theory"  # "the" inside a word
+    assert squad_evaluate.normalize_answer("The  Cat, an apple!") == "cat apple"
+    assert squad_evaluate.normalize_answer("theory") == "theory"  # "the" inside a word
     # pred "the big red dog" -> big red dog; gold "a red dog barks" -> red dog
     # barks; common 2: P 2/3, R 2/3, F1 2/3.
-    assert run_squad.f1_score_v1("the big red dog", "a red dog barks") == pytest.approx(2 / 3)
-    assert run_squad.f1_score_v1("", "") == 0  # 1.1: no overlap -> 0
-    assert run_squad.compute_f1("", "") == 1  # 2.0: both empty -> 1
-    assert run_squad.compute_f1("cat", "") == 0
-    assert run_squad.compute_exact("The Cat.", "cat") == 1
+    assert squad_evaluate.f1_score_v1("the big red dog", "a red dog barks") == pytest.approx(2 / 3)
+    assert squad_evaluate.f1_score_v1("", "") == 0  # 1.1: no overlap -> 0
+    assert squad_evaluate.compute_f1("", "") == 1  # 2.0: both empty -> 1
+    assert squad_evaluate.compute_f1("cat", "") == 0
+    assert squad_evaluate.compute_exact("The Cat.", "cat") == 1
 
 
 def _dataset(qas):
@@ -401,7 +420,7 @@ def test_evaluate_v1_hand_computed():
     ])
     # a: "the dog" -> exact with gold 2 (1), F1 1; b: "Smith" -> exact 0,
     # F1 P 1 R 1/2 = 2/3; c: missing -> 0. EM 1/3, F1 (1 + 2/3) / 3.
-    result = run_squad.evaluate(dataset, {"a": "the dog", "b": "Smith"})
+    result = squad_evaluate.evaluate(dataset, {"a": "the dog", "b": "Smith"})
     assert list(result) == ["exact_match", "f1"]
     assert result["exact_match"] == pytest.approx(100 / 3)
     assert result["f1"] == pytest.approx(100 * (1 + 2 / 3) / 3)
@@ -423,7 +442,7 @@ V2_ODDS = {"h1": -2.0, "h2": 1.5, "n1": 0.5, "n2": -1.0}
 
 def test_evaluate_v2_hand_computed():
     dataset = _dataset(V2_QAS)
-    result = run_squad.evaluate_v2(dataset, V2_PREDS)
+    result = squad_evaluate.evaluate_v2(dataset, V2_PREDS)
     # exact 1,0,1,0 -> 50; F1 1, 2/3, 1, 0 -> (8/3)/4.
     assert result == pytest.approx(collections.OrderedDict([
         ("exact", 50.0), ("f1", 100 * (8 / 3) / 4), ("total", 4),
@@ -437,7 +456,7 @@ def test_evaluate_v2_hand_computed():
     # h2 1.5, from all-null = 2 (the two no-answer questions):
     # F1: +1 -> 3 (best, thresh -2), -1 -> 2, +0 -> 2, +2/3 -> 2.67.
     # exact: +1 -> 3 (best at -2), -1, 0, +0 -> 2.
-    result = run_squad.evaluate(dataset, V2_PREDS, na_probs=V2_ODDS,
+    result = squad_evaluate.evaluate(dataset, V2_PREDS, na_probs=V2_ODDS,
                                 version_2_with_negative=True)
     assert result["exact"] == 50.0
     assert result["f1"] == pytest.approx(100 * 2 / 4)
@@ -453,14 +472,14 @@ def test_find_best_thresh_later_threshold():
     # (3.67, best, threshold 1.5).
     preds = dict(V2_PREDS, n2="")
     qid_to_has_ans = {"h1": True, "h2": True, "n1": False, "n2": False}
-    exact, f1 = run_squad.get_raw_scores(_dataset(V2_QAS), preds)
-    assert run_squad.find_best_thresh(preds, f1, V2_ODDS, qid_to_has_ans) == (
+    exact, f1 = squad_evaluate.get_raw_scores(_dataset(V2_QAS), preds)
+    assert squad_evaluate.find_best_thresh(preds, f1, V2_ODDS, qid_to_has_ans) == (
         pytest.approx(100 * (3 + 2 / 3) / 4), 1.5)
     # All-null best: the official script reports threshold 0.0.
     bad = {"h1": "no", "h2": "no", "n1": "x", "n2": "y"}
-    _, f1 = run_squad.get_raw_scores(_dataset(V2_QAS), bad)
-    assert run_squad.find_best_thresh(bad, f1, V2_ODDS, qid_to_has_ans) == (50.0, 0.0)
-    assert run_squad.search_null_threshold(bad, f1, V2_ODDS, qid_to_has_ans) == (50.0, None)
+    _, f1 = squad_evaluate.get_raw_scores(_dataset(V2_QAS), bad)
+    assert squad_evaluate.find_best_thresh(bad, f1, V2_ODDS, qid_to_has_ans) == (50.0, 0.0)
+    assert squad_evaluate.search_null_threshold(bad, f1, V2_ODDS, qid_to_has_ans) == (50.0, None)
 
 
 def _nbest(first, *more):
@@ -474,7 +493,7 @@ def test_tune_null_threshold_sign_convention():
     # predicted "" for it.
     nbest = {"h1": _nbest("red dog"), "h2": _nbest("", "cat"), "n1": _nbest("", "dog"),
              "n2": _nbest("tree", "")}
-    threshold, preds, result = run_squad.tune_null_threshold(_dataset(V2_QAS), nbest, V2_ODDS)
+    threshold, preds, result = squad_evaluate.tune_null_threshold(_dataset(V2_QAS), nbest, V2_ODDS)
     # Ascending odds: h1 -2 (+1 -> 3), n2 -1 (-1 -> 2), n1 0.5 (-1 -> 1),
     # h2 1.5 (+2/3 -> 1.67): best is 3 at threshold -2.
     assert threshold == -2.0
@@ -485,24 +504,63 @@ def test_tune_null_threshold_sign_convention():
 
     # Brute force over every threshold gives the same best F1.
     def f1_at(t):
-        p = run_squad.apply_null_threshold(run_squad.best_non_null_predictions(nbest),
-                                           V2_ODDS, t)
-        return run_squad.evaluate_v2(_dataset(V2_QAS), p)["f1"]
+        p = squad_evaluate.apply_null_threshold(
+            squad_evaluate.best_non_null_predictions(nbest), V2_ODDS, t)
+        return squad_evaluate.evaluate_v2(_dataset(V2_QAS), p)["f1"]
     candidates = list(V2_ODDS.values()) + [-100.0, 100.0]
     assert max(f1_at(t) for t in candidates) == pytest.approx(result["f1"])
 
     # A positive best threshold: h2 must be answered.
     odds = dict(V2_ODDS, n2=3.0, n1=4.0)
-    threshold, preds, result = run_squad.tune_null_threshold(_dataset(V2_QAS), nbest, odds)
+    threshold, preds, result = squad_evaluate.tune_null_threshold(_dataset(V2_QAS), nbest, odds)
     assert threshold == 1.5
     assert preds == {"h1": "red dog", "h2": "cat", "n1": "", "n2": ""}
     assert result["f1"] == pytest.approx(100 * (1 + 2 / 3 + 2) / 4)
 
     # All-null best: a threshold below every odds.
     bad = {k: _nbest("zzz") for k in nbest}
-    threshold, preds, result = run_squad.tune_null_threshold(_dataset(V2_QAS), bad, V2_ODDS)
+    threshold, preds, result = squad_evaluate.tune_null_threshold(_dataset(V2_QAS), bad, V2_ODDS)
     assert threshold < -2.0
     assert set(preds.values()) == {""}
+
+
+def _run_squad_evaluate(tmp_path, dataset, predictions, *options):
+    data_file, pred_file = tmp_path / "data.json", tmp_path / "pred.json"
+    data_file.write_text(json.dumps(dataset))
+    pred_file.write_text(json.dumps(predictions))
+    return subprocess.run([PYTHON, "squad_evaluate.py", str(data_file), str(pred_file)]
+                          + list(options), cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_squad_evaluate_from_the_shell(tmp_path):
+    # SQuAD 2.0 (the questions carry "is_impossible"), with the null odds:
+    # the numbers of test_evaluate_v2_hand_computed.
+    odds_file = tmp_path / "odds.json"
+    odds_file.write_text(json.dumps(V2_ODDS))
+    proc = _run_squad_evaluate(tmp_path, _dataset(V2_QAS), V2_PREDS,
+                               "--na-prob-file", str(odds_file), "-o", str(tmp_path / "o.json"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout, object_pairs_hook=collections.OrderedDict)
+    assert result == squad_evaluate.evaluate_v2(_dataset(V2_QAS), V2_PREDS, na_probs=V2_ODDS)
+    assert (result["best_f1"], result["best_f1_thresh"]) == (pytest.approx(75.0), -2.0)
+    assert json.loads((tmp_path / "o.json").read_text()) == result
+
+    # SQuAD 1.1: the numbers of test_evaluate_v1_hand_computed (c unanswered).
+    dataset = _dataset([
+        {"id": "a", "question": "?", "answers": [{"text": "red dog"}, {"text": "dog"}]},
+        {"id": "b", "question": "?", "answers": [{"text": "John Smith"}]},
+        {"id": "c", "question": "?", "answers": [{"text": "x"}]}])
+    proc = _run_squad_evaluate(tmp_path, dataset, {"a": "the dog", "b": "Smith"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == pytest.approx(
+        {"exact_match": 100 / 3, "f1": 100 * (1 + 2 / 3) / 3})
+    assert "Unanswered questions will receive score 0: 1" in proc.stderr
+
+    # Bad input: one line, exit status 1.
+    proc = _run_squad_evaluate(tmp_path, _dataset(V2_QAS), {"h1": "red dog"})
+    assert proc.returncode == 1
+    assert proc.stderr == "ERROR: The predictions miss 3 of the 4 questions (first: 'h2')\n"
 
 
 # ---------------------------------------------------------------------------
