@@ -1,0 +1,103 @@
+"""quiet_tf: TensorFlow's start-up noise is left out at import, and every
+other line printed during the import still reaches standard error."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import quiet_tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Lines TensorFlow 2.15 and 2.21 print at import on a machine without a GPU.
+NOISE = [
+    "2026-12-01 20:12:48.490638: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261]"
+    " Unable to register cuDNN factory: Attempting to register factory for plugin cuDNN when "
+    "one has already been registered",
+    "E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:607] Unable to register cuFFT "
+    "factory: Attempting to register factory for plugin cuFFT when one has already been "
+    "registered",
+    "E external/local_xla/xla/stream_executor/cuda/cuda_blas.cc:1515] Unable to register "
+    "cuBLAS factory: Attempting to register factory for plugin cuBLAS",
+    "W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find "
+    "TensorRT",
+    "I0000 00:00:1796155961.762213    3960 cudart_stub.cc:31] Could not find cuda drivers on "
+    "your machine, GPU will not be used.",
+    "I tensorflow/core/platform/cpu_feature_guard.cc:182] This TensorFlow binary is optimized "
+    "to use available CPU instructions in performance-critical operations.",
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow "
+    "with the appropriate compiler flags.",
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+]
+KEPT = [
+    "E tensorflow/core/framework/op_kernel.cc:1830] OP_REQUIRES failed at save_restore_v2_ops",
+    "Traceback (most recent call last):",
+    "W tensorflow/core/framework/cpu_allocator_impl.cc:83] Allocation exceeds 10% of memory.",
+]
+
+
+@pytest.mark.parametrize("line", NOISE)
+def test_startup_noise_is_recognised(line):
+    assert quiet_tf.is_startup_noise(line)
+
+
+@pytest.mark.parametrize("line", KEPT)
+def test_other_lines_are_kept(line):
+    assert not quiet_tf.is_startup_noise(line)
+
+
+def _import_fake_tensorflow(tmp_path, env=None):
+    """Imports quiet_tf in a fresh process, with a stand-in `tensorflow`
+    package that writes noise and real lines to file descriptor 2 (as the C++
+    side does) and to sys.stderr, and returns the process's stderr."""
+    package = tmp_path / "tensorflow"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import os, sys\n"
+        "os.write(2, %r)\n"
+        "sys.stderr.write('a warning written by Python\\n')\n"
+        "os.write(2, %r)\n"
+        "class config:\n"
+        "    @staticmethod\n"
+        "    def list_physical_devices(kind):\n"
+        "        os.write(2, b'E0000 cuda_platform.cc:52] failed call to cuInit: 303\\n')\n"
+        "        return []\n"
+        % ((NOISE[0] + "\n" + KEPT[0] + "\n").encode(), (NOISE[3] + "\n").encode()))
+    code = ("import sys; sys.path[:0] = [%r, %r]; import quiet_tf, tensorflow; "
+            "print('after the import', file=sys.stderr)" % (str(tmp_path), ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def test_import_drops_the_noise_and_keeps_the_rest_in_order(tmp_path):
+    err = _import_fake_tensorflow(tmp_path)
+    lines = err.splitlines()
+    assert lines[:3] == [KEPT[0], "a warning written by Python", "after the import"]
+    assert not any(quiet_tf.is_startup_noise(line) for line in lines)
+    if quiet_tf._HAS_NVIDIA_DEVICE:  # A real GPU: a failed cuInit is an error worth seeing.
+        assert any("failed call to cuInit" in line for line in lines)
+    else:
+        assert len(lines) == 3
+
+
+def test_unfiltered_on_request(tmp_path):
+    err = _import_fake_tensorflow(tmp_path, env={"BERT_TF_IMPORT_LOG": "1"})
+    assert NOISE[0] in err and NOISE[3] in err and KEPT[0] in err
+
+
+@pytest.mark.slow
+def test_real_tensorflow_import_is_quiet():
+    """The real TensorFlow of this environment, imported through quiet_tf and
+    asked for its devices, prints nothing on a machine without a GPU."""
+    if quiet_tf._HAS_NVIDIA_DEVICE:
+        pytest.skip("this machine has an NVIDIA device: its CUDA messages are real")
+    code = ("import sys; sys.path.insert(0, %r); import quiet_tf, tensorflow as tf; "
+            "tf.config.list_physical_devices()" % ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
