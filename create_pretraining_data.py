@@ -28,9 +28,9 @@ Two modes:
   depends only on the input, the flags and the seed: not on --num_workers.
 
 TensorFlow is not imported for local files (it is only needed for gs:// and
-other remote paths): TFRecords are framed here (with CRC-32C) and examples
-serialized directly in the protobuf wire format, byte for byte as
-tf.train.Example.SerializeToString() does.
+other remote paths): examples are serialized and framed as TFRecords by
+pretraining_records.py, which writes the protobuf wire format directly,
+byte for byte as tf.train.Example.SerializeToString() does.
 
 As a library, the module offers the original's functions on token strings,
 with the same arguments and random draws: `create_training_instances`,
@@ -47,14 +47,13 @@ import hashlib
 import multiprocessing
 import os
 import random
-import struct
 import sys
 import time
 
-import numpy as np
 from absl import flags
 from absl import logging
 
+import pretraining_records
 import run_common
 import tokenization
 from run_common import InputError
@@ -102,10 +101,6 @@ flags.DEFINE_integer(
     "Sharded mode: instances from consecutive shards are mixed through a "
     "shuffle buffer of this many instances (about 0.8 KB each at "
     "max_seq_length=128).")
-
-# Feature names in the order the original builds (and logs) them.
-FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 
 _LOG_EXAMPLES = 20
 
@@ -211,236 +206,6 @@ class _AtomicRecordFiles:
                     os.remove(tmp)
             except (OSError, IOError):
                 pass
-
-
-# ---------------------------------------------------------------------------
-# Serialization: tf.train.Example in protobuf wire format, TFRecord framing.
-
-def _varint(value):
-    """Protobuf base-128 varint of a non-negative int."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# The order in which protobuf (upb, as used by TensorFlow 2.15) serializes
-# the seven-entry `Features.feature` map, so that our bytes equal
-# tf.train.Example.SerializeToString()'s; the test suite checks this.
-# (Protobuf 7 seeds its map order per process: any fixed order is as good.)
-_SERIALIZED_ORDER = ("masked_lm_ids", "input_ids", "masked_lm_positions",
-                     "next_sentence_labels", "input_mask", "masked_lm_weights",
-                     "segment_ids")
-_FLOAT_ONE = struct.pack("<f", 1.0)
-_FLOAT_ZERO = struct.pack("<f", 0.0)
-
-
-class ExampleEncoder:
-    """Serializes instances as tf.train.Example bytes.
-
-    Args:
-      vocab_size: ids are below this.
-      max_seq_length, max_predictions_per_seq: the padded feature lengths.
-    """
-
-    def __init__(self, vocab_size, max_seq_length, max_predictions_per_seq):
-        # Varint bytes of every id, position and (small) length.
-        self._varints = [_varint(i) for i in range(max(vocab_size, max_seq_length, 1 << 14))]
-        self._max_seq_length = max_seq_length
-        self._max_predictions = max_predictions_per_seq
-        # Map entry bytes up to the feature's length: key, then value tag.
-        self._key_prefix = {}
-        for name in FEATURE_NAMES:
-            key = name.encode("ascii")
-            self._key_prefix[name] = b"\x0a" + _varint(len(key)) + key + b"\x12"
-        # Entries that depend only on lengths, made once each.
-        self._labels = [self._entry("next_sentence_labels", bytes([v]), b"\x1a")
-                        for v in (0, 1)]
-        self._masks = {}
-        self._segments = {}
-        self._weights = {}
-
-    def _len(self, n):
-        return self._varints[n] if n < len(self._varints) else _varint(n)
-
-    def _entry(self, name, payload, tag):
-        """Features map entry {key: name, value: Feature{tag: List{packed}}}."""
-        length = self._len
-        inner = b"\x0a" + length(len(payload)) + payload if payload else b""
-        feature = tag + length(len(inner)) + inner
-        entry = self._key_prefix[name] + length(len(feature)) + feature
-        return b"\x0a" + length(len(entry)) + entry
-
-    def encode(self, input_ids, num_a, masked_positions, masked_ids, is_random_next):
-        """One instance -> serialized tf.train.Example.
-
-        Args:
-          input_ids: list of ids, [CLS] A [SEP] B [SEP] (unpadded, after masking).
-          num_a: number of tokens in A (segment 0 is [CLS] A [SEP]).
-          masked_positions, masked_ids: the masked-LM targets, sorted by position.
-          is_random_next: whether B is a random other sentence (label 1).
-
-        Returns:
-          bytes.
-        """
-        varints = self._varints
-        n = len(input_ids)
-        pad = self._max_seq_length - n
-        k = len(masked_positions)
-        pad_k = self._max_predictions - k
-        entry = self._entry
-        ints = b"\x1a"
-        mask = self._masks.get(n)
-        if mask is None:
-            mask = self._masks[n] = entry("input_mask", b"\x01" * n + b"\x00" * pad, ints)
-        segments = self._segments.get((num_a, n))
-        if segments is None:
-            segments = self._segments[(num_a, n)] = entry(
-                "segment_ids", b"\x00" * (num_a + 2) + b"\x01" * (n - num_a - 2)
-                + b"\x00" * pad, ints)
-        weights = self._weights.get(k)
-        if weights is None:
-            weights = self._weights[k] = entry(
-                "masked_lm_weights", _FLOAT_ONE * k + _FLOAT_ZERO * pad_k, b"\x12")
-        # In _SERIALIZED_ORDER.
-        features = b"".join([
-            entry("masked_lm_ids", b"".join([varints[i] for i in masked_ids])
-                  + b"\x00" * pad_k, ints),
-            entry("input_ids", b"".join([varints[i] for i in input_ids]) + b"\x00" * pad,
-                  ints),
-            entry("masked_lm_positions", b"".join([varints[i] for i in masked_positions])
-                  + b"\x00" * pad_k, ints),
-            self._labels[1 if is_random_next else 0],
-            mask,
-            weights,
-            segments,
-        ])
-        return b"\x0a" + self._len(len(features)) + features
-
-
-def _read_varint(data, pos):
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _length_delimited_fields(data):
-    """(field number, bytes) of the length-delimited fields of a message."""
-    pos = 0
-    while pos < len(data):
-        tag, pos = _read_varint(data, pos)
-        if tag & 7 == 0:
-            _, pos = _read_varint(data, pos)
-            continue
-        length, pos = _read_varint(data, pos)
-        yield tag >> 3, data[pos:pos + length]
-        pos += length
-
-
-def decode_example(data):
-    """Serialized tf.train.Example (as written here) -> {name: list of values}."""
-    features = {}
-    for _, features_msg in _length_delimited_fields(data):
-        for _, entry in _length_delimited_fields(features_msg):
-            fields = dict(_length_delimited_fields(entry))
-            name = fields[1].decode("utf-8")
-            for kind, value_list in _length_delimited_fields(fields.get(2, b"")):
-                payload = b"".join(v for _, v in _length_delimited_fields(value_list))
-                if kind == 2:
-                    features[name] = list(struct.unpack("<%df" % (len(payload) // 4),
-                                                        payload))
-                else:
-                    values, pos = [], 0
-                    while pos < len(payload):
-                        value, pos = _read_varint(payload, pos)
-                        values.append(value)
-                    features[name] = values
-            features.setdefault(name, [])
-    return {name: features.get(name, []) for name in FEATURE_NAMES}
-
-
-def _crc32c_table():
-    table = np.zeros(256, np.uint32)
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table[i] = crc
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-_CRC_TABLE_LIST = [int(x) for x in _CRC_TABLE]
-
-
-def _crc32c_small(data):
-    """CRC-32C of a short bytes object (pure Python)."""
-    crc = 0xFFFFFFFF
-    table = _CRC_TABLE_LIST
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def crc32c_batch(chunks):
-    """CRC-32C (Castagnoli, as TFRecord uses) of each bytes object in `chunks`.
-
-    Vectorized across the chunks: one NumPy table step per byte position.
-
-    Returns:
-      uint32 array [len(chunks)].
-    """
-    n = len(chunks)
-    if n == 0:
-        return np.zeros(0, np.uint32)
-    lengths = np.fromiter(map(len, chunks), np.int64, n)
-    order = np.argsort(-lengths, kind="stable")
-    sorted_lengths = lengths[order]
-    max_len = int(sorted_lengths[0])
-    rows = np.zeros((n, max_len), np.uint8)
-    rows[np.arange(max_len) < sorted_lengths[:, None]] = np.frombuffer(
-        b"".join([chunks[i] for i in order]), np.uint8)
-    columns = np.ascontiguousarray(rows.T)
-    del rows
-    # Rows still active at each byte position (lengths are sorted descending).
-    active = n - np.searchsorted(sorted_lengths[::-1], np.arange(max_len), side="right")
-    crc = np.full(n, 0xFFFFFFFF, np.uint32)
-    table = _CRC_TABLE
-    for pos in range(max_len):
-        k = active[pos]
-        c = crc[:k]
-        c[:] = table[(c ^ columns[pos, :k]) & 0xFF] ^ (c >> 8)
-    result = np.empty(n, np.uint32)
-    result[order] = crc ^ np.uint32(0xFFFFFFFF)
-    return result
-
-
-def _masked_crc(crc):
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-_HEADER_CACHE = {}
-
-
-def frame_records(examples):
-    """Serialized examples -> TFRecord records (length, CRCs, data)."""
-    crcs = crc32c_batch(examples)
-    framed = []
-    for data, crc in zip(examples, crcs.tolist()):
-        header = _HEADER_CACHE.get(len(data))
-        if header is None:
-            length = struct.pack("<Q", len(data))
-            header = length + struct.pack("<I", _masked_crc(_crc32c_small(length)))
-            _HEADER_CACHE[len(data)] = header
-        framed.append(header + data + struct.pack("<I", _masked_crc(crc)))
-    return framed
 
 
 # ---------------------------------------------------------------------------
@@ -568,8 +333,8 @@ class InstanceMaker:
           output: list to append tf.train.Example bytes to.
         """
         if self._encoder is None:
-            self._encoder = ExampleEncoder(self.vocab.size, self.max_seq_length,
-                                           self.max_predictions_per_seq)
+            self._encoder = pretraining_records.ExampleEncoder(
+                self.vocab.size, self.max_seq_length, self.max_predictions_per_seq)
         encode = self._encoder.encode
         for instance in self.instances(all_documents, document_index, rng):
             output.append(encode(*instance))
@@ -973,7 +738,8 @@ def write_instance_to_example_files(instances, tokenizer, max_seq_length,
       KeyError: a token is not in the tokenizer's vocabulary.
     """
     vocab_size = max(tokenizer.vocab.values()) + 1
-    encoder = ExampleEncoder(vocab_size, max_seq_length, max_predictions_per_seq)
+    encoder = pretraining_records.ExampleEncoder(vocab_size, max_seq_length,
+                                                 max_predictions_per_seq)
     examples = []
     for instance in instances:
         if len(instance.tokens) > max_seq_length:
@@ -991,13 +757,13 @@ def write_instance_to_example_files(instances, tokenizer, max_seq_length,
     writer = _AtomicRecordFiles(output_files)
     try:
         for begin in range(0, len(examples), 4096):
-            writer.write(frame_records(examples[begin:begin + 4096]))
+            writer.write(pretraining_records.frame_records(examples[begin:begin + 4096]))
         writer.commit()
     except BaseException:
         writer.abort()
         raise
     for data in examples[:_LOG_EXAMPLES]:
-        _log_example(tokenizer, decode_example(data))
+        _log_example(tokenizer, pretraining_records.decode_example(data))
     logging.info("Wrote %d total instances", writer.count)
 
 
@@ -1011,7 +777,7 @@ def _log_example(vocab, features):
     logging.info("tokens: %s", " ".join(
         tokenization.printable_text(vocab.inv_vocab[i])
         for i in features["input_ids"][:length]))
-    for name in FEATURE_NAMES:
+    for name in pretraining_records.FEATURE_NAMES:
         logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
 
 
@@ -1069,10 +835,10 @@ def _run_original_mode(input_files, vocab, writer):
     making.done()
     del documents
     for data in instances[:_LOG_EXAMPLES]:
-        _log_example(vocab, decode_example(data))
+        _log_example(vocab, pretraining_records.decode_example(data))
     batch = 4096
     for begin in range(0, len(instances), batch):
-        writer.write(frame_records(instances[begin:begin + batch]))
+        writer.write(pretraining_records.frame_records(instances[begin:begin + batch]))
         # Free what is written as we go.
         instances[begin:begin + batch] = [b""] * len(instances[begin:begin + batch])
     _log_capped(maker.num_capped, writer.count)
@@ -1137,7 +903,7 @@ def _process_shard(shard_index, lines):
                           config["do_whole_word_mask"])
     instances = _make_instances(documents, maker.from_document, config["dupe_factor"], rng)
     to_log = instances[:_LOG_EXAMPLES] if shard_index == 0 else []
-    framed = frame_records(instances)
+    framed = pretraining_records.frame_records(instances)
     del instances
     lengths = array.array("q", map(len, framed))
     return shard_index, b"".join(framed), lengths, text_bytes, maker.num_capped, to_log
@@ -1188,7 +954,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
     def consume(result):
         index, blob, lengths, text_bytes, capped, to_log = result
         for data in to_log:
-            _log_example(vocab, decode_example(data))
+            _log_example(vocab, pretraining_records.decode_example(data))
         records, pos = [], 0
         for length in lengths:
             records.append(blob[pos:pos + length])

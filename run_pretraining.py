@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 
 import modeling
+import pretraining_records
 import run_common
 import runtime
 
@@ -53,26 +54,6 @@ flags.DEFINE_bool(
 
 START_RESULTS_FILE = "eval_results_at_start.txt"
 
-# The features of one record: name, dtype and length, where "seq" stands for
-# --max_seq_length and "pred" for --max_predictions_per_seq. One table for
-# the input pipeline and for the check of the input files.
-_FEATURES = (
-    ("input_ids", "int64", "seq"),
-    ("input_mask", "int64", "seq"),
-    ("segment_ids", "int64", "seq"),
-    ("masked_lm_positions", "int64", "pred"),
-    ("masked_lm_ids", "int64", "pred"),
-    ("masked_lm_weights", "float", "pred"),
-    ("next_sentence_labels", "int64", 1),
-)
-
-
-def _feature_lengths(max_seq_length, max_predictions_per_seq):
-    """Feature name -> length in a record (see `_FEATURES`)."""
-    symbolic = {"seq": max_seq_length, "pred": max_predictions_per_seq}
-    return {name: symbolic.get(length, length) for name, _, length in _FEATURES}
-
-
 # ---------------------------------------------------------------------------
 # Model.
 
@@ -92,8 +73,9 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     Returns:
       model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec,
       for TRAIN (loss = masked-LM loss + next-sentence loss) and EVAL (the
-      metrics of `metric_fn`). `features` holds the `_FEATURES` as int32
-      (masked_lm_weights float32) tensors [batch, length].
+      metrics of `metric_fn`). `features` holds the
+      `pretraining_records.FEATURES` as int32 (masked_lm_weights float32)
+      tensors [batch, length].
     """
 
     def model_fn(features, labels, mode, params):
@@ -316,15 +298,13 @@ def input_fn_builder(input_files,
       num_cpu_threads: parallel file readers and record parsers.
 
     Returns:
-      input_fn(params) -> tf.data.Dataset of dicts of the `_FEATURES`:
-      int32 (masked_lm_weights float32) tensors [params["batch_size"],
-      length]. Every batch is full (a static batch size, as TPUs need).
+      input_fn(params) -> tf.data.Dataset of dicts of the
+      `pretraining_records.FEATURES`: int32 (masked_lm_weights float32)
+      tensors [params["batch_size"], length]. Every batch is full (a static
+      batch size, as TPUs need).
     """
-    lengths = _feature_lengths(max_seq_length, max_predictions_per_seq)
-    name_to_features = {
-        name: tf.io.FixedLenFeature([lengths[name]],
-                                    tf.float32 if kind == "float" else tf.int64)
-        for name, kind, _ in _FEATURES}
+    name_to_features = pretraining_records.name_to_features(max_seq_length,
+                                                            max_predictions_per_seq)
 
     def input_fn(params):
         """See input_fn_builder."""
@@ -406,10 +386,9 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
         raise run_common.InputError(
             "--input_file: the first record of %s is not a tf.train.Example "
             "(was it written by create_pretraining_data.py?)" % input_file)
-    flag_of = {"seq": "--max_seq_length", "pred": "--max_predictions_per_seq"}
-    expected_lengths = _feature_lengths(max_seq_length, max_predictions_per_seq)
     feature_map = example.features.feature
-    for name, kind, length in _FEATURES:
+    for spec in pretraining_records.FEATURES:
+        name, kind = spec.name, spec.kind
         if name not in feature_map:
             raise run_common.InputError(
                 "--input_file: the records of %s have no feature %r (was it written "
@@ -418,11 +397,11 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
             raise run_common.InputError(
                 "--input_file: feature %r of %s is not %s" % (name, input_file, kind))
         found = len(getattr(feature_map[name], kind + "_list").value)
-        expected = expected_lengths[name]
+        expected = spec.size(max_seq_length, max_predictions_per_seq)
         if found == expected:
             continue
-        flag = flag_of.get(length)
-        if flag:
+        if isinstance(spec.length, str):  # The name of the flag that sets it.
+            flag = "--" + spec.length
             raise run_common.InputError(
                 "--input_file: feature %r of %s has length %d but %s=%d: use "
                 "the value the data was created with (%s=%d)"

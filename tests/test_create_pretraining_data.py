@@ -19,6 +19,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import create_pretraining_data as cpd
+import pretraining_records
 import tiny
 from run_common import InputError
 
@@ -73,10 +74,11 @@ def protobuf_map_order_is_fixed():
     seeded anew in each process, so that there not even the original's
     output is reproducible byte for byte from one run to the next."""
     import tensorflow as tf
-    data = cpd.ExampleEncoder(16, 8, 2).encode([2, 5, 3, 6, 3], 1, [1], [5], False)
-    values = cpd.decode_example(data)
+    data = pretraining_records.ExampleEncoder(16, 8, 2).encode([2, 5, 3, 6, 3], 1, [1], [5],
+                                                                False)
+    values = pretraining_records.decode_example(data)
     feature = {}
-    for name in cpd.FEATURE_NAMES:
+    for name in pretraining_records.FEATURE_NAMES:
         if name == "masked_lm_weights":
             feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values[name]))
         else:
@@ -457,14 +459,8 @@ def test_serialization_equals_protobuf(tmp_path):
             assert example.SerializeToString() == record
         else:
             assert parse(example.SerializeToString()) == features
-        assert cpd.decode_example(record) == {k: v for k, (_, v) in features.items()}
-
-
-def test_crc32c_known_values():
-    # RFC 3720 test vectors and the classic "123456789" check value.
-    chunks = [b"123456789", b"\x00" * 32, b"\xff" * 32, bytes(range(32)), b""]
-    assert [hex(c) for c in cpd.crc32c_batch(chunks)] == [
-        "0xe3069283", "0x8a9136aa", "0x62a8ab43", "0x46dd794e", "0x0"]
+        assert pretraining_records.decode_example(record) == {
+            k: v for k, (_, v) in features.items()}
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,481 @@
+"""The pre-training record: its features, and how it is written.
+
+One home for what create_pretraining_data.py writes and run_pretraining.py
+reads:
+
+* `FEATURES`: the seven features of a record (name, value kind, length in
+  terms of --max_seq_length / --max_predictions_per_seq).
+* `ExampleEncoder` (and the general `encode_example`): tf.train.Example
+  bytes written directly in the protobuf wire format, without TensorFlow or
+  protobuf; `decode_example` reads them back.
+* `frame_records`: TFRecord framing (length, data, masked CRC-32C of both).
+* `name_to_features`: the schema as tf.io.parse_single_example wants it.
+  This is the only function that imports TensorFlow, so that the writer
+  runs without it (~440 MB and seconds of import per process).
+
+The wire-format assumptions are stated where they are used, and
+tests/test_pretraining_records.py holds them against TensorFlow's own
+parser and TFRecord reader.
+"""
+
+import struct
+from typing import NamedTuple, Union
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------
+# The schema.
+
+class FeatureSpec(NamedTuple):
+    """One feature of a pre-training record.
+
+    Attributes:
+      name: the feature's key in tf.train.Example's feature map.
+      kind: "int64" (an Int64List) or "float" (a FloatList).
+      length: number of values: "max_seq_length" or "max_predictions_per_seq"
+        (the flag of that name, which both scripts have), or a fixed number.
+    """
+
+    name: str
+    kind: str
+    length: Union[str, int]
+
+    def size(self, max_seq_length, max_predictions_per_seq):
+        """Number of values for the given flag values (ints)."""
+        if self.length == "max_seq_length":
+            return max_seq_length
+        if self.length == "max_predictions_per_seq":
+            return max_predictions_per_seq
+        return self.length
+
+
+# In the order the original script builds (and logs) them.
+FEATURES = (
+    FeatureSpec("input_ids", "int64", "max_seq_length"),
+    FeatureSpec("input_mask", "int64", "max_seq_length"),
+    FeatureSpec("segment_ids", "int64", "max_seq_length"),
+    FeatureSpec("masked_lm_positions", "int64", "max_predictions_per_seq"),
+    FeatureSpec("masked_lm_ids", "int64", "max_predictions_per_seq"),
+    FeatureSpec("masked_lm_weights", "float", "max_predictions_per_seq"),
+    FeatureSpec("next_sentence_labels", "int64", 1),
+)
+
+FEATURE_NAMES = tuple(spec.name for spec in FEATURES)
+_SPECS = {spec.name: spec for spec in FEATURES}
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+    """Feature name -> number of values in a record (dict of ints)."""
+    return {spec.name: spec.size(max_seq_length, max_predictions_per_seq)
+            for spec in FEATURES}
+
+
+def name_to_features(max_seq_length, max_predictions_per_seq):
+    """The schema for tf.io.parse_single_example.
+
+    Returns:
+      dict name -> tf.io.FixedLenFeature([length]) of dtype tf.int64, or
+      tf.float32 for "float" features; parsing a record gives tensors of
+      shape [length].
+    """
+    import quiet_tf  # noqa: F401  (TensorFlow without its start-up noise)
+    import tensorflow as tf
+    dtypes = {"int64": tf.int64, "float": tf.float32}
+    return {spec.name: tf.io.FixedLenFeature(
+        [spec.size(max_seq_length, max_predictions_per_seq)], dtypes[spec.kind])
+        for spec in FEATURES}
+
+
+# ---------------------------------------------------------------------------
+# tf.train.Example in the protobuf wire format.
+#
+# The messages (tensorflow/core/example/{example,feature}.proto, proto3):
+#
+#   Example   { Features features = 1; }
+#   Features  { map<string, Feature> feature = 1; }
+#   Feature   { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2;
+#                            Int64List int64_list = 3; } }
+#   FloatList { repeated float value = 1 [packed = true]; }
+#   Int64List { repeated int64 value = 1 [packed = true]; }
+#
+# A field is written as a tag, varint(field number << 3 | wire type), then
+# its value; every message field here has wire type 2 (length-delimited:
+# varint length, then the bytes), so its tag is the byte
+# field_number * 8 + 2. A map is a repeated message field whose entries are
+# messages {key = 1, value = 2}. Protobuf writes a message's fields in field
+# number order (so an entry's key before its value) and the wire format
+# does not depend on the byte order of the machine; parsers accept fields in
+# any order, so only byte identity with protobuf's output depends on it.
+
+_TAG_FEATURES = b"\x0a"      # Example.features, and Features.feature (entries)
+_TAG_ENTRY_KEY = b"\x0a"     # map entry: key (a string)
+_TAG_ENTRY_VALUE = b"\x12"   # map entry: value (a Feature)
+_TAG_PACKED_VALUES = b"\x0a"  # FloatList.value / Int64List.value, packed
+# Feature's oneof: the field, and so the tag, says which list it holds.
+_KIND_TAG = {"float": b"\x12", "int64": b"\x1a"}
+_KIND_OF_FIELD = {2: "float", 3: "int64"}
+
+# The order in which the entries of the features map are written. Any
+# order parses to the same example (a map has none), but the original's
+# bytes have this one: protobuf 4 (upb, with TensorFlow 2.15) serializes the
+# original's seven-entry map in this order, the order of its hash table, so
+# writing it makes our files byte-identical to the original's. (Protobuf 7,
+# with TensorFlow 2.21, seeds its map order per process: there no fixed
+# order reproduces the original, and this one is as good as any.)
+SERIALIZED_ORDER = ("masked_lm_ids", "input_ids", "masked_lm_positions",
+                    "next_sentence_labels", "input_mask", "masked_lm_weights",
+                    "segment_ids")
+assert sorted(SERIALIZED_ORDER) == sorted(FEATURE_NAMES)
+
+_UINT64 = 1 << 64
+
+
+def _varint(value):
+    """Protobuf base-128 varint (little-endian groups of 7 bits, the high bit
+    set on all but the last byte) of an int in [0, 2**64)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _int64_varint(value):
+    """Varint of an int64 value: a negative one is written as its 64-bit
+    two's complement (10 bytes), as protobuf writes int64 (not sint64)."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError("%d does not fit an int64" % value)
+    return _varint(value % _UINT64)
+
+
+# Varints of the lengths that occur (looked up: the writer's hot path).
+_LENGTH_VARINTS = [_varint(n) for n in range(1 << 14)]
+
+
+def _length_varint(n):
+    return _LENGTH_VARINTS[n] if n < len(_LENGTH_VARINTS) else _varint(n)
+
+
+def _entry_prefix(spec):
+    """(bytes of a map entry up to its value's length: key tag, key length,
+    key, value tag; the Feature field of the spec's kind)."""
+    key = spec.name.encode("utf-8")
+    return (_TAG_ENTRY_KEY + _varint(len(key)) + key + _TAG_ENTRY_VALUE,
+            _KIND_TAG[spec.kind])
+
+
+_ENTRY_PREFIX = {spec.name: _entry_prefix(spec) for spec in FEATURES}
+
+
+def _feature_entry(name, payload):
+    """One entry of the features map, given its packed values.
+
+    Args:
+      name: a name of `FEATURE_NAMES`.
+      payload: the packed values (varints, or 4-byte floats; see `_packed`).
+
+    Returns:
+      bytes: the entry as a Features.feature field, tag and length included.
+    """
+    key_prefix, tag = _ENTRY_PREFIX[name]
+    length = _length_varint
+    # Protobuf writes no packed field for an empty list (proto3 leaves out
+    # empty repeated fields), but the list message itself is written, empty,
+    # since the oneof is set: b"\x1a\x00" for an empty Int64List.
+    values = _TAG_PACKED_VALUES + length(len(payload)) + payload if payload else b""
+    feature = tag + length(len(values)) + values
+    entry = key_prefix + length(len(feature)) + feature
+    return _TAG_FEATURES + length(len(entry)) + entry
+
+
+def _packed(kind, values):
+    """The packed payload of a list of `kind` values."""
+    if kind == "float":
+        # Each a 4-byte IEEE-754 single, little-endian (wire type 5); values
+        # are rounded to float32 as FloatList stores them.
+        return struct.pack("<%df" % len(values), *values)
+    return b"".join([_int64_varint(v) for v in values])
+
+
+def encode_example(values):
+    """Serializes features as a tf.train.Example, byte for byte as protobuf 4
+    does (see `SERIALIZED_ORDER`).
+
+    Slower than `ExampleEncoder` but general: any lengths, any int64 values.
+
+    Args:
+      values: dict name -> list of values, for names in `FEATURE_NAMES`
+        (others raise ValueError); ints for "int64" features, numbers for
+        "float" ones. Features left out are not written.
+
+    Returns:
+      bytes.
+    """
+    unknown = sorted(set(values) - set(FEATURE_NAMES))
+    if unknown:
+        raise ValueError("Not pre-training features: %s" % ", ".join(unknown))
+    features = b"".join([
+        _feature_entry(name, _packed(_SPECS[name].kind, values[name]))
+        for name in SERIALIZED_ORDER if name in values])
+    return _TAG_FEATURES + _length_varint(len(features)) + features
+
+
+_FLOAT_ONE = struct.pack("<f", 1.0)
+_FLOAT_ZERO = struct.pack("<f", 0.0)
+
+
+class ExampleEncoder:
+    """Serializes pre-training instances as tf.train.Example bytes, equal to
+    `encode_example` of the padded features (fast: varints are looked up,
+    features that depend only on lengths are made once).
+
+    Args:
+      vocab_size: token ids are in [0, vocab_size).
+      max_seq_length, max_predictions_per_seq: the padded feature lengths.
+    """
+
+    def __init__(self, vocab_size, max_seq_length, max_predictions_per_seq):
+        # The varint of every id and position: they are non-negative (so
+        # their int64 encoding is the plain varint) and below this.
+        self._varints = [_varint(i) for i in range(max(vocab_size, max_seq_length, 1 << 14))]
+        self._max_seq_length = max_seq_length
+        self._max_predictions = max_predictions_per_seq
+        # Entries that depend only on lengths (or a label), made once each.
+        self._labels = [_feature_entry("next_sentence_labels", bytes([v])) for v in (0, 1)]
+        self._masks = {}
+        self._segments = {}
+        self._weights = {}
+
+    def encode(self, input_ids, num_a, masked_positions, masked_ids, is_random_next):
+        """One instance -> serialized tf.train.Example.
+
+        Args:
+          input_ids: list of ids, [CLS] A [SEP] B [SEP] after masking
+            (unpadded, at most max_seq_length).
+          num_a: number of tokens in A (segment 0 is [CLS] A [SEP]).
+          masked_positions, masked_ids: the masked-LM targets (at most
+            max_predictions_per_seq), sorted by position.
+          is_random_next: whether B is a random other sentence (label 1).
+
+        Returns:
+          bytes, with every feature of `FEATURES` padded with zeros to its
+          length: input_ids, input_mask, segment_ids [max_seq_length];
+          masked_lm_positions, masked_lm_ids, masked_lm_weights (1.0 per
+          target, then 0.0) [max_predictions_per_seq]; next_sentence_labels [1].
+        """
+        varints = self._varints
+        n = len(input_ids)
+        pad = self._max_seq_length - n
+        k = len(masked_positions)
+        pad_k = self._max_predictions - k
+        entry = _feature_entry
+        # Small values (0, 1, padding zeros) are one-byte varints.
+        mask = self._masks.get(n)
+        if mask is None:
+            mask = self._masks[n] = entry("input_mask", b"\x01" * n + b"\x00" * pad)
+        segments = self._segments.get((num_a, n))
+        if segments is None:
+            segments = self._segments[(num_a, n)] = entry(
+                "segment_ids",
+                b"\x00" * (num_a + 2) + b"\x01" * (n - num_a - 2) + b"\x00" * pad)
+        weights = self._weights.get(k)
+        if weights is None:
+            weights = self._weights[k] = entry(
+                "masked_lm_weights", _FLOAT_ONE * k + _FLOAT_ZERO * pad_k)
+        # In SERIALIZED_ORDER (tests/test_pretraining_records.py checks it).
+        features = b"".join([
+            entry("masked_lm_ids",
+                  b"".join([varints[i] for i in masked_ids]) + b"\x00" * pad_k),
+            entry("input_ids", b"".join([varints[i] for i in input_ids]) + b"\x00" * pad),
+            entry("masked_lm_positions",
+                  b"".join([varints[i] for i in masked_positions]) + b"\x00" * pad_k),
+            self._labels[1 if is_random_next else 0],
+            mask,
+            weights,
+            segments,
+        ])
+        return _TAG_FEATURES + _length_varint(len(features)) + features
+
+
+def _read_varint(data, pos):
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data):
+    """Yields (field number, wire type, value) of a message's fields: an int
+    for varints (type 0), bytes for the others (1: 8 bytes, 2: length-
+    delimited, 5: 4 bytes)."""
+    pos = 0
+    while pos < len(data):
+        tag, pos = _read_varint(data, pos)
+        wire_type = tag & 7
+        if wire_type == 0:
+            value, pos = _read_varint(data, pos)
+        else:
+            if wire_type == 2:
+                size, pos = _read_varint(data, pos)
+            elif wire_type in (1, 5):
+                size = 8 if wire_type == 1 else 4
+            else:
+                raise ValueError("Unsupported protobuf wire type %d" % wire_type)
+            value = data[pos:pos + size]
+            pos += size
+        yield tag >> 3, wire_type, value
+
+
+def _int64(value):
+    return value - _UINT64 if value >= 1 << 63 else value
+
+
+def _list_values(kind, list_message):
+    """Values of a FloatList / Int64List message, packed or not."""
+    values = []
+    for number, wire_type, value in _fields(list_message):
+        if number != 1:
+            continue
+        if kind == "float":
+            values.extend(struct.unpack("<%df" % (len(value) // 4), value))
+        elif wire_type == 0:
+            values.append(_int64(value))
+        else:
+            pos = 0
+            while pos < len(value):
+                item, pos = _read_varint(value, pos)
+                values.append(_int64(item))
+    return values
+
+
+def decode_example(data):
+    """Serialized tf.train.Example -> {name: list of values} of the
+    `FEATURE_NAMES` (in that order; [] for a missing feature). Floats come
+    back as Python floats of their float32 values.
+
+    Raises:
+      ValueError: a feature holds a BytesList, or the bytes are not a
+        protobuf message.
+    """
+    features = {}
+    for number, _, features_message in _fields(data):
+        if number != 1:
+            continue
+        for _, _, entry in _fields(features_message):
+            fields = {n: v for n, _, v in _fields(entry)}
+            name = fields.get(1, b"").decode("utf-8")
+            values = []
+            for kind_field, _, list_message in _fields(fields.get(2, b"")):
+                if kind_field not in _KIND_OF_FIELD:
+                    raise ValueError("Feature %r is not an int64 or float list" % name)
+                values = _list_values(_KIND_OF_FIELD[kind_field], list_message)
+            features[name] = values
+    return {name: features.get(name, []) for name in FEATURE_NAMES}
+
+
+# ---------------------------------------------------------------------------
+# TFRecord framing.
+#
+# A TFRecord file is a sequence of records, each
+#   uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)
+# with the integers little-endian, the length's CRC taken over its 8 bytes.
+# CRC-32C is the Castagnoli CRC (reflected polynomial 0x82F63B78, initial
+# value and final XOR 0xFFFFFFFF); "masked" rotates it right by 15 bits and
+# adds 0xA282EAD8 (mod 2**32), as TensorFlow's crc32c::Mask does.
+
+def _crc32c_table():
+    table = np.zeros(256, np.uint32)
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table[i] = crc
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+_CRC_TABLE_LIST = [int(x) for x in _CRC_TABLE]
+
+
+def crc32c(data):
+    """CRC-32C of `data` (bytes), an int (pure Python: for short data)."""
+    crc = 0xFFFFFFFF
+    table = _CRC_TABLE_LIST
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def crc32c_batch(chunks):
+    """CRC-32C of each bytes object in `chunks` (a sequence).
+
+    Vectorized across the chunks: one NumPy table step per byte position
+    (the chunks sorted by length, so each step covers those still going).
+
+    Returns:
+      uint32 array [len(chunks)].
+    """
+    n = len(chunks)
+    if n == 0:
+        return np.zeros(0, np.uint32)
+    lengths = np.fromiter(map(len, chunks), np.int64, n)
+    order = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    max_len = int(sorted_lengths[0])
+    rows = np.zeros((n, max_len), np.uint8)
+    rows[np.arange(max_len) < sorted_lengths[:, None]] = np.frombuffer(
+        b"".join([chunks[i] for i in order]), np.uint8)
+    columns = np.ascontiguousarray(rows.T)
+    del rows
+    # Rows still active at each byte position (lengths are sorted descending).
+    active = n - np.searchsorted(sorted_lengths[::-1], np.arange(max_len), side="right")
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    table = _CRC_TABLE
+    for pos in range(max_len):
+        k = active[pos]
+        c = crc[:k]
+        c[:] = table[(c ^ columns[pos, :k]) & 0xFF] ^ (c >> 8)
+    result = np.empty(n, np.uint32)
+    result[order] = crc ^ np.uint32(0xFFFFFFFF)
+    return result
+
+
+def mask_crc(crc):
+    """TFRecord's masking of a CRC-32C value (int -> int)."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def masked_crc32c(data):
+    """The checksum TFRecord stores for `data` (bytes): masked CRC-32C."""
+    return mask_crc(crc32c(data))
+
+
+_HEADER_CACHE = {}
+
+
+def frame_records(examples):
+    """Frames serialized examples as TFRecord records.
+
+    Args:
+      examples: sequence of bytes.
+
+    Returns:
+      list of bytes, one per example: length, its checksum, the example,
+      its checksum. Their concatenation is a TFRecord file.
+    """
+    crcs = crc32c_batch(examples)
+    framed = []
+    for data, crc in zip(examples, crcs.tolist()):
+        header = _HEADER_CACHE.get(len(data))
+        if header is None:
+            length = struct.pack("<Q", len(data))
+            header = _HEADER_CACHE[len(data)] = length + struct.pack(
+                "<I", masked_crc32c(length))
+        framed.append(header + data + struct.pack("<I", mask_crc(crc)))
+    return framed
