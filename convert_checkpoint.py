@@ -585,7 +585,7 @@ def convert(hf_model_dir, output_dir):
                                overwrite=True)
     except Exception as e:
         # A full disk or a file size limit: one line naming the output.
-        message = run_common.output_write_error(e, tmp_dir)
+        message = run_common.output_write_error(e, output_dir)
         if message:
             raise InputError(message) from e
         raise

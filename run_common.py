@@ -24,6 +24,8 @@ import time
 
 from absl import app, flags
 
+import pretraining_records
+
 
 class _LazyModule:
     """A module imported on first attribute access.
@@ -227,6 +229,7 @@ def run_script(main):
     """
     def wrapped(argv):
         _log_each_message_once()
+        _silence_deprecation_warnings()
         if _flag("limit_memory_fragmentation", False):
             import recompute
             recompute.limit_memory_fragmentation()
@@ -261,6 +264,19 @@ def _exit_with_error(message):
     sys.stderr.write("ERROR: %s\n" % message)
     sys.stderr.flush()
     sys.exit(1)
+
+
+def _silence_deprecation_warnings():
+    """Turns off TensorFlow's warnings that its own APIs (the Estimator's,
+    TF1's) are deprecated: three lines each, dozens in a short run on the
+    Estimator (TensorFlow 2.15), none of them about the user's input."""
+    if "tensorflow" not in sys.modules:
+        return
+    try:
+        from tensorflow.python.util import deprecation
+    except ImportError:  # Moved in some later version: the warnings stay.
+        return
+    deprecation._PRINT_DEPRECATION_WARNINGS = False
 
 
 def _log_each_message_once():
@@ -396,9 +412,11 @@ def output_write_error(error, path=None):
         path = path or error.filename
     elif "tensorflow" in sys.modules and isinstance(error, tf.errors.OpError):
         text = error.message or str(error)
-        if not any(t in text for t in _NO_ROOM_TEXTS):
+        # The text's first line may say nothing ("Graph execution error:"),
+        # and the line with the reason names a temporary file: the reason alone.
+        reason = next((t for t in _NO_ROOM_TEXTS if t in text), None)
+        if reason is None:
             return None
-        reason = text.strip().splitlines()[0]
     else:
         return None
     flag = None
@@ -875,29 +893,6 @@ def log_checkpoint_used(what, checkpoint_path, model_dir):
 # ---------------------------------------------------------------------------
 # TFRecord input files.
 
-def _crc32c_table():
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-        table.append(crc)
-    return table
-
-
-_CRC32C_TABLE = _crc32c_table()
-
-
-def _masked_crc32c(data):
-    """TFRecord's checksum of `data`: CRC-32C, rotated and offset."""
-    crc = 0xFFFFFFFF
-    table = _CRC32C_TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
 def check_tfrecord_file(flag_name, path):
     """Walks the framing of a TFRecord file without reading its records.
 
@@ -932,7 +927,7 @@ def check_tfrecord_file(flag_name, path):
                     "%d (file size %d); write the file again" % (where, count + 1, offset, size))
             (length,) = struct.unpack("<Q", header[:8])
             (stored_crc,) = struct.unpack("<I", header[8:])
-            if _masked_crc32c(header[:8]) != stored_crc:
+            if pretraining_records.masked_crc32c(header[:8]) != stored_crc:
                 raise InputError(
                     "%s cannot be read as TFRecord: the header of record %d at byte offset "
                     "%d fails its checksum (not a TFRecord file, or damaged there); write "
