@@ -54,13 +54,13 @@ from absl import flags
 from absl import logging
 
 import pretraining_records
-import run_common
+import run_base
 import tokenization
-from run_common import InputError
+from run_base import InputError
 
 FLAGS = flags.FLAGS
 
-run_common.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
+run_base.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
                         "max_seq_length", "max_predictions_per_seq", "log_every_seconds")
 
 flags.DEFINE_bool(
@@ -166,7 +166,7 @@ class _AtomicRecordFiles:
     def _write_error(self, error, index):
         """InputError naming output file `index`, for a write that failed for
         lack of room; None for other errors."""
-        message = run_common.output_write_error(error, self._paths[index])
+        message = run_base.output_write_error(error, self._paths[index])
         return InputError(message) if message else None
 
     def write(self, framed_records):
@@ -219,7 +219,7 @@ class _Vocab:
             self.tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
                                                         do_lower_case=do_lower_case)
         except UnicodeDecodeError:
-            raise run_common.non_utf8_error("vocab_file", vocab_file)
+            raise run_base.non_utf8_error("vocab_file", vocab_file)
         except ValueError as e:
             raise InputError("--vocab_file: %s" % e)
         vocab = self.tokenizer.vocab
@@ -804,7 +804,7 @@ def _run_original_mode(input_files, vocab, writer):
     documents = [[]]
     bytes_read = [0]
     lines = _numbered_lines(input_files)
-    reading = run_common.Progress("Reading the input", _total_megabytes(input_files), "MB")
+    reading = run_base.Progress("Reading the input", _total_megabytes(input_files), "MB")
 
     def counted(lines):
         for item in lines:
@@ -824,7 +824,7 @@ def _run_original_mode(input_files, vocab, writer):
                           FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
                           FLAGS.do_whole_word_mask)
 
-    making = run_common.Progress("Making instances", len(documents) * FLAGS.dupe_factor,
+    making = run_base.Progress("Making instances", len(documents) * FLAGS.dupe_factor,
                                  "documents")
 
     def from_document(documents, index, rng, output):
@@ -948,7 +948,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
     buffer = _ShuffleBuffer(FLAGS.shuffle_buffer_size,
                             _shard_seed(FLAGS.random_seed, -1), writer.write)
     shards = _shards(input_files, int(shard_mb * 1e6))
-    progress = run_common.Progress("Processing the input", _total_megabytes(input_files), "MB")
+    progress = run_base.Progress("Processing the input", _total_megabytes(input_files), "MB")
     totals = {"text": 0, "capped": 0, "shards": 0}
 
     def consume(result):
@@ -999,7 +999,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
 # ---------------------------------------------------------------------------
 
 def _check_flags():
-    run_common.require_flags("input_file", "output_file", "vocab_file")
+    run_base.require_flags("input_file", "output_file", "vocab_file")
     if FLAGS.max_seq_length < 5:
         raise InputError("--max_seq_length=%d is too small: [CLS] A [SEP] B [SEP] needs "
                          "at least 5" % FLAGS.max_seq_length)
@@ -1021,7 +1021,7 @@ def _check_flags():
     for path in output_files:
         # A directory, a missing or unwritable directory: found now rather
         # than after all the output was made.
-        run_common.check_output_file(path, "output_file", create_dir=False)
+        run_base.check_output_file(path, "output_file", create_dir=False)
     return output_files
 
 
@@ -1055,4 +1055,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    run_base.run_script(main)

@@ -20,7 +20,7 @@ scripts print them. `tune_null_threshold` turns the best F1 threshold into
 predictions, and `run_evaluation` does all of it for a run's output
 directory, writing eval_results.json (and the *_best_threshold.json files).
 
-Beyond the official scripts: malformed files raise `run_common.InputError`
+Beyond the official scripts: malformed files raise `run_base.InputError`
 naming the field and question id, SQuAD 2.0 predictions must cover every
 question, and SQuAD 1.1 needs every question to have an answer.
 
@@ -42,25 +42,8 @@ import re
 import string
 import sys
 
-import run_common
-from run_common import InputError
-
-
-
-class _TfLogging:
-    """`_LOG.info(...)`, `_LOG.warning(...)`: tf.logging's functions once
-    TensorFlow is loaded (the messages then come out as the scripts' others,
-    naming this file and line), else those of the Python logger tf.logging
-    writes to, so that this module never imports TensorFlow for a message."""
-
-    def __getattr__(self, level):
-        if "tensorflow" in sys.modules:
-            import tensorflow.compat.v1 as tf
-            return getattr(tf.logging, level)
-        return getattr(logging.getLogger("tensorflow"), level)
-
-
-_LOG = _TfLogging()
+import run_base
+from run_base import InputError
 
 
 # ---------------------------------------------------------------------------
@@ -107,8 +90,8 @@ def iterate_questions(dataset, where):
 
 def write_json(path, value):
     """Writes `value` to `path` (gs:// too) as JSON in the original run_squad's
-    format (indent 4, final newline), atomically (see run_common.atomic_output)."""
-    with run_common.atomic_output(path) as writer:
+    format (indent 4, final newline), atomically (see run_base.atomic_output)."""
+    with run_base.atomic_output(path) as writer:
         writer.write(json.dumps(value, indent=4) + "\n")
 
 
@@ -190,7 +173,7 @@ def evaluate_v1(dataset, predictions, where="dataset"):
         exact_match += metric_max_over_ground_truths(exact_match_score_v1, prediction, gold)
         f1 += metric_max_over_ground_truths(f1_score_v1, prediction, gold)
     if missing:
-        _LOG.warning("Unanswered questions will receive score 0: %d (first: %s)",
+        run_base.log_warning("Unanswered questions will receive score 0: %d (first: %s)",
                            len(missing), missing[0])
     if not total:
         raise InputError("%s has no questions" % where)
@@ -469,7 +452,7 @@ def _gfile():
 def _read_json(path, what):
     """The parsed JSON file `path`; InputError if it is missing (`what` names
     it) or not JSON."""
-    run_common.require_file(what, path)
+    run_base.require_file(what, path)
     with _gfile().GFile(path, "r") as reader:
         try:
             return json.load(reader)
@@ -479,9 +462,9 @@ def _read_json(path, what):
 
 def _log_results(header, result):
     """Logs `header`, then one "  key = value" line per entry of `result`."""
-    _LOG.info(header)
+    run_base.log_info(header)
     for key, value in result.items():
-        _LOG.info("  %s = %s", key, value)
+        run_base.log_info("  %s = %s", key, value)
 
 
 def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_json=None,
@@ -537,7 +520,7 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
     write_json(os.path.join(output_dir, "predictions_best_threshold.json"), tuned)
     write_json(os.path.join(output_dir, "eval_results_best_threshold.json"), tuned_result)
     _log_results("***** Eval results (predictions_best_threshold.json) *****", tuned_result)
-    _LOG.info(
+    run_base.log_info(
         "Best --null_score_diff_threshold on %s: %r (F1 %.2f, exact %.2f). "
         "predictions_best_threshold.json uses it; predictions.json is untuned "
         "(--null_score_diff_threshold=%r: F1 %.2f, exact %.2f). The threshold was "

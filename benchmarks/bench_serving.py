@@ -1,0 +1,178 @@
+"""Batch-1 latency of an exported classifier SavedModel (run_classifier's
+export), the way a Python server would call it.
+
+    .venv/bin/python benchmarks/bench_serving.py --threads=1 --requests=100
+    .venv/bin/python benchmarks/bench_serving.py --layers=2 --requests=20   # quick
+
+The parent writes a BERT-Base-shaped checkpoint with random weights (or uses
+--init_checkpoint and --bert_config_file), exports it with
+`run_classifier.export_model` (signature inputs [None, --seq_length]), then
+times each variant in its own child process, interleaved over --rounds:
+
+  signature   tf.saved_model.load(...).signatures["serving_default"], called
+              eagerly with int32 [1, seq_length] tensors (TensorFlow 2 API).
+  xla         the same signature wrapped in tf.function(jit_compile=True).
+  session     the TensorFlow 1 way: loader.load into a Session, sess.run
+              with a feed dict (what TF Serving-style wrappers around the
+              original's exports do).
+
+Each child sends --warmup requests, then --requests timed ones, and reports
+the median (p50), 99th percentile (p99) and mean latency in milliseconds;
+the table shows, per variant, the median of the rounds' figures.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
+flags.DEFINE_integer("seq_length", 128, "Sequence length of the signature.")
+flags.DEFINE_integer("layers", 12, "Transformer layers of the random model (12 = BERT-Base).")
+flags.DEFINE_string("bert_config_file", None, "Use this config (with --init_checkpoint).")
+flags.DEFINE_string("init_checkpoint", None, "Export this checkpoint instead of random weights.")
+flags.DEFINE_integer("requests", 100, "Timed requests per child.")
+flags.DEFINE_integer("warmup", 5, "Untimed requests first.")
+flags.DEFINE_integer("rounds", 3, "Children per variant, interleaved.")
+flags.DEFINE_list("variants", "signature,xla,session", "Variants to time.")
+flags.DEFINE_string("child", None, "Internal: 'variant:export_dir' to time in this process.")
+
+
+def _base_config(layers):
+    return {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": layers,
+            "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+            "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02}
+
+
+def export(workdir):
+    """Writes (or takes) a checkpoint and exports it; returns the SavedModel dir."""
+    import tensorflow.compat.v1 as tf
+
+    import modeling
+    import run_classifier
+    config_path = FLAGS.bert_config_file
+    checkpoint = FLAGS.init_checkpoint
+    if not checkpoint:
+        config_path = os.path.join(workdir, "bert_config.json")
+        with open(config_path, "w") as f:
+            json.dump(_base_config(FLAGS.layers), f)
+        checkpoint = os.path.join(workdir, "bert_model.ckpt")
+        with tf.Graph().as_default():
+            # A fine-tuned classifier's variables: BERT's, the output layer's
+            # and the global step.
+            ids = tf.zeros([1, 8], tf.int32)
+            run_classifier.create_model(modeling.BertConfig.from_json_file(config_path),
+                                        False, ids, ids, ids, tf.zeros([1], tf.int32), 2,
+                                        False)
+            tf.train.get_or_create_global_step()
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                tf.train.Saver().save(sess, checkpoint)
+    config = modeling.BertConfig.from_json_file(config_path)
+    return run_classifier.export_model(config, num_labels=2, is_regression=False,
+                                       checkpoint_path=checkpoint,
+                                       export_dir=os.path.join(workdir, "export"),
+                                       max_seq_length=FLAGS.seq_length)
+
+
+def _request(seq_length, rng):
+    """One request: random ids for 3/4 of the length, then padding."""
+    import numpy as np
+    used = seq_length * 3 // 4
+    ids = np.zeros([1, seq_length], np.int32)
+    ids[0, :used] = rng.randint(1000, 30000, size=used)
+    mask = (ids > 0).astype(np.int32)
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+
+
+def run_child(spec):
+    import numpy as np
+    import tensorflow as tf
+    variant, export_dir = spec.split(":", 1)
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    rng = np.random.RandomState(0)
+    requests = [_request(FLAGS.seq_length, rng) for _ in range(FLAGS.warmup + FLAGS.requests)]
+
+    if variant == "session":
+        tf1 = tf.compat.v1
+        tf1.disable_eager_execution()
+        config = tf1.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
+                                 inter_op_parallelism_threads=FLAGS.threads)
+        sess = tf1.Session(config=config)
+        meta = tf1.saved_model.loader.load(sess, ["serve"], export_dir)
+        signature = meta.signature_def["serving_default"]
+        output = signature.outputs["probabilities"].name
+        inputs = {name: signature.inputs[name].name for name in requests[0]}
+
+        def call(request):
+            return sess.run(output, {inputs[k]: v for k, v in request.items()})
+    else:
+        serving = tf.saved_model.load(export_dir).signatures["serving_default"]
+        function = tf.function(serving, jit_compile=True) if variant == "xla" else serving
+
+        def call(request):
+            return function(**{k: tf.constant(v) for k, v in request.items()})[
+                "probabilities"].numpy()
+
+    latencies = []
+    for index, request in enumerate(requests):
+        start = time.perf_counter()
+        call(request)
+        if index >= FLAGS.warmup:
+            latencies.append((time.perf_counter() - start) * 1000.0)
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
+    print("RESULT " + json.dumps({"p50": statistics.median(latencies), "p99": p99,
+                                  "mean": statistics.mean(latencies)}))
+
+
+def _measure(variant, export_dir):
+    flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
+    out = subprocess.run([sys.executable, os.path.abspath(__file__),
+                          "--child=%s:%s" % (variant, export_dir)] + flag_args,
+                         capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        return {"error": " | ".join(out.stderr.strip().splitlines()[-3:])[:300]}
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main(argv):
+    del argv
+    if FLAGS.child:
+        run_child(FLAGS.child)
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        export_dir = export(workdir)
+        results = {variant: [] for variant in FLAGS.variants}
+        for _ in range(FLAGS.rounds):
+            for variant in FLAGS.variants:
+                results[variant].append(_measure(variant, export_dir))
+    print("BERT L=%d, batch 1, seq %d, %d thread(s), %d requests after %d warm-up, "
+          "median of %d rounds" % (FLAGS.layers, FLAGS.seq_length, FLAGS.threads,
+                                   FLAGS.requests, FLAGS.warmup, FLAGS.rounds))
+    print("%-10s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms"))
+    for variant, rounds in results.items():
+        good = [r for r in rounds if "error" not in r]
+        if not good:
+            print("%-10s failed: %s" % (variant, rounds[0]["error"]))
+            continue
+        print("%-10s %10.1f %10.1f %10.1f" % (variant, *(
+            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))))
+
+
+if __name__ == "__main__":
+    app.run(main)

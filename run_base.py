@@ -1,0 +1,774 @@
+"""The part of the scripts' shared code that needs no TensorFlow: the shared
+flags, running a script (one-line errors, readable logs), input and output
+checks, progress lines and atomic output files.
+
+run_common.py re-exports everything here next to its TensorFlow parts, and
+the scripts use it through run_common. Scripts that do not need TensorFlow
+(create_pretraining_data.py, create_vocab.py) and squad_evaluate.py import
+this module alone, so they start without TensorFlow's import (seconds, and
+hundreds of MB). Remote paths (gs://...) go through tf.io.gfile, imported
+when such a path is first used; local paths use the standard library.
+
+Flags shared by several scripts are defined here, once, so that scripts can
+be imported side by side (as the tests do) without absl's duplicate-flag
+error. A script lists the shared flags it uses with `define_flags`, and
+defines its own flags with plain ``flags.DEFINE_*``.
+
+When several scripts are imported into one process, the first one to define a
+shared flag sets its default (only ``max_seq_length`` differs: 384 for SQuAD,
+128 elsewhere); a script run from the shell always gets its own default.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import sys
+import time
+
+from absl import app, flags
+from absl import logging as absl_logging
+
+
+def _gfile():
+    """tf.io.gfile, for remote paths (imports TensorFlow on first use)."""
+    import quiet_tf  # noqa: F401
+    import tensorflow.compat.v1 as tf
+    return tf.io.gfile
+
+
+def _is_tensorflow_error(error):
+    """Whether `error` is a TensorFlow OpError (only possible once
+    TensorFlow is loaded)."""
+    if "tensorflow" not in sys.modules:
+        return False
+    import tensorflow.compat.v1 as tf
+    return isinstance(error, tf.errors.OpError)
+
+
+FLAGS = flags.FLAGS
+
+
+class InputError(ValueError):
+    """Bad user input (a flag, a file, a line): reported without a traceback."""
+
+
+# name -> (define function, default, help[, enum values]). Names, defaults and
+# meanings are the original scripts'; the help texts are this project's.
+_SHARED_FLAGS = {
+    "bert_config_file": (
+        flags.DEFINE_string, None,
+        "bert_config.json of the pre-trained model: the architecture (layers, "
+        "hidden size, heads, vocabulary size, ...) the checkpoint was made with."),
+    "vocab_file": (
+        flags.DEFINE_string, None,
+        "WordPiece vocabulary (vocab.txt, one token per line) of the model."),
+    "output_dir": (
+        flags.DEFINE_string, None,
+        "Directory for checkpoints and result files; created if missing."),
+    "init_checkpoint": (
+        flags.DEFINE_string, None,
+        "Checkpoint to start from, usually a pre-trained BERT model (the path "
+        "prefix, e.g. .../bert_model.ckpt)."),
+    "input_file": (
+        flags.DEFINE_string, None,
+        "Input file(s): a file, a comma-separated list of files, or globs."),
+    "output_file": (flags.DEFINE_string, None, "Output file(s)."),
+    "do_lower_case": (
+        flags.DEFINE_bool, True,
+        "Lower-case the text and strip accents before WordPiece: True for "
+        "uncased models, False for cased ones."),
+    "max_seq_length": (
+        flags.DEFINE_integer, 128,
+        "Length of the model input in WordPiece tokens, [CLS] and [SEP] "
+        "included: shorter inputs are zero-padded to it, longer ones truncated "
+        "(SQuAD documents: split into overlapping windows)."),
+    "max_predictions_per_seq": (
+        flags.DEFINE_integer, 20,
+        "Most masked-LM predictions per sequence: pre-training must use the "
+        "value its data was created with."),
+    "do_train": (flags.DEFINE_bool, False, "Train on the training data."),
+    "do_eval": (
+        flags.DEFINE_bool, False,
+        "Evaluate the model: on the dev set, or for pre-training on --input_file."),
+    "do_predict": (flags.DEFINE_bool, False, "Write predictions for the test data."),
+    "train_batch_size": (
+        flags.DEFINE_integer, 32, "Examples per training batch, over all devices."),
+    "eval_batch_size": (
+        flags.DEFINE_integer, 8, "Examples per evaluation batch, over all devices."),
+    "predict_batch_size": (
+        flags.DEFINE_integer, 8, "Examples per prediction batch, over all devices."),
+    "learning_rate": (
+        flags.DEFINE_float, 5e-5,
+        "Peak learning rate of Adam, reached after the warm-up and then "
+        "decayed linearly to 0."),
+    "num_train_epochs": (
+        flags.DEFINE_float, 3.0, "Passes over the training data (may be fractional)."),
+    "warmup_proportion": (
+        flags.DEFINE_float, 0.1,
+        "Share of the training steps during which the learning rate climbs "
+        "linearly from 0 (0.1: the first tenth)."),
+    "save_checkpoints_steps": (
+        flags.DEFINE_integer, 1000, "Steps between two saved checkpoints."),
+    "iterations_per_loop": (
+        flags.DEFINE_integer, 1000,
+        "TPU: training steps run on the device per round trip from the host."),
+    "use_tpu": (
+        flags.DEFINE_bool, False,
+        "Run on a Cloud TPU; otherwise on the local CPU or GPU(s)."),
+    "tpu_name": (
+        flags.DEFINE_string, None,
+        "With --use_tpu: the Cloud TPU, by the name it was created with or as "
+        "a grpc://<address>:8470 URL."),
+    "tpu_zone": (
+        flags.DEFINE_string, None,
+        "[Optional] GCE zone of the Cloud TPU; looked up in the GCE metadata "
+        "when unset."),
+    "gcp_project": (
+        flags.DEFINE_string, None,
+        "[Optional] Google Cloud project that owns the Cloud TPU; looked up in "
+        "the GCE metadata when unset."),
+    "master": (
+        flags.DEFINE_string, None,
+        "[Optional] Address of the TensorFlow master; derived from --tpu_name "
+        "when unset."),
+    "num_tpu_cores": (
+        flags.DEFINE_integer, 8,
+        "With --use_tpu: how many TPU cores to use."),
+    "use_one_hot_embeddings": (
+        flags.DEFINE_bool, False,
+        "Look up word embeddings as a one-hot matrix product instead of a "
+        "gather: the faster way on TPUs, the slower one elsewhere."),
+    # Options beyond the original (memory, speed, several devices); all off
+    # by default, so default behaviour stays the original's.
+    "gradient_accumulation_steps": (
+        flags.DEFINE_integer, 1,
+        "Sum the gradients of this many micro-batches of --train_batch_size "
+        "before one optimizer update (effective batch = N * train_batch_size). "
+        "global_step, num_train_steps and warm-up count optimizer updates."),
+    "recompute_grad": (
+        flags.DEFINE_bool, False,
+        "Recompute each Transformer layer's activations in the backward pass "
+        "instead of storing them (gradient checkpointing): much less memory "
+        "for about a third more compute."),
+    "use_xla": (flags.DEFINE_bool, False, "Compile the model with XLA (CPU/GPU)."),
+    "precision": (
+        flags.DEFINE_enum, "fp32",
+        "Compute precision of the Transformer: fp32 (the original), fp16 "
+        "(GPUs; dynamic loss scaling) or bf16 (TPUs, and CPUs with AVX512_BF16). "
+        "Variables, optimizer state and checkpoints stay float32.",
+        ["fp32", "fp16", "bf16"]),
+    "distribution_strategy": (
+        flags.DEFINE_enum, "none",
+        "Without --use_tpu: train with tf.distribute. 'mirrored' uses every "
+        "local GPU (or --num_gpus of them); 'multi_worker_mirrored' spans the "
+        "machines named in the TF_CONFIG environment variable.",
+        ["none", "mirrored", "multi_worker_mirrored"]),
+    "limit_memory_fragmentation": (
+        flags.DEFINE_bool, False,
+        "CPU training: make glibc's malloc return large freed blocks to the "
+        "system at once (mmap threshold 128 KiB), which lowers peak resident "
+        "memory of a BERT-Base training step by about 1 GiB; may cost some "
+        "speed (more page faults)."),
+    "log_every_seconds": (
+        flags.DEFINE_integer, 30,
+        "Seconds of wall time between two progress lines (training: step, loss, "
+        "examples/s and ETA; long conversions: count, rate and ETA)."),
+    "num_gpus": (
+        flags.DEFINE_integer, 0,
+        "With --distribution_strategy=mirrored: number of GPUs to use (0: all "
+        "visible GPUs, or the CPU if there are none)."),
+}
+
+
+TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
+
+
+TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_xla",
+                         "precision", "distribution_strategy", "num_gpus",
+                         "limit_memory_fragmentation", "log_every_seconds")
+
+
+def define_flags(*names, **default_overrides):
+    """Defines the named shared flags unless already defined in this process.
+
+    Args:
+      *names: flag names from `_SHARED_FLAGS` (or tuples of them, such as
+        `TPU_FLAGS`).
+      **default_overrides: name=default for flags whose default differs in
+        this script (e.g. max_seq_length=384 for SQuAD).
+    """
+    expanded = []
+    for name in names:
+        expanded.extend(name if isinstance(name, (tuple, list)) else [name])
+    for name in list(expanded) + [n for n in default_overrides if n not in expanded]:
+        if name in FLAGS:
+            continue
+        define_fn, default, help_text = _SHARED_FLAGS[name][:3]
+        default = default_overrides.get(name, default)
+        if define_fn is flags.DEFINE_enum:
+            define_fn(name, default, _SHARED_FLAGS[name][3], help_text)
+        else:
+            define_fn(name, default, help_text)
+
+
+_HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
+def run_script(main):
+    """`absl.app.run(main)` for the scripts, with their error and log output
+    made readable.
+
+    * `InputError` (and a failed write of an output file, see
+      `output_write_error`) ends the run with one line "ERROR: <message>" on
+      stderr and exit status 1, without a traceback.
+    * Each log message is printed once (see `_log_each_message_once`).
+    * --help exits with status 0 (absl's own exit status for it is 1).
+
+    Args:
+      main: the script's main(argv).
+    """
+    def wrapped(argv):
+        _log_each_message_once()
+        _silence_deprecation_warnings()
+        if _flag("limit_memory_fragmentation", False):
+            import recompute
+            recompute.limit_memory_fragmentation()
+        try:
+            return main(argv)
+        except InputError as e:
+            _exit_with_error(str(e))
+        except Exception as e:  # Reported in one line only if it is a failed write.
+            message = output_write_error(e)
+            if message is None:
+                raise
+            _exit_with_error(message)
+
+    asks_for_help = any(arg.split("=", 1)[0] in _HELP_FLAGS
+                        for arg in sys.argv[1:sys.argv.index("--")
+                                            if "--" in sys.argv else None])
+    try:
+        app.run(wrapped)
+    except SystemExit as e:
+        if asks_for_help and e.code == 1:
+            sys.exit(0)
+        raise
+
+
+def _exit_with_error(message):
+    """Prints "ERROR: <message>" once, after the log lines so far, and exits
+    with status 1."""
+    import logging
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.write("ERROR: %s\n" % message)
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+def _silence_deprecation_warnings():
+    """Turns off TensorFlow's warnings that its own APIs (the Estimator's,
+    TF1's) are deprecated: three lines each, dozens in a short run on the
+    Estimator (TensorFlow 2.15), none of them about the user's input."""
+    if "tensorflow" not in sys.modules:
+        return
+    try:
+        from tensorflow.python.util import deprecation
+    except ImportError:  # Moved in some later version: the warnings stay.
+        return
+    deprecation._PRINT_DEPRECATION_WARNINGS = False
+
+
+def _log_each_message_once():
+    """Leaves the printing of log records to absl's handler alone.
+
+    TensorFlow gives its "tensorflow" logger a stderr handler of its own when
+    it is imported before logging is set up (the scripts import it at the
+    top), and absl's handler on the root logger prints the same records
+    again: every message came out twice ("INFO:tensorflow:..." and
+    "I1201 ... ]"). Absl's form, with the time, is kept. A TensorFlow
+    imported later finds the root handler and adds none.
+    """
+    import logging
+    if "tensorflow" not in sys.modules:
+        return
+    tf_logger = logging.getLogger("tensorflow")
+    root_handlers = logging.getLogger().handlers
+    if not root_handlers or not tf_logger.propagate:
+        return
+    for handler in list(tf_logger.handlers):
+        # Exactly StreamHandler: file handlers and pytest's capture handlers
+        # (subclasses) stay.
+        if type(handler) is logging.StreamHandler:
+            tf_logger.removeHandler(handler)
+
+
+# errno values, and the texts of TensorFlow's errors, of a write that failed
+# for lack of room: a full disk, a full quota, a file size limit.
+_NO_ROOM_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NO_ROOM_TEXTS = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+# flag name -> path, for each output location checked by this run.
+_OUTPUT_LOCATIONS = {}
+
+
+def _is_remote(path):
+    return "://" in path
+
+
+def _exists(path):
+    return _gfile().exists(path) if _is_remote(path) else os.path.exists(path)
+
+
+def _isdir(path):
+    return _gfile().isdir(path) if _is_remote(path) else os.path.isdir(path)
+
+
+def check_output_dir(path, flag_name="output_dir"):
+    """Checks that a run can write into the directory `path`, creating
+    nothing: it must be a directory or not exist yet, and the directory it
+    is in (or would be created in) must be writable.
+
+    Remote paths (gs://...) are not checked (a write is the only test).
+
+    Args:
+      path: the directory.
+      flag_name: the flag that named it, for the message.
+
+    Raises:
+      InputError: naming the flag, the path and what to do.
+    """
+    if not path:
+        raise InputError("--%s is required" % flag_name)
+    _OUTPUT_LOCATIONS[flag_name] = path
+    if _is_remote(path):
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError("--%s %s is a file, not a directory: name a directory (it is "
+                         "created if missing) or move the file away" % (flag_name, path))
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise InputError("--%s %s cannot be created: %s is a file, not a directory"
+                         % (flag_name, path, existing))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == os.path.abspath(path):
+            detail = "is not writable"
+        else:
+            detail = "cannot be created: %s is not writable" % existing
+        raise InputError("--%s %s %s: choose another directory or change its permissions"
+                         % (flag_name, path, detail))
+
+
+def check_output_file(path, flag_name="output_file", create_dir=True):
+    """Checks that a run can write the file `path` (see check_output_dir).
+
+    Args:
+      path: the file.
+      flag_name: the flag that named it, for the message.
+      create_dir: whether the run creates a missing parent directory; if
+        not, the directory must exist.
+
+    Raises:
+      InputError: `path` is a directory, or its directory is missing (with
+        create_dir False), a file or not writable.
+    """
+    if not path:
+        raise InputError("--%s is required" % flag_name)
+    if _isdir(path):
+        raise InputError("--%s %s is a directory: give the path of a file to write"
+                         % (flag_name, path))
+    directory = os.path.dirname(path) or "."
+    if not create_dir and not _is_remote(path) and not os.path.isdir(directory):
+        raise InputError("--%s %s: directory %s does not exist" % (flag_name, path, directory))
+    try:
+        check_output_dir(directory, flag_name)
+    except InputError as e:
+        raise InputError(str(e).replace("--%s %s" % (flag_name, directory),
+                                        "--%s %s: its directory %s" % (flag_name, path, directory),
+                                        1))
+    _OUTPUT_LOCATIONS[flag_name] = path
+
+
+def output_write_error(error, path=None):
+    """The one-line message for `error` if it is a write that failed for lack
+    of room (full disk, quota, file size limit), else None.
+
+    Args:
+      error: an exception: an OSError, or a TensorFlow error (whose text
+        usually names the file).
+      path: the file being written, if the caller knows it.
+
+    Returns:
+      "cannot write <path>: <reason>; free some space ... or choose another
+      --<flag>", or None.
+    """
+    if isinstance(error, OSError) and error.errno in _NO_ROOM_ERRNOS:
+        reason = error.strerror or str(error)
+        path = path or error.filename
+    elif _is_tensorflow_error(error):
+        text = error.message or str(error)
+        # The text's first line may say nothing ("Graph execution error:"),
+        # and the line with the reason names a temporary file: the reason alone.
+        reason = next((t for t in _NO_ROOM_TEXTS if t in text), None)
+        if reason is None:
+            return None
+    else:
+        return None
+    flag = None
+    for name, location in _OUTPUT_LOCATIONS.items():
+        if path is None or os.path.abspath(str(path)).startswith(os.path.abspath(location)):
+            flag = name
+    where = "--%s %s" % (flag, _OUTPUT_LOCATIONS[flag]) if flag else "the output"
+    if path:
+        return ("cannot write %s: %s; free some disk space (or raise the file size "
+                "limit) or choose another location for %s" % (path, reason, where))
+    return ("writing %s failed: %s; free some disk space (or raise the file size limit) "
+            "or choose another location" % (where, reason))
+
+
+def require_flags(*names):
+    """Raises InputError naming every listed flag that is unset."""
+    missing = [n for n in names if getattr(FLAGS, n) in (None, "")]
+    if missing:
+        raise InputError("Missing required flag(s): %s" % ", ".join("--" + n for n in missing))
+
+
+def require_file(flag_name, path):
+    """Raises InputError if `path` (the value of --flag_name) does not exist."""
+    if not path:
+        raise InputError("--%s is required" % flag_name)
+    if not _exists(path):
+        raise InputError("--%s: file not found: %s" % (flag_name, path))
+
+
+def expand_file_patterns(flag_name, patterns):
+    """Comma-separated files or globs -> sorted list of existing files.
+
+    Raises:
+      InputError: a pattern matches nothing (names the flag and the pattern).
+    """
+    files = []
+    for pattern in patterns.split(","):
+        pattern = pattern.strip()
+        if not pattern:
+            continue
+        matched = _gfile().glob(pattern)
+        if not matched:
+            raise InputError("--%s: no file matches %s" % (flag_name, pattern))
+        files.extend(sorted(matched))
+    if not files:
+        raise InputError("--%s is required" % flag_name)
+    return files
+
+
+# Keys of bert_config.json that fix the model's shapes or what it computes:
+# a config without one of them describes no particular model, so none of them
+# is filled in with a default (Google's released configs have them all).
+REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers",
+                        "num_attention_heads", "intermediate_size", "hidden_act",
+                        "max_position_embeddings", "type_vocab_size")
+
+
+# Training-time settings, which keep BertConfig's defaults when missing.
+OPTIONAL_CONFIG_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                        "initializer_range")
+
+
+def _describe_json_value(value):
+    kind = {str: "the string", bool: "the boolean", list: "the list", dict: "the object",
+            type(None): ""}.get(type(value), "")
+    return ("%s %s" % (kind, json.dumps(value))).strip()
+
+
+def check_bert_config_values(values, where):
+    """Checks the keys and value types of a bert_config.json object.
+
+    Args:
+      values: the parsed JSON object (a dict).
+      where: "--bert_config_file <path>", to start the message with.
+
+    Raises:
+      InputError: listing the missing required keys, or naming each key whose
+        value has the wrong type or range. Keys that BertConfig does not know
+        (written by other toolkits) are accepted.
+    """
+    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in values]
+    if missing:
+        raise InputError(
+            "%s lacks the key(s) %s, without which the model is undefined: use the "
+            "bert_config.json that came with the checkpoint" % (where, ", ".join(missing)))
+    problems = []
+    for key in REQUIRED_CONFIG_KEYS + OPTIONAL_CONFIG_KEYS:
+        if key not in values:
+            continue
+        value = values[key]
+        if key == "hidden_act":
+            if not isinstance(value, str):
+                problems.append('"%s" must be a string such as "gelu", not %s'
+                                % (key, _describe_json_value(value)))
+            continue
+        if key in OPTIONAL_CONFIG_KEYS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                problems.append('"%s" must be a number, not %s'
+                                % (key, _describe_json_value(value)))
+            elif key == "initializer_range" and not value > 0:
+                problems.append('"%s" must be positive, not %s' % (key, value))
+            elif key != "initializer_range" and not 0 <= value < 1:
+                problems.append('"%s" must be a probability in [0, 1), not %s'
+                                % (key, value))
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append('"%s" must be an integer, not %s'
+                            % (key, _describe_json_value(value)))
+        elif value < 1:
+            problems.append('"%s" must be at least 1, not %d' % (key, value))
+    if problems:
+        raise InputError("%s: %s" % (where, "; ".join(problems)))
+
+
+def _open_binary(path):
+    if _is_remote(path):
+        return _gfile().GFile(path, "rb")
+    return open(path, "rb")
+
+
+def read_file_bytes(path):
+    """The content of a local or remote (gs://...) file, as bytes."""
+    with _open_binary(path) as f:
+        return f.read()
+
+
+def utf8_lines(lines, flag_name, path):
+    """Passes on the lines of a file opened as UTF-8 text, turning a
+    UnicodeDecodeError into `non_utf8_error` (naming the line).
+
+    Args:
+      lines: an iterable of str, e.g. a tf.io.gfile.GFile opened with "r".
+      flag_name, path: the flag and the file, for the message.
+    """
+    try:
+        yield from lines
+    except UnicodeDecodeError:
+        raise non_utf8_error(flag_name, path)
+
+
+def non_utf8_error(flag_name, path):
+    """The InputError for a file that is not UTF-8, naming its first bad line.
+
+    Called after a UnicodeDecodeError, whose position is relative to
+    whatever chunk was being decoded: the file is read again, line by line,
+    to find the line, the byte offset and the reason.
+
+    Args:
+      flag_name: the flag that named the file (or its directory), or None.
+      path: the file.
+
+    Returns:
+      InputError("--<flag> <path>, line N: not valid UTF-8 (byte offset O of
+      the file: <reason>); convert the file to UTF-8").
+    """
+    where = "--%s %s" % (flag_name, path) if flag_name else path
+    offset = 0
+    with _open_binary(path) as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return InputError(
+                    "%s, line %d: not valid UTF-8 (byte offset %d of the file: %s); convert "
+                    "the file to UTF-8" % (where, number, offset + e.start, e.reason))
+            offset += len(line)
+    return InputError("%s is not valid UTF-8 (a character is cut off at the end); convert "
+                      "the file to UTF-8" % where)
+
+
+def format_duration(seconds):
+    """"42 s", "3 min 05 s", "2 h 07 min"."""
+    seconds = int(round(max(0.0, seconds)))
+    if seconds < 60:
+        return "%d s" % seconds
+    if seconds < 3600:
+        return "%d min %02d s" % divmod(seconds, 60)
+    return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def _logger():
+    """Where this module's messages go: tf.logging once TensorFlow is loaded
+    (with the scripts' other messages), else absl's logging (scripts that
+    never load TensorFlow set its verbosity)."""
+    if "tensorflow" in sys.modules:
+        import tensorflow.compat.v1 as tf
+        return tf.logging
+    return absl_logging
+
+
+def log_info(message, *args):
+    """Logs at INFO level (see `_logger`)."""
+    _logger().info(message, *args)
+
+
+def log_warning(message, *args):
+    """Logs at WARNING level (see `_logger`)."""
+    _logger().warning(message, *args)
+
+
+def log_every_seconds():
+    """--log_every_seconds, or 30 where a script has no such flag."""
+    return _flag("log_every_seconds", 30)
+
+
+class Progress:
+    """Logs the progress of a long loop about every --log_every_seconds:
+    "<what>: <count> of <total> <unit> (<rate> <unit>/s, ETA <time>)".
+
+        progress = run_common.Progress("Converting examples", len(examples))
+        for example in examples:
+            ...
+            progress.update()
+        progress.done()
+
+    Args:
+      what: what the loop does.
+      total: how many items it will do, or None (no ETA then).
+      unit: what it counts.
+      every_seconds: the interval (default: `log_every_seconds()`).
+    """
+
+    def __init__(self, what, total=None, unit="examples", every_seconds=None):
+        self.what = what
+        self.total = total
+        self.unit = unit
+        self.count = 0
+        self._every = log_every_seconds() if every_seconds is None else every_seconds
+        self._start = time.time()
+        self._last_log = self._start
+
+    def update(self, increment=1, count=None):
+        """Counts `increment` more items (or sets the count), logging if the
+        interval has passed."""
+        self.count = self.count + increment if count is None else count
+        now = time.time()
+        if now - self._last_log >= self._every:
+            self._last_log = now
+            log_info("%s", self._message(now))
+
+    def _message(self, now, final=False):
+        elapsed = max(now - self._start, 1e-9)
+        rate = self.count / elapsed
+        if self.total is not None and not final:
+            message = "%s: %d of %d %s" % (self.what, self.count, self.total, self.unit)
+        else:
+            message = "%s: %d %s" % (self.what, self.count, self.unit)
+        message += " (%.1f %s/s" % (rate, self.unit)
+        if final:
+            message += ", %s in all)" % format_duration(elapsed)
+        elif self.total is not None and rate > 0:
+            message += ", ETA %s)" % format_duration((self.total - self.count) / rate)
+        else:
+            message += ")"
+        return message
+
+    def done(self):
+        """Logs the final count, rate and time."""
+        log_info("%s", self._message(time.time(), final=True))
+
+
+def _flag(name, default):
+    """Value of a shared flag, or `default` if this script did not define it
+    or the flags are not parsed (a script imported as a library)."""
+    if name in FLAGS and FLAGS.is_parsed():
+        return getattr(FLAGS, name)
+    return default
+
+
+def truncate_seq_pair(tokens_a, tokens_b, max_length):
+    """Shortens two token lists in place until together they hold at most
+    `max_length` tokens, always dropping the last token of the longer list
+    (of `tokens_b` when both are equally long).
+
+    Trimming the longer side keeps most of a short text, where each token
+    tends to carry more information than a token of a long one.
+    """
+    while len(tokens_a) + len(tokens_b) > max_length:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        longer.pop()
+
+
+def pack_sequence_pair(tokens_a, tokens_b, max_seq_length, tokenizer):
+    """Lays out one text or a text pair the way BERT reads it.
+
+      one text:  [CLS] a1 a2 a3 [SEP]             segment ids 0 0 0 0 0
+      a pair:    [CLS] a1 a2 [SEP] b1 b2 b3 [SEP] segment ids 0 0 0 0 1 1 1 1
+
+    Too long inputs are cut first: a single text at its end, a pair with
+    `truncate_seq_pair`. The id lists are then zero-padded to max_seq_length.
+
+    Args:
+      tokens_a: word pieces of the first text (a pair's is shortened in
+        place).
+      tokens_b: word pieces of the second text; None or empty for one text.
+      max_seq_length: length of the returned id lists.
+      tokenizer: FullTokenizer, to map tokens to ids.
+
+    Returns:
+      (tokens, input_ids, input_mask, segment_ids): the tokens with [CLS] and
+      [SEP] and without padding, then three lists of max_seq_length ints;
+      input_mask is 1 on real tokens and 0 on padding.
+    """
+    if tokens_b:
+        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS], 2 x [SEP]
+    else:
+        tokens_a = tokens_a[:max_seq_length - 2]  # [CLS], [SEP]
+
+    tokens = ["[CLS]", *tokens_a, "[SEP]"]
+    segment_ids = [0] * len(tokens)
+    if tokens_b:
+        tokens += [*tokens_b, "[SEP]"]
+        segment_ids += [1] * (len(tokens_b) + 1)
+
+    input_ids = tokenizer.convert_tokens_to_ids(tokens)
+    input_mask = [1] * len(input_ids)
+    padding = [0] * (max_seq_length - len(input_ids))
+    return tokens, input_ids + padding, input_mask + padding, segment_ids + padding
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yields a temporary path next to `path` for the caller to write; on
+    success it is renamed to `path`, on failure removed, so a half-written
+    file never looks complete. A write that fails for lack of room becomes
+    an InputError naming `path` (see `output_write_error`)."""
+    tmp_path = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        yield tmp_path
+        if _is_remote(path):
+            _gfile().rename(tmp_path, path, overwrite=True)
+        else:
+            os.replace(tmp_path, path)
+    except BaseException as e:
+        if _exists(tmp_path):
+            _gfile().remove(tmp_path) if _is_remote(tmp_path) else os.remove(tmp_path)
+        message = output_write_error(e, path) if isinstance(e, Exception) else None
+        if message:
+            raise InputError(message) from e
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output(path, mode="w"):
+    """Opens `path` for writing through `atomic_path`.
+
+    Yields:
+      A writable file object (a tf.io.gfile.GFile for remote paths).
+    """
+    with atomic_path(path) as tmp_path:
+        if _is_remote(tmp_path):
+            opened = _gfile().GFile(tmp_path, mode)
+        else:
+            opened = open(tmp_path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+        with opened as writer:
+            yield writer
