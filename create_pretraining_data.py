@@ -152,10 +152,11 @@ class _AtomicRecordFiles:
 
     def __init__(self, paths):
         self._paths = list(paths)
-        self._tmp_paths = ["%s.tmp-%d" % (p, os.getpid()) for p in self._paths]
+        self._targets = [run_base.AtomicFile(p) for p in self._paths]
         self._files = []
         try:
-            for tmp in self._tmp_paths:
+            for target in self._targets:
+                tmp = target.tmp_path
                 self._files.append(_open(tmp, "wb"))
         except (OSError, IOError) as e:
             self.abort()
@@ -185,11 +186,8 @@ class _AtomicRecordFiles:
                 f.close()
             except OSError as e:
                 raise self._write_error(e, index) or e
-        for tmp, path in zip(self._tmp_paths, self._paths):
-            if _is_remote(path):
-                _gfile().rename(tmp, path, overwrite=True)
-            else:
-                os.replace(tmp, path)
+        for target in self._targets:
+            target.commit()
 
     def abort(self):
         for f in self._files:
@@ -197,13 +195,9 @@ class _AtomicRecordFiles:
                 f.close()
             except (OSError, IOError):
                 pass
-        for tmp in self._tmp_paths:
+        for target in self._targets:
             try:
-                if _is_remote(tmp):
-                    if _gfile().exists(tmp):
-                        _gfile().remove(tmp)
-                elif os.path.exists(tmp):
-                    os.remove(tmp)
+                target.abort()
             except (OSError, IOError):
                 pass
 

@@ -344,9 +344,8 @@ class JsonlWriter:
 
     def __init__(self, output_file, layer_indexes):
         self._layer_indexes = layer_indexes
-        self._path = output_file
-        self._tmp_path = _temp_name(output_file)
-        self._writer = tf.io.gfile.GFile(self._tmp_path, "w")
+        self._target = run_common.AtomicFile(output_file)
+        self._writer = tf.io.gfile.GFile(self._target.tmp_path, "w")
 
     @staticmethod
     def _values(vector):
@@ -375,11 +374,11 @@ class JsonlWriter:
 
     def close(self):
         self._writer.close()
-        tf.io.gfile.rename(self._tmp_path, self._path, overwrite=True)
+        self._target.commit()
 
     def abort(self):
         self._writer.close()
-        _remove_if_exists(self._tmp_path)
+        self._target.abort()
 
 
 class TFRecordFeatureWriter:
@@ -390,14 +389,13 @@ class TFRecordFeatureWriter:
 
     def __init__(self, output_file, layer_indexes):
         self._layer_indexes = layer_indexes
-        self._path = output_file
-        self._tmp_path = _temp_name(output_file)
-        self._writer = tf.io.TFRecordWriter(self._tmp_path)
+        self._target = run_common.AtomicFile(output_file)
+        self._writer = tf.io.TFRecordWriter(self._target.tmp_path)
 
     def write(self, linex_index, tokens, layers):
         feature = {
-            "linex_index": tf.train.Feature(int64_list=tf.train.Int64List(value=[linex_index])),
-            "num_tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=[len(tokens)])),
+            "linex_index": run_common.int64_feature([linex_index]),
+            "num_tokens": run_common.int64_feature([len(tokens)]),
         }
         if layers[0].ndim == 2:
             feature["tokens"] = tf.train.Feature(bytes_list=tf.train.BytesList(
@@ -410,11 +408,11 @@ class TFRecordFeatureWriter:
 
     def close(self):
         self._writer.close()
-        tf.io.gfile.rename(self._tmp_path, self._path, overwrite=True)
+        self._target.commit()
 
     def abort(self):
         self._writer.close()
-        _remove_if_exists(self._tmp_path)
+        self._target.abort()
 
 
 class NpzWriter:
@@ -501,9 +499,9 @@ class NpzWriter:
                             "fortran_order": False, "shape": shape})
                         for chunk in self._chunks(name, dtype):
                             entry.write(chunk)
-            tmp_path = _temp_name(self._path)
-            tf.io.gfile.copy(zip_path, tmp_path, overwrite=True)
-            tf.io.gfile.rename(tmp_path, self._path, overwrite=True)
+            target = run_common.AtomicFile(self._path)
+            tf.io.gfile.copy(zip_path, target.tmp_path, overwrite=True)
+            target.commit()
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -511,15 +509,6 @@ class NpzWriter:
         for f in self._files.values():
             f.close()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _temp_name(path):
-    return "%s.tmp-%d" % (path, os.getpid())
-
-
-def _remove_if_exists(path):
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
 
 
 # ---------------------------------------------------------------------------
@@ -671,7 +660,8 @@ def main(_):
     finally:
         if writer is not None:
             writer.abort()
-        _remove_if_exists(features_file)
+        if tf.io.gfile.exists(features_file):  # Scratch input, never an output.
+            tf.io.gfile.remove(features_file)
         if model_dir:
             shutil.rmtree(model_dir, ignore_errors=True)
 

@@ -736,22 +736,54 @@ def pack_sequence_pair(tokens_a, tokens_b, max_seq_length, tokenizer):
     return tokens, input_ids + padding, input_mask + padding, segment_ids + padding
 
 
+class AtomicFile:
+    """An output file written under a temporary name next to its final one
+    and renamed into place when complete, so that a half-written file never
+    looks complete (the one mechanism behind every output file of the
+    scripts; local and gs:// paths).
+
+        target = AtomicFile(path)
+        writer = open(target.tmp_path, "wb")   # or any writer of a path
+        ...                                    # on failure: target.abort()
+        writer.close()
+        target.commit()
+
+    Args:
+      path: the final path.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self.tmp_path = "%s.tmp-%d" % (path, os.getpid())
+
+    def commit(self):
+        """Renames the temporary file to `path` (replacing any file there)."""
+        if _is_remote(self.path):
+            _gfile().rename(self.tmp_path, self.path, overwrite=True)
+        else:
+            os.replace(self.tmp_path, self.path)
+
+    def abort(self):
+        """Removes the temporary file, if there is one."""
+        if _exists(self.tmp_path):
+            if _is_remote(self.tmp_path):
+                _gfile().remove(self.tmp_path)
+            else:
+                os.remove(self.tmp_path)
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yields a temporary path next to `path` for the caller to write; on
-    success it is renamed to `path`, on failure removed, so a half-written
-    file never looks complete. A write that fails for lack of room becomes
-    an InputError naming `path` (see `output_write_error`)."""
-    tmp_path = "%s.tmp-%d" % (path, os.getpid())
+    success it is renamed to `path`, on failure removed (see `AtomicFile`).
+    A write that fails for lack of room becomes an InputError naming `path`
+    (see `output_write_error`)."""
+    target = AtomicFile(path)
     try:
-        yield tmp_path
-        if _is_remote(path):
-            _gfile().rename(tmp_path, path, overwrite=True)
-        else:
-            os.replace(tmp_path, path)
+        yield target.tmp_path
+        target.commit()
     except BaseException as e:
-        if _exists(tmp_path):
-            _gfile().remove(tmp_path) if _is_remote(tmp_path) else os.remove(tmp_path)
+        target.abort()
         message = output_write_error(e, path) if isinstance(e, Exception) else None
         if message:
             raise InputError(message) from e

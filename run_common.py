@@ -50,6 +50,7 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
     pack_sequence_pair,
     atomic_path,
     atomic_output,
+    AtomicFile,
 )
 from run_base import _flag, _open_binary
 

@@ -624,8 +624,8 @@ class FeatureWriter:
         self.filename = filename
         self.is_training = is_training
         self.num_features = 0
-        self._tmp_filename = "%s.tmp-%d" % (filename, os.getpid())
-        self._writer = tf.io.TFRecordWriter(self._tmp_filename)
+        self._target = run_common.AtomicFile(filename)
+        self._writer = tf.io.TFRecordWriter(self._target.tmp_path)
 
     def process_feature(self, feature):
         """Appends one InputFeatures: unique_ids, input_ids, input_mask,
@@ -640,21 +640,19 @@ class FeatureWriter:
                        ("end_positions", [feature.end_position]),
                        ("is_impossible", [int(bool(feature.is_impossible))])]
         record = tf.train.Example(features=tf.train.Features(feature={
-            name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(value)))
-            for name, value in values}))
+            name: run_common.int64_feature(value) for name, value in values}))
         self._writer.write(record.SerializeToString())
         self.num_features += 1
 
     def close(self):
         """Finishes the file and moves it to `filename`."""
         self._writer.close()
-        tf.io.gfile.rename(self._tmp_filename, self.filename, overwrite=True)
+        self._target.commit()
 
     def abort(self):
         """Closes and deletes the unfinished file."""
         self._writer.close()
-        if tf.io.gfile.exists(self._tmp_filename):
-            tf.io.gfile.remove(self._tmp_filename)
+        self._target.abort()
 
 
 def _write_features(writer, examples, tokenizer, is_training, max_seq_length, doc_stride,
