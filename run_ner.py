@@ -968,6 +968,7 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
     input_fn = file_based_input_fn_builder(record_file, max_seq_length, is_training=False,
                                            drop_remainder=fixed)
     outputs = []
+    run_common.log_checkpoint_used("Predicting", checkpoint_path, estimator.model_dir)
     for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path):
         if len(outputs) == num_actual:
             break
@@ -1069,16 +1070,16 @@ def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_pa
     return path
 
 
-def _checkpoint_to_use():
+def _checkpoint_to_use(init_checkpoint):
     """The latest checkpoint in output_dir, else --init_checkpoint if it is a
     fine-tuned NER model; None if there is neither."""
     checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
     if checkpoint:
         return checkpoint
-    if FLAGS.init_checkpoint:
-        names = [name for name, _ in tf.train.list_variables(FLAGS.init_checkpoint)]
+    if init_checkpoint:
+        names = [name for name, _ in tf.train.list_variables(init_checkpoint)]
         if "ner/output_weights" in names:
-            return FLAGS.init_checkpoint
+            return init_checkpoint
     return None
 
 
@@ -1133,10 +1134,14 @@ def main(_):
 
     tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
-    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
         FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
         vocab_file=FLAGS.vocab_file)
+    run_common.check_output_dir(FLAGS.output_dir)
+    if init_checkpoint:
+        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                         FLAGS.bert_config_file)
 
     # Read all data now, so that a bad file stops the run before training.
     group = FLAGS.sentences_per_document
@@ -1165,7 +1170,7 @@ def main(_):
             check_well_formed(ner_file)
 
     labels_path = os.path.join(FLAGS.output_dir, LABELS_FILE)
-    saved_path = _saved_labels_path(FLAGS.output_dir, FLAGS.init_checkpoint)
+    saved_path = _saved_labels_path(FLAGS.output_dir, init_checkpoint)
     if train is None and not FLAGS.labels and saved_path is None:
         # A later run on a trained model: its training data give the labels.
         train_path = FLAGS.train_file or find_data_file(FLAGS.data_dir, TRAIN_NAMES)
@@ -1183,6 +1188,11 @@ def main(_):
     label_map = {label: i for i, label in enumerate(label_list)}
     tf.logging.info("Tag scheme %s (trained as %s); %d labels: %s", scheme,
                     model_scheme(scheme), len(label_list), " ".join(label_list))
+    # A checkpoint of another model in --output_dir would be restored and fail.
+    run_common.check_output_dir_checkpoint(
+        FLAGS.output_dir, bert_config,
+        {"ner/output_weights": [len(label_list), bert_config.hidden_size],
+         "ner/output_bias": [len(label_list)]})
 
     pieces = WordPieceCache(tokenizer)
     train_windows = None
@@ -1201,7 +1211,7 @@ def main(_):
                                            FLAGS.num_train_epochs))
         num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
 
-    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use() is None:
+    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use(init_checkpoint) is None:
         raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
@@ -1216,7 +1226,7 @@ def main(_):
         FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
     model_fn = model_fn_builder(
         bert_config=bert_config, num_labels=len(label_list),
-        init_checkpoint=FLAGS.init_checkpoint, learning_rate=FLAGS.learning_rate,
+        init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
         num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
         use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
     estimator = run_common.make_estimator(
@@ -1240,7 +1250,7 @@ def main(_):
             train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True),
             max_steps=num_train_steps)
 
-    checkpoint = _checkpoint_to_use()
+    checkpoint = _checkpoint_to_use(init_checkpoint)
     if (FLAGS.do_eval or FLAGS.do_predict) and checkpoint is None:
         tf.logging.warning("No fine-tuned checkpoint in --output_dir: predicting with an "
                            "untrained output layer")

@@ -535,16 +535,16 @@ def _resolve_file(flag_name, names, required_for):
     return path
 
 
-def _checkpoint_to_use():
+def _checkpoint_to_use(init_checkpoint):
     """The latest checkpoint in output_dir, else --init_checkpoint if it is a
     fine-tuned multiple-choice model, else None."""
     checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
     if checkpoint:
         return checkpoint
-    if FLAGS.init_checkpoint:
-        names = [name for name, _ in tf.train.list_variables(FLAGS.init_checkpoint)]
+    if init_checkpoint:
+        names = [name for name, _ in tf.train.list_variables(init_checkpoint)]
         if "swag/output_weights" in names:
-            return FLAGS.init_checkpoint
+            return init_checkpoint
     return None
 
 
@@ -562,10 +562,14 @@ def main(_):
         raise InputError("--max_seq_length must be at least 4, got %d" % FLAGS.max_seq_length)
     tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
-    run_common.require_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
         FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
         vocab_file=FLAGS.vocab_file)
+    run_common.check_output_dir(FLAGS.output_dir)
+    if init_checkpoint:
+        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                         FLAGS.bert_config_file)
 
     # Read all data now, so that a bad file stops the run before training.
     train = dev = test = None
@@ -582,6 +586,11 @@ def main(_):
         if examples is not None and examples[0].label is None:
             raise InputError("The %s data need labels (a 'label' column or field)" % name)
 
+    # A checkpoint of another model in --output_dir would be restored and fail.
+    run_common.check_output_dir_checkpoint(
+        FLAGS.output_dir, bert_config,
+        {"swag/output_weights": [1, bert_config.hidden_size], "swag/output_bias": [1]})
+
     num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
         num_train_steps = run_common.num_train_steps(len(train), FLAGS.train_batch_size,
@@ -592,7 +601,7 @@ def main(_):
                 "make 0 training steps" % (len(train), FLAGS.train_batch_size,
                                            FLAGS.num_train_epochs))
         num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
-    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use() is None:
+    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use(init_checkpoint) is None:
         raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
@@ -603,7 +612,7 @@ def main(_):
         FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
         FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
     model_fn = model_fn_builder(
-        bert_config=bert_config, init_checkpoint=FLAGS.init_checkpoint,
+        bert_config=bert_config, init_checkpoint=init_checkpoint,
         learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
         use_one_hot_embeddings=FLAGS.use_tpu)
@@ -624,7 +633,7 @@ def main(_):
             train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
             drop_remainder=True), max_steps=num_train_steps)
 
-    checkpoint = _checkpoint_to_use()
+    checkpoint = _checkpoint_to_use(init_checkpoint)
     if FLAGS.do_eval:
         eval_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
         num_records = write_features(dev, FLAGS.max_seq_length, tokenizer, eval_file,
@@ -648,6 +657,7 @@ def main(_):
             ("Num examples", "%d (%d actual)" % (num_records, len(test))),
             ("Batch size", FLAGS.predict_batch_size)])
         probabilities = []
+        run_common.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir)
         for prediction in estimator.predict(
                 input_fn=file_based_input_fn_builder(
                     predict_file, len(test[0].endings), FLAGS.max_seq_length,

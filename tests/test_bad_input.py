@@ -15,6 +15,7 @@ import errno
 import json
 import logging
 import os
+import random
 import re
 import resource
 import signal
@@ -33,8 +34,10 @@ import test_convert_checkpoint as convert_tests
 import test_create_pretraining_data as cpd_tests
 import test_extract_features as extract_tests
 import test_run_classifier as classifier_tests
+import test_run_ner as ner_tests
 import test_run_pretraining as pretraining_tests
 import test_run_squad as squad_tests
+import test_run_swag as swag_tests
 import tiny
 from run_common import InputError
 
@@ -877,3 +880,59 @@ def test_small_classifier_run_logs(classifier_inputs):
                                                  if messages.count(m) > 1]
     assert len(lines) < 60, "\n".join(lines)
     assert os.path.exists(os.path.join(output_dir, "test_results.tsv"))
+
+
+# ---------------------------------------------------------------------------
+# The same checks in run_ner.py and run_swag.py.
+
+def _task_inputs(script, tmp_path):
+    """(flag values for a small good run, run_main) of run_ner or run_swag."""
+    data_dir = tmp_path / "data"
+    if script == "run_ner":
+        rng = random.Random(3)
+        for name, n in (("train.txt", 4), ("valid.txt", 2), ("test.txt", 2)):
+            ner_tests._write_conll(data_dir / name, rng, n)
+        vocab, config = ner_tests._model_files(tmp_path)
+        run = ner_tests.run_main
+    else:
+        swag_tests._write_task(str(data_dir), num_train=4, num_dev=2, num_test=2)
+        vocab, config = swag_tests._model_files(tmp_path)
+        run = swag_tests.run_main
+    return dict(data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
+                output_dir=str(tmp_path / "output"), do_train=True, do_eval=True,
+                do_predict=True), run
+
+
+@pytest.mark.parametrize("script", ["run_ner", "run_swag"])
+def test_ner_and_swag_check_output_dir_and_checkpoints(script, tmp_path):
+    """run_ner and run_swag stop before any work, in one line, on an
+    --output_dir that is a file, an --init_checkpoint of a wider model, and an
+    --output_dir holding a checkpoint of that wider model."""
+    inputs, run = _task_inputs(script, tmp_path)
+    taken = tmp_path / "taken_file"
+    taken.write_text("not a directory\n")
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError) as e:
+        run(**dict(inputs, output_dir=str(taken)))
+    assert _one_line(e).startswith("--output_dir %s is a file, not a directory" % taken)
+    assert _snapshot(tmp_path) == before
+
+    wider_dir = tmp_path / "wider"
+    wider_dir.mkdir()
+    with open(inputs["bert_config_file"]) as f:
+        vocab_size = json.load(f)["vocab_size"]
+    wider = _save_bert_checkpoint(wider_dir / "model.ckpt",
+                                  tiny.write_config(str(wider_dir), vocab_size, hidden_size=48),
+                                  global_step=5)
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError) as e:
+        run(**dict(inputs, init_checkpoint=wider))
+    message = _one_line(e)
+    assert message.startswith("--init_checkpoint %s does not fit --bert_config_file" % wider)
+    assert "has shape [%d, 48] in the checkpoint but [%d, 32]" % (vocab_size, vocab_size) \
+        in message, message
+    with pytest.raises(InputError) as e:
+        run(**dict(inputs, output_dir=str(wider_dir)))
+    assert _one_line(e).startswith("--output_dir %s holds a checkpoint of another model "
+                                   "(model.ckpt-5)" % wider_dir)
+    assert _snapshot(tmp_path) == before
