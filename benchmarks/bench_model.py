@@ -18,6 +18,12 @@ FLOPs counted (multiply-add = 2): per layer and sequence, the dense layers
 training step counts 3x the forward (backward = 2x forward); the embedding
 lookups, softmax/LayerNorm/GELU element-wise work and the optimizer update are
 not counted (they are a few percent).
+
+`--implementations=ours,original` also measures Google's original
+modeling.py and optimization.py (bert-tensorflow 1.0.4, with its tf.contrib
+layer_norm replaced by the same computation, see tests/reference.py;
+TensorFlow 2.15 only), alternating with this project's, `--repeats` times
+each; the table then gives the median over the repeats.
 """
 
 import json
@@ -47,6 +53,9 @@ flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
 flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
 flags.DEFINE_integer("steps", 3, "Timed steps per measurement (after 1 warm-up).")
 flags.DEFINE_integer("matmul_steps", 5, "Timed runs of the reference matmul.")
+flags.DEFINE_list("implementations", "ours", "ours and/or original (Google's code).")
+flags.DEFINE_integer("repeats", 1, "Children per implementation and mode (alternating).")
+flags.DEFINE_string("implementation", "ours", "Internal: the implementation a child measures.")
 flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
                   "Which measurement; 'all' runs each in a child process.")
 
@@ -101,8 +110,14 @@ def measure_model(mode):
     import numpy as np
     import tensorflow.compat.v1 as tf
 
-    import modeling
-    import optimization
+    if FLAGS.implementation == "original":
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import reference
+        modeling = reference.load_original_modeling()
+        optimization = reference.load_original("optimization")
+    else:
+        import modeling
+        import optimization
 
     batch = FLAGS.forward_batch_size if mode == "forward" else FLAGS.train_batch_size
     seq = FLAGS.seq_length
@@ -167,28 +182,39 @@ def main(argv):
         run_child(FLAGS.mode)
         return
     del argv
-    flag_args = [arg for arg in sys.argv[1:] if not arg.startswith("--mode")]
+    flag_args = [arg for arg in sys.argv[1:]
+                 if not arg.startswith(("--mode", "--implementation="))]
     print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps" %
           (FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
            FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.threads,
            FLAGS.steps))
-    rows = []
+    runs = {}
     for mode in ("forward", "train"):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--mode=" + mode] +
-                             flag_args, capture_output=True, text=True, check=False)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-        if out.returncode != 0 or not lines:
-            sys.stderr.write(out.stderr[-4000:])
-            raise SystemExit("measurement %r failed (exit %d)" % (mode, out.returncode))
-        rows.append(json.loads(lines[-1][len("RESULT "):]))
-    print("%-8s %6s %9s %11s %9s %15s %9s %13s %13s" % (
-        "mode", "batch", "s/step", "examples/s", "GFLOP/s", "matmul GFLOP/s", "fraction",
-        "CPU fraction", "peak RSS MiB"))
-    for r in rows:
-        print("%-8s %6d %9.3f %11.2f %9.1f %15.1f %9.2f %13.2f %13.0f" % (
-            r["mode"], r["batch"], r["seconds_per_step"], r["examples_per_second"],
-            r["gflops"], r["matmul_gflops"], r["fraction_of_matmul"],
-            r["cpu_fraction_of_matmul"], r["peak_rss_mib"]))
+        for _ in range(FLAGS.repeats):
+            for implementation in FLAGS.implementations:
+                out = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--mode=" + mode,
+                     "--implementation=" + implementation] + flag_args,
+                    capture_output=True, text=True, check=False)
+                lines = [line for line in out.stdout.splitlines()
+                         if line.startswith("RESULT ")]
+                if out.returncode != 0 or not lines:
+                    sys.stderr.write(out.stderr[-4000:])
+                    raise SystemExit("measurement %r of %s failed (exit %d)"
+                                     % (mode, implementation, out.returncode))
+                runs.setdefault((mode, implementation), []).append(
+                    json.loads(lines[-1][len("RESULT "):]))
+    print("%-8s %-9s %6s %9s %11s %9s %15s %9s %13s %13s" % (
+        "mode", "code", "batch", "s/step", "examples/s", "GFLOP/s", "matmul GFLOP/s",
+        "fraction", "CPU fraction", "peak RSS MiB"))
+    for (mode, implementation), results in runs.items():
+        def median(key):
+            return statistics.median(r[key] for r in results)
+        print("%-8s %-9s %6d %9.3f %11.2f %9.1f %15.1f %9.2f %13.2f %13.0f" % (
+            mode, implementation, results[0]["batch"], median("seconds_per_step"),
+            median("examples_per_second"), median("gflops"), median("matmul_gflops"),
+            median("fraction_of_matmul"), median("cpu_fraction_of_matmul"),
+            median("peak_rss_mib")))
 
 
 if __name__ == "__main__":

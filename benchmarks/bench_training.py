@@ -29,6 +29,10 @@ Configurations (comma-separated in --configs):
   accum2     --gradient_accumulation_steps=2 with micro-batch batch/2: one
              update = 2 session runs; examples/s counts the whole batch.
   recompute_bf16  both options together.
+  original   Google's original modeling.py and optimization.py
+             (bert-tensorflow 1.0.4, requirements-bench.txt) in float32, its
+             tf.contrib layer_norm replaced by the same computation
+             (tests/reference.py); TensorFlow 2.15 only (it needs tf.layers).
 
 `--code_dir` imports modeling/optimization/... from another checkout (for
 example an older commit exported with `git worktree` or `git archive`), so a
@@ -84,6 +88,7 @@ CONFIGS = {
     "xla": ("float32", False, 1, False, True),
     "accum2": ("float32", False, 2, False, False),
     "recompute_bf16": ("bfloat16", True, 1, False, False),
+    "original": ("float32", False, 1, False, False),
 }
 
 
@@ -105,8 +110,14 @@ def _build(head, config_name, batch):
     import numpy as np
     import tensorflow.compat.v1 as tf
 
-    import modeling
-    import optimization
+    if config_name == "original":
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import reference
+        modeling = reference.load_original_modeling()
+        optimization = reference.load_original("optimization")
+    else:
+        import modeling
+        import optimization
 
     dtype_name, recompute, accum, loss_scale, _ = CONFIGS[config_name]
     seq = FLAGS.seq_length
@@ -160,7 +171,9 @@ def _build(head, config_name, batch):
         gathered = tf.gather(flat, tf.reshape(positions + offsets, [-1]))
         with tf.variable_scope("cls/predictions"):
             with tf.variable_scope("transform"):
-                gathered = modeling.dense(
+                # The original's run_pretraining uses tf.layers.dense here.
+                dense = tf.layers.dense if config_name == "original" else modeling.dense
+                gathered = dense(
                     gathered, config.hidden_size,
                     activation=modeling.get_activation(config.hidden_act),
                     kernel_initializer=modeling.create_initializer(0.02), name="dense")

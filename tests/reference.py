@@ -28,6 +28,47 @@ def load_original(module_name):
             sys.modules["tensorflow"] = saved
 
 
+def _contrib_layer_norm(inputs, begin_norm_axis=1, begin_params_axis=-1, scope=None):
+    """TensorFlow 1.x's tf.contrib.layers.layer_norm as the original calls it:
+    the same variables (<scope or "LayerNorm">/beta and /gamma) and the same
+    ops (nn.moments, then nn.batch_normalization with epsilon 1e-12)."""
+    import tensorflow.compat.v1 as tf1
+    with tf1.variable_scope(scope, "LayerNorm", [inputs]):
+        rank = inputs.shape.ndims
+        params_shape = inputs.shape[begin_params_axis:]
+        beta = tf1.get_variable("beta", params_shape, dtype=inputs.dtype,
+                                initializer=tf1.zeros_initializer())
+        gamma = tf1.get_variable("gamma", params_shape, dtype=inputs.dtype,
+                                 initializer=tf1.ones_initializer())
+        axes = list(range(begin_norm_axis % rank, rank))
+        mean, variance = tf1.nn.moments(inputs, axes, keep_dims=True)
+        return tf1.nn.batch_normalization(inputs, mean, variance, offset=beta, scale=gamma,
+                                          variance_epsilon=1e-12)
+
+
+def load_original_modeling():
+    """bert.modeling from bert-tensorflow, which imports tf.contrib.layers
+    (TensorFlow 1.x only) for its layer_norm: a stand-in module with
+    `_contrib_layer_norm` is in sys.modules while it is imported. For
+    comparisons with the original model (benchmarks), not as this
+    project's code."""
+    import types
+    contrib = types.ModuleType("tensorflow.contrib")
+    contrib.layers = types.ModuleType("tensorflow.contrib.layers")
+    contrib.layers.layer_norm = _contrib_layer_norm
+    names = {"tensorflow.contrib": contrib, "tensorflow.contrib.layers": contrib.layers}
+    saved = {name: sys.modules.get(name) for name in names}
+    sys.modules.update(names)
+    try:
+        return load_original("modeling")
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 def estimator_available():
     """Whether this TensorFlow still has the Estimator, which the original's
     scripts need to run (their library functions don't)."""
