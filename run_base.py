@@ -46,6 +46,9 @@ def _is_tensorflow_error(error):
     return isinstance(error, tf.errors.OpError)
 
 
+# ---------------------------------------------------------------------------
+# Flags and running a script.
+
 FLAGS = flags.FLAGS
 
 
@@ -304,6 +307,9 @@ def _log_each_message_once():
             tf_logger.removeHandler(handler)
 
 
+# ---------------------------------------------------------------------------
+# Output locations: checked before any work, and failed writes in one line.
+
 # errno values, and the texts of TensorFlow's errors, of a write that failed
 # for lack of room: a full disk, a full quota, a file size limit.
 _NO_ROOM_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -430,6 +436,9 @@ def output_write_error(error, path=None):
             "or choose another location" % (where, reason))
 
 
+# ---------------------------------------------------------------------------
+# Input files and flags.
+
 def require_flags(*names):
     """Raises InputError naming every listed flag that is unset."""
     missing = [n for n in names if getattr(FLAGS, n) in (None, "")]
@@ -468,6 +477,9 @@ def expand_file_patterns(flag_name, patterns):
 # Keys of bert_config.json that fix the model's shapes or what it computes:
 # a config without one of them describes no particular model, so none of them
 # is filled in with a default (Google's released configs have them all).
+# ---------------------------------------------------------------------------
+# bert_config.json.
+
 REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers",
                         "num_attention_heads", "intermediate_size", "hidden_act",
                         "max_position_embeddings", "type_vocab_size")
@@ -530,6 +542,9 @@ def check_bert_config_values(values, where):
         raise InputError("%s: %s" % (where, "; ".join(problems)))
 
 
+# ---------------------------------------------------------------------------
+# Reading files: bytes, and UTF-8 errors that name the line.
+
 def _open_binary(path):
     if _is_remote(path):
         return _gfile().GFile(path, "rb")
@@ -585,6 +600,9 @@ def non_utf8_error(flag_name, path):
     return InputError("%s is not valid UTF-8 (a character is cut off at the end); convert "
                       "the file to UTF-8" % where)
 
+
+# ---------------------------------------------------------------------------
+# Logging and progress of long loops.
 
 def format_duration(seconds):
     """"42 s", "3 min 05 s", "2 h 07 min"."""
@@ -677,6 +695,9 @@ class Progress:
         log_info("%s", self._message(time.time(), final=True))
 
 
+# ---------------------------------------------------------------------------
+# Flags that a script may not define, and BERT's input packing.
+
 def _flag(name, default):
     """Value of a shared flag, or `default` if this script did not define it
     or the flags are not parsed (a script imported as a library)."""
@@ -735,6 +756,9 @@ def pack_sequence_pair(tokens_a, tokens_b, max_seq_length, tokenizer):
     padding = [0] * (max_seq_length - len(input_ids))
     return tokens, input_ids + padding, input_mask + padding, segment_ids + padding
 
+
+# ---------------------------------------------------------------------------
+# Output files that appear complete or not at all.
 
 class AtomicFile:
     """An output file written under a temporary name next to its final one

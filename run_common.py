@@ -55,6 +55,9 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
 from run_base import _flag, _open_binary
 
 
+# ---------------------------------------------------------------------------
+# Config, vocabulary and checkpoints, checked before any work.
+
 def require_checkpoint(flag_name, path):
     """Raises InputError if `path` (the value of --flag_name) is set but no
     checkpoint exists there (an unset flag is fine: random initialisation)."""
@@ -353,6 +356,9 @@ def log_checkpoint_used(what, checkpoint_path, model_dir):
                            what, model_dir)
 
 
+# ---------------------------------------------------------------------------
+# TFRecord input files.
+
 def check_tfrecord_file(flag_name, path):
     """Walks the framing of a TFRecord file without reading its records.
 
@@ -402,6 +408,9 @@ def check_tfrecord_file(flag_name, path):
             count += 1
     return count
 
+
+# ---------------------------------------------------------------------------
+# Model options (the training-option flags) and initialisation.
 
 def model_options():
     """Keyword arguments for `modeling.BertModel` from the option flags
@@ -466,6 +475,9 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     return scaffold_fn
 
 
+# ---------------------------------------------------------------------------
+# Logging examples and features; tf.train.Feature helpers.
+
 def log_example(fields, debug=False):
     """Logs one converted example (the scripts do so for their first five):
     a "*** Example ***" line, then "name: value" per (name, value) of
@@ -524,6 +536,9 @@ def log_features(features):
     for name in sorted(features):
         tf.logging.info("  name = %s, shape = %s", name, features[name].shape)
 
+
+# ---------------------------------------------------------------------------
+# Training: the train op, the step count and the progress hook.
 
 def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu):
     """`optimization.create_optimizer` with the option flags applied
@@ -649,6 +664,9 @@ def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
                            every_n_steps=every_n_steps, num_train_steps=num_train_steps)]
 
 
+# ---------------------------------------------------------------------------
+# Run configuration and the runner (the execution layer lives in runtime.py).
+
 def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000,
                     use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
                     master=None, num_tpu_cores=8, keep_checkpoint_max=5,
@@ -689,6 +707,9 @@ def _config_errors_as_input_errors():
     except runtime.ConfigError as e:
         raise InputError(str(e))
 
+
+# ---------------------------------------------------------------------------
+# Result files.
 
 def write_eval_results(result, output_dir, file_name="eval_results.txt",
                        header="***** Eval results *****"):
