@@ -414,19 +414,9 @@ def _flag_values(**overrides):
 
 
 def run_main(**overrides):
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    make_run_config = run_common.make_run_config
-
-    def seeded_run_config(*args, **kwargs):
-        # A fixed graph-level seed (initialisation, dropout, shuffling), so
-        # that these short runs are not flaky.
-        return make_run_config(*args, **kwargs).replace(tf_random_seed=1234)
-
-    with flagsaver.flagsaver(**_flag_values(**overrides)):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(run_common, "make_run_config", seeded_run_config)
-            run_ner.main([])
+    """run_ner.main with these flags (the rest at the tests' values), seeded
+    (see tiny.run_main_seeded)."""
+    tiny.run_main_seeded(run_ner.main, _flag_values(**overrides))
 
 
 def _read_results(path):

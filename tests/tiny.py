@@ -40,3 +40,27 @@ def write_config(directory, vocab_size, name="bert_config.json", **overrides):
     with open(path, "w") as f:
         json.dump(tiny_config_dict(vocab_size, **overrides), f, indent=2)
     return path
+
+
+def run_main_seeded(main, flag_values, seed=1234):
+    """Runs a script's `main([])` in this process with exactly `flag_values`
+    (a dict of every flag it reads), and the runner's graph-level random
+    seed fixed (initialisation, dropout, shuffling): the tiny models
+    sometimes sit on their initial loss plateau for longer than the tests'
+    short runs, so unseeded runs would be flaky."""
+    import pytest
+    from absl import flags
+    from absl.testing import flagsaver
+
+    import run_common
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    make_run_config = run_common.make_run_config
+
+    def seeded_run_config(*args, **kwargs):
+        return make_run_config(*args, **kwargs).replace(tf_random_seed=seed)
+
+    with flagsaver.flagsaver(**flag_values):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(run_common, "make_run_config", seeded_run_config)
+            main([])
