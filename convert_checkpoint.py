@@ -45,6 +45,7 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import modeling
 import run_common
 from run_common import InputError
 
@@ -334,28 +335,11 @@ def expected_variables(config, with_pretraining_heads=True):
     Returns:
       OrderedDict Google name -> shape (list of int).
     """
-    h, i = config["hidden_size"], config["intermediate_size"]
-    shapes = collections.OrderedDict()
-    shapes["bert/embeddings/word_embeddings"] = [config["vocab_size"], h]
-    shapes["bert/embeddings/token_type_embeddings"] = [config["type_vocab_size"], h]
-    shapes["bert/embeddings/position_embeddings"] = [config["max_position_embeddings"], h]
-    shapes["bert/embeddings/LayerNorm/beta"] = [h]
-    shapes["bert/embeddings/LayerNorm/gamma"] = [h]
-    for n in range(config["num_hidden_layers"]):
-        prefix = "bert/encoder/layer_%d/" % n
-        for name, (rows, cols) in (("attention/self/query", (h, h)),
-                                   ("attention/self/key", (h, h)),
-                                   ("attention/self/value", (h, h)),
-                                   ("attention/output/dense", (h, h)),
-                                   ("intermediate/dense", (h, i)),
-                                   ("output/dense", (i, h))):
-            shapes[prefix + name + "/kernel"] = [rows, cols]
-            shapes[prefix + name + "/bias"] = [cols]
-        for name in ("attention/output/LayerNorm", "output/LayerNorm"):
-            shapes[prefix + name + "/beta"] = [h]
-            shapes[prefix + name + "/gamma"] = [h]
-    shapes["bert/pooler/dense/kernel"] = [h, h]
-    shapes["bert/pooler/dense/bias"] = [h]
+    h = config["hidden_size"]
+    # The encoder's table is run_common's, which the scripts check checkpoints
+    # against; the same order (embeddings, layers, pooler).
+    shapes = collections.OrderedDict(run_common.bert_variable_shapes(
+        modeling.BertConfig.from_dict(config)))
     if with_pretraining_heads:
         shapes["cls/predictions/transform/dense/kernel"] = [h, h]
         shapes["cls/predictions/transform/dense/bias"] = [h]
