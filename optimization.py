@@ -14,6 +14,11 @@ Differences, all deliberate:
 * Resource variables are updated in place with TensorFlow's fused Adam kernel
   (bias correction disabled by passing beta powers of 0, which makes it the
   very same update), which saves several model-sized temporaries a step.
+  The weight decay runs after the backward pass, so the forward pass and the
+  gradient see the step's starting weights, as in the original, and no
+  variable is copied while a read of it is alive. The slots' zeros cannot be
+  constant-folded (see `_unfolded_zeros`). Together these lower BERT-Base's
+  peak training memory by about 0.4 GB.
 * ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
   of several micro-batches before one update.
 """
@@ -187,7 +192,7 @@ def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batch
         name = _variable_name(var.name)
         accumulators.append(tf.get_variable(
             name=name + "/grad_accum", shape=var.shape.as_list(), dtype=tf.float32,
-            trainable=False, initializer=tf.zeros_initializer(),
+            trainable=False, initializer=_unfolded_zeros,
             collections=[tf.GraphKeys.GLOBAL_VARIABLES]))
     micro_step = tf.get_variable(
         "gradient_accumulation/micro_step", shape=[], dtype=tf.int64, trainable=False,
@@ -220,6 +225,21 @@ def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batch
         with tf.control_dependencies([step_op]):
             ops.append(loss_scale_manager.update(finite))
     return tf.group(*ops, name="train_op")
+
+
+def _unfolded_zeros(shape, dtype=tf.float32, partition_info=None):
+    """Initializer: zeros that Grappler cannot turn into a constant.
+
+    Constant folding replaces `tf.zeros_initializer`'s Fill by a Const node
+    in the initialization graph; the session keeps that graph's executor, so
+    the Const keeps its buffer for the session's lifetime, and the variables
+    it initialized share it until their first update copies them away: one
+    dead model-sized buffer per zero-initialized variable (0.34 GB of the
+    Adam slots at BERT-Base size). Filling from a PlaceholderWithDefault,
+    which is never folded, gives the same zeros without that Const.
+    """
+    del partition_info  # Unused; part of the initializer signature.
+    return tf.fill(shape, tf.placeholder_with_default(tf.constant(0, dtype), []))
 
 
 def _variable_name(param_name):
@@ -272,7 +292,7 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         for var in var_list:
             for slot_name in ("m", "v"):
                 self._get_or_make_slot_with_initializer(
-                    var, tf.zeros_initializer(), var.shape, tf.float32, slot_name,
+                    var, _unfolded_zeros, var.shape, tf.float32, slot_name,
                     "adam_" + slot_name)
 
     def _prepare(self):
@@ -290,8 +310,20 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         v = self.get_slot(var, "v")
         deps = []
         if self._do_use_weight_decay(self._get_variable_name(var.name)):
-            deps.append(var.assign_sub(self._lr_t * self.weight_decay_rate * var,
-                                       read_value=False))
+            # p -= (lr * wd) * p in one kernel (one transient copy of p, as
+            # `delta` reads it), run only once `grad` exists. `grad` is
+            # clipped by the global norm, so that is after the whole
+            # backward pass, when no forward or backward op holds a read of
+            # p any more. An update while such a read is alive makes
+            # TensorFlow copy the variable (copy-on-write) and keep both
+            # buffers until the read dies: a decay free to run at the start
+            # of the step did so for every decayed weight (0.43 GB at
+            # BERT-Base size, alive all step), and let the forward pass see
+            # decayed weights.
+            with tf.control_dependencies([grad]):
+                deps.append(tf.raw_ops.ResourceApplyGradientDescent(
+                    var=var.handle, alpha=self._lr_t * self.weight_decay_rate,
+                    delta=var.read_value(), use_locking=False))
         with tf.control_dependencies(deps):
             return tf.raw_ops.ResourceApplyAdam(
                 var=var.handle, m=m.handle, v=v.handle,
