@@ -44,6 +44,7 @@ import array
 import dataclasses
 import glob
 import hashlib
+import math
 import multiprocessing
 import os
 import random
@@ -931,6 +932,31 @@ class _ShuffleBuffer:
         self._buffer = []
 
 
+def _cpu_count():
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _shard_estimate(total_mb, shard_mb):
+    """About how many shards `total_mb` of text makes (at least 1)."""
+    return max(1, int(math.ceil(total_mb / shard_mb)))
+
+
+def _worker_count(requested, total_mb, shard_mb):
+    """Worker processes worth starting: no more than there are shards to
+    process or CPUs to run them; 1 means in this process, with no pool.
+
+    The sharded output does not depend on the number of workers, so this
+    only saves the cost of processes that would have nothing to do (or
+    would share a CPU): on a 0.3 MB input a pool of 4 costs 4 process starts
+    for one shard.
+    """
+    return max(1, min(requested, _shard_estimate(total_mb, shard_mb), _cpu_count()))
+
+
 def _run_sharded_mode(input_files, vocab, writer, shard_mb):
     config = {
         "vocab_file": FLAGS.vocab_file, "do_lower_case": FLAGS.do_lower_case,
@@ -960,7 +986,12 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         totals["shards"] += 1
         progress.update(count=totals["text"] / 1e6)
 
-    num_workers = FLAGS.num_workers
+    num_workers = _worker_count(FLAGS.num_workers, progress.total, shard_mb)
+    if num_workers != FLAGS.num_workers:
+        logging.info("Using %d worker process(es) instead of --num_workers=%d: about %d "
+                     "shard(s) of %g MB on %d CPU(s); the output is the same",
+                     num_workers, FLAGS.num_workers, _shard_estimate(progress.total, shard_mb),
+                     shard_mb, _cpu_count())
     _init_worker(config, vocab)
     if num_workers <= 1:
         for index, lines in enumerate(shards):

@@ -19,11 +19,20 @@ training step counts 3x the forward (backward = 2x forward); the embedding
 lookups, softmax/LayerNorm/GELU element-wise work and the optimizer update are
 not counted (they are a few percent).
 
-`--implementations=ours,original` also measures Google's original
-modeling.py and optimization.py (bert-tensorflow 1.0.4, with its tf.contrib
-layer_norm replaced by the same computation, see tests/reference.py;
-TensorFlow 2.15 only), alternating with this project's, `--repeats` times
-each; the table then gives the median over the repeats.
+`--implementations` lists what to measure, alternating, `--repeats` children
+each; the table gives the median and the min-max over the repeats:
+  ours       this repository's modeling.py and optimization.py.
+  original   Google's original modeling.py and optimization.py
+             (bert-tensorflow 1.0.4, its tf.contrib layer_norm replaced by the
+             same computation, see tests/reference.py; TensorFlow 2.15 only).
+  hf         Hugging Face transformers' BertModel in PyTorch (tanh GELU as in
+             BERT, the library's default attention; training with
+             BertForSequenceClassification, torch.optim.AdamW with weight
+             decay 0.01 and gradient clipping to norm 1.0), needs
+             benchmarks/requirements-hf.txt.
+`NAME@PYTHON` runs that implementation's children with another interpreter,
+for example `ours@.venv-tf2.21/bin/python` next to `ours` on TensorFlow 2.15,
+or `hf@/path/to/torch-env/bin/python`.
 """
 
 import json
@@ -53,7 +62,9 @@ flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
 flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
 flags.DEFINE_integer("steps", 3, "Timed steps per measurement (after 1 warm-up).")
 flags.DEFINE_integer("matmul_steps", 5, "Timed runs of the reference matmul.")
-flags.DEFINE_list("implementations", "ours", "ours and/or original (Google's code).")
+flags.DEFINE_list("implementations", "ours",
+                  "ours, original (Google's code), hf (Hugging Face PyTorch), each "
+                  "optionally NAME@PYTHON to run it with that interpreter.")
 flags.DEFINE_integer("repeats", 1, "Children per implementation and mode (alternating).")
 flags.DEFINE_string("implementation", "ours", "Internal: the implementation a child measures.")
 flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
@@ -87,6 +98,18 @@ def _median_time(fn, steps):
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return statistics.median(walls), statistics.median(cpus) / FLAGS.threads
+
+
+def _step_result(mode, batch, seconds, cpu_seconds):
+    """The per-step figures every implementation reports."""
+    flops = model_flops(batch, FLAGS.seq_length, FLAGS.layers, FLAGS.hidden_size,
+                        FLAGS.intermediate_size)
+    if mode == "train":
+        flops *= 3
+    return {"mode": mode, "batch": batch, "seconds_per_step": seconds,
+            "cpu_seconds_per_example": cpu_seconds / batch,
+            "examples_per_second": batch / seconds, "gflops": flops / seconds / 1e9,
+            "cpu_gflops": flops / cpu_seconds / 1e9}
 
 
 def measure_matmul():
@@ -153,21 +176,92 @@ def measure_model(mode):
         with tf.Session(config=_session_config()) as sess:
             sess.run(tf.global_variables_initializer())
             seconds, cpu_seconds = _median_time(lambda: sess.run(fetch, feed), FLAGS.steps)
-    flops = model_flops(batch, seq, FLAGS.layers, FLAGS.hidden_size, FLAGS.intermediate_size)
-    if mode == "train":
-        flops *= 3
-    return {"mode": mode, "batch": batch, "seconds_per_step": seconds,
-            "examples_per_second": batch / seconds, "gflops": flops / seconds / 1e9,
-            "cpu_gflops": flops / cpu_seconds / 1e9}
+    result = _step_result(mode, batch, seconds, cpu_seconds)
+    result["runtime"] = "TF " + tf.__version__
+    return result
+
+
+def _torch_threads():
+    import torch
+    torch.set_num_threads(FLAGS.threads)
+    try:
+        torch.set_num_interop_threads(FLAGS.threads)
+    except RuntimeError:  # Already set in this process.
+        pass
+    return torch
+
+
+def measure_hf_matmul():
+    """As `measure_matmul`, with torch."""
+    torch = _torch_threads()
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(2048, 768, generator=generator)
+    b = torch.randn(768, 3072, generator=generator)
+    with torch.inference_mode():
+        wall, cpu = _median_time(lambda: torch.matmul(a, b), FLAGS.matmul_steps)
+    flops = 2.0 * 2048 * 768 * 3072
+    return flops / wall / 1e9, flops / cpu / 1e9
+
+
+def measure_hf_model(mode):
+    """As `measure_model`, with Hugging Face transformers' BERT in PyTorch."""
+    import numpy as np
+    import transformers
+    torch = _torch_threads()
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,
+        num_hidden_layers=FLAGS.layers, num_attention_heads=FLAGS.num_attention_heads,
+        intermediate_size=FLAGS.intermediate_size, hidden_act="gelu_new",
+        max_position_embeddings=512, type_vocab_size=2, num_labels=2)
+    batch = FLAGS.forward_batch_size if mode == "forward" else FLAGS.train_batch_size
+    seq = FLAGS.seq_length
+    rng = np.random.RandomState(0)
+    ids = torch.from_numpy(rng.randint(0, FLAGS.vocab_size, (batch, seq)).astype(np.int64))
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    segments = torch.zeros(batch, seq, dtype=torch.int64)
+    if mode == "forward":
+        model = transformers.BertModel(config, add_pooling_layer=False).eval()
+
+        def step():
+            with torch.inference_mode():
+                model(input_ids=ids, attention_mask=mask, token_type_ids=segments)
+    else:
+        model = transformers.BertForSequenceClassification(config).train()
+        labels = torch.from_numpy(rng.randint(0, 2, batch).astype(np.int64))
+        decay = [p for n, p in model.named_parameters()
+                 if not any(k in n for k in ("bias", "LayerNorm"))]
+        no_decay = [p for n, p in model.named_parameters()
+                    if any(k in n for k in ("bias", "LayerNorm"))]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=2e-5, eps=1e-6)
+
+        def step():
+            loss = model(input_ids=ids, attention_mask=mask, token_type_ids=segments,
+                         labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    seconds, cpu_seconds = _median_time(step, FLAGS.steps)
+    result = _step_result(mode, batch, seconds, cpu_seconds)
+    result["runtime"] = "PyTorch %s, transformers %s" % (
+        torch.__version__.split("+")[0], transformers.__version__)
+    return result
 
 
 def run_child(mode):
     """Measures matmul + `mode` in this process and prints one JSON line."""
     # The matmul is timed before and after the model; the better of the two
     # is the reference (less disturbed by other jobs).
-    before = measure_matmul()
-    result = measure_model(mode)
-    after = measure_matmul()
+    if FLAGS.implementation == "hf":
+        matmul, model = measure_hf_matmul, measure_hf_model
+    else:
+        matmul, model = measure_matmul, measure_model
+    before = matmul()
+    result = model(mode)
+    after = matmul()
     result["matmul_gflops"] = max(before[0], after[0])
     result["matmul_cpu_gflops"] = max(before[1], after[1])
     result["fraction_of_matmul"] = result["gflops"] / result["matmul_gflops"]
@@ -177,44 +271,84 @@ def run_child(mode):
     print("RESULT " + json.dumps(result))
 
 
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def _load():
+    try:
+        return "%.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        return "unknown"
+
+
+def _spread(values, fmt):
+    """'median [min-max]' of `values` with the number format `fmt`."""
+    text = fmt % statistics.median(values)
+    if len(values) > 1:
+        text += (" [" + fmt + "-" + fmt + "]") % (min(values), max(values))
+    return text
+
+
 def main(argv):
     if FLAGS.mode != "all":
         run_child(FLAGS.mode)
         return
     del argv
+    implementations = []
+    for spec in FLAGS.implementations:
+        name, _, python = spec.partition("@")
+        if name not in ("ours", "original", "hf"):
+            raise SystemExit("--implementations: unknown %r (ours, original, hf)" % name)
+        implementations.append((spec, name, python or sys.executable))
     flag_args = [arg for arg in sys.argv[1:]
-                 if not arg.startswith(("--mode", "--implementation="))]
-    print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps" %
+                 if not arg.startswith(("--mode", "--implementation=", "--implementations"))]
+    print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps "
+          "after 1 warm-up per child, %d child(ren) per row, interleaved" %
           (FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
            FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.threads,
-           FLAGS.steps))
+           FLAGS.steps, FLAGS.repeats))
+    print("%s, %d CPUs; load average at start %s" % (_cpu_model(), os.cpu_count(), _load()))
+    sys.stdout.flush()
     runs = {}
     for mode in ("forward", "train"):
         for _ in range(FLAGS.repeats):
-            for implementation in FLAGS.implementations:
+            for spec, name, python in implementations:
                 out = subprocess.run(
-                    [sys.executable, os.path.abspath(__file__), "--mode=" + mode,
-                     "--implementation=" + implementation] + flag_args,
+                    [python, os.path.abspath(__file__), "--mode=" + mode,
+                     "--implementation=" + name] + flag_args,
                     capture_output=True, text=True, check=False)
                 lines = [line for line in out.stdout.splitlines()
                          if line.startswith("RESULT ")]
                 if out.returncode != 0 or not lines:
                     sys.stderr.write(out.stderr[-4000:])
                     raise SystemExit("measurement %r of %s failed (exit %d)"
-                                     % (mode, implementation, out.returncode))
-                runs.setdefault((mode, implementation), []).append(
+                                     % (mode, spec, out.returncode))
+                runs.setdefault((mode, spec), []).append(
                     json.loads(lines[-1][len("RESULT "):]))
-    print("%-8s %-9s %6s %9s %11s %9s %15s %9s %13s %13s" % (
-        "mode", "code", "batch", "s/step", "examples/s", "GFLOP/s", "matmul GFLOP/s",
-        "fraction", "CPU fraction", "peak RSS MiB"))
-    for (mode, implementation), results in runs.items():
-        def median(key):
-            return statistics.median(r[key] for r in results)
-        print("%-8s %-9s %6d %9.3f %11.2f %9.1f %15.1f %9.2f %13.2f %13.0f" % (
-            mode, implementation, results[0]["batch"], median("seconds_per_step"),
-            median("examples_per_second"), median("gflops"), median("matmul_gflops"),
-            median("fraction_of_matmul"), median("cpu_fraction_of_matmul"),
-            median("peak_rss_mib")))
+    print("load average at end %s" % _load())
+    print("%-8s %-44s %5s %21s %24s %8s %12s %22s" % (
+        "mode", "code", "batch", "s/step (wall)", "CPU s/example", "ex/s", "CPU fraction",
+        "peak RSS MiB"))
+    for (mode, spec), results in runs.items():
+        name = spec.partition("@")[0]
+        label = "%s (%s)" % (name, results[0].get("runtime", "?"))
+
+        def values(key):
+            return [r[key] for r in results]
+        print("%-8s %-44s %5d %21s %24s %8.2f %12.2f %22s" % (
+            mode, label, results[0]["batch"], _spread(values("seconds_per_step"), "%.2f"),
+            _spread(values("cpu_seconds_per_example"), "%.4f"),
+            statistics.median(values("examples_per_second")),
+            statistics.median(values("cpu_fraction_of_matmul")),
+            _spread(values("peak_rss_mib"), "%.0f")))
 
 
 if __name__ == "__main__":

@@ -665,6 +665,17 @@ def test_sharded_mode_deterministic_and_independent_of_workers(tmp_path):
     assert abs(len(original) - len(records)) < 0.1 * len(records)
 
 
+def test_worker_count_is_capped_by_shards_and_cpus(monkeypatch):
+    monkeypatch.setattr(cpd, "_cpu_count", lambda: 4)
+    # (requested, MB of text, MB per shard) -> workers started.
+    assert cpd._worker_count(8, 0.3, 0.5) == 1     # one shard: no pool at all
+    assert cpd._worker_count(8, 1.2, 0.5) == 3     # three shards
+    assert cpd._worker_count(8, 100.0, 0.5) == 4   # as many as CPUs
+    assert cpd._worker_count(2, 100.0, 0.5) == 2   # never more than asked
+    assert cpd._worker_count(1, 100.0, 0.5) == 1
+    assert cpd._worker_count(3, 0.0, 0.5) == 1     # empty input: one shard at most
+
+
 def test_does_not_import_tensorflow(tmp_path):
     """Local files need no TensorFlow (its import alone is ~440 MB). Without
     it loaded, workers are forked; here (TensorFlow loaded) they are spawned:
