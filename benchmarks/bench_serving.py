@@ -15,6 +15,11 @@ times each variant in its own child process, interleaved over --rounds:
   session     the TensorFlow 1 way: loader.load into a Session, sess.run
               with a feed dict (what TF Serving-style wrappers around the
               original's exports do).
+  hf          for comparison, Hugging Face transformers'
+              BertForSequenceClassification in PyTorch with the same shape
+              (random weights, tanh GELU, eval mode, torch.inference_mode),
+              batch-1 [1, seq_length] requests with the same padding; run with
+              --hf_python, an interpreter with benchmarks/requirements-hf.txt.
 
 Each child sends --warmup requests, then --requests timed ones, and reports
 the median (p50), 99th percentile (p99) and mean latency in milliseconds;
@@ -46,6 +51,8 @@ flags.DEFINE_integer("requests", 100, "Timed requests per child.")
 flags.DEFINE_integer("warmup", 5, "Untimed requests first.")
 flags.DEFINE_integer("rounds", 3, "Children per variant, interleaved.")
 flags.DEFINE_list("variants", "signature,xla,session", "Variants to time.")
+flags.DEFINE_string("hf_python", sys.executable,
+                    "Interpreter for the hf variant (with torch and transformers).")
 flags.DEFINE_string("child", None, "Internal: 'variant:export_dir' to time in this process.")
 
 
@@ -97,14 +104,53 @@ def _request(seq_length, rng):
     return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
 
 
+def _latencies(call, requests):
+    """Calls `call` on each request; returns the timed ones' latencies in ms."""
+    latencies = []
+    for index, request in enumerate(requests):
+        start = time.perf_counter()
+        call(request)
+        if index >= FLAGS.warmup:
+            latencies.append((time.perf_counter() - start) * 1000.0)
+    return latencies
+
+
+def _run_hf_child(requests):
+    import torch
+    import transformers
+    torch.set_num_threads(FLAGS.threads)
+    torch.set_num_interop_threads(FLAGS.threads)
+    torch.manual_seed(0)
+    base = _base_config(FLAGS.layers)
+    config = transformers.BertConfig(
+        vocab_size=base["vocab_size"], hidden_size=base["hidden_size"],
+        num_hidden_layers=base["num_hidden_layers"],
+        num_attention_heads=base["num_attention_heads"],
+        intermediate_size=base["intermediate_size"], hidden_act="gelu_new",
+        max_position_embeddings=base["max_position_embeddings"],
+        type_vocab_size=base["type_vocab_size"], num_labels=2)
+    model = transformers.BertForSequenceClassification(config).eval()
+
+    def call(request):
+        with torch.inference_mode():
+            logits = model(input_ids=torch.from_numpy(request["input_ids"]).long(),
+                           attention_mask=torch.from_numpy(request["input_mask"]).long(),
+                           token_type_ids=torch.from_numpy(request["segment_ids"]).long()).logits
+            return torch.softmax(logits, -1).numpy()
+    return _latencies(call, requests)
+
+
 def run_child(spec):
     import numpy as np
-    import tensorflow as tf
     variant, export_dir = spec.split(":", 1)
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     rng = np.random.RandomState(0)
     requests = [_request(FLAGS.seq_length, rng) for _ in range(FLAGS.warmup + FLAGS.requests)]
+    if variant == "hf":
+        _report(_run_hf_child(requests))
+        return
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
 
     if variant == "session":
         tf1 = tf.compat.v1
@@ -127,13 +173,12 @@ def run_child(spec):
             return function(**{k: tf.constant(v) for k, v in request.items()})[
                 "probabilities"].numpy()
 
-    latencies = []
-    for index, request in enumerate(requests):
-        start = time.perf_counter()
-        call(request)
-        if index >= FLAGS.warmup:
-            latencies.append((time.perf_counter() - start) * 1000.0)
-    latencies.sort()
+    _report(_latencies(call, requests))
+
+
+def _report(latencies):
+    """Prints the RESULT line of a child."""
+    latencies = sorted(latencies)
     p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
     print("RESULT " + json.dumps({"p50": statistics.median(latencies), "p99": p99,
                                   "mean": statistics.mean(latencies)}))
@@ -141,7 +186,8 @@ def run_child(spec):
 
 def _measure(variant, export_dir):
     flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
-    out = subprocess.run([sys.executable, os.path.abspath(__file__),
+    python = FLAGS.hf_python if variant == "hf" else sys.executable
+    out = subprocess.run([python, os.path.abspath(__file__),
                           "--child=%s:%s" % (variant, export_dir)] + flag_args,
                          capture_output=True, text=True, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
