@@ -49,6 +49,8 @@ sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
 
+import bench_common  # noqa: E402
+
 FLAGS = flags.FLAGS
 
 flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
@@ -271,17 +273,6 @@ def run_child(mode):
     print("RESULT " + json.dumps(result))
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def _load():
     try:
         return "%.2f %.2f %.2f" % os.getloadavg()
@@ -315,7 +306,8 @@ def main(argv):
           (FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
            FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.threads,
            FLAGS.steps, FLAGS.repeats))
-    print("%s, %d CPUs; load average at start %s" % (_cpu_model(), os.cpu_count(), _load()))
+    print("%s, %d CPUs; load average at start %s"
+          % (bench_common.cpu_model(), os.cpu_count(), _load()))
     sys.stdout.flush()
     runs = {}
     for mode in ("forward", "train"):

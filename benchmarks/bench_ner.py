@@ -31,7 +31,6 @@ is installed, else one made from the synthetic words.
 """
 
 import os
-import platform
 import random
 import statistics
 import sys
@@ -43,6 +42,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
+
+import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -62,18 +63,6 @@ flags.DEFINE_integer("hidden_size", 256, "Hidden size of the timed model.")
 flags.DEFINE_integer("heads", 4, "Attention heads of the timed model.")
 flags.DEFINE_integer("intermediate_size", 1024, "Feed-forward size of the timed model.")
 flags.DEFINE_integer("num_labels", 9, "NER labels (CoNLL-2003: O + B/I x 4 types).")
-
-
-def cpu_model():
-    """The CPU's model name (from /proc/cpuinfo on Linux)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _default_vocab():
@@ -225,7 +214,7 @@ def time_training():
 
 
 def main(_):
-    print("CPU: %s (%d logical CPUs visible)" % (cpu_model(), os.cpu_count() or 0))
+    print("CPU: %s (%d logical CPUs visible)" % (bench_common.cpu_model(), os.cpu_count() or 0))
     with tempfile.TemporaryDirectory() as work_dir:
         vocab_file = FLAGS.vocab_file or _default_vocab()
         input_file = FLAGS.input_file

@@ -17,7 +17,6 @@ the median and min-max over the repeats, per example.
 
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -30,6 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
+
+import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runtimes", None, "Runners to compare (default: estimator,session where "
@@ -125,17 +126,6 @@ def _child(runtime_name):
         "tensorflow": tf.__version__, "runtime": runtime.RUNTIME}))
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _fmt(values, scale=1.0, digits=4):
     values = [v * scale for v in values]
     return "%.*f (%.*f-%.*f)" % (digits, statistics.median(values), digits, min(values),
@@ -166,7 +156,7 @@ def main(argv):
             results[name].append(json.loads(lines[0][len("RESULT "):]))
     load_after = os.getloadavg()
     print("CPU: %s, %d cores; load average %.1f before, %.1f after; %d threads" % (
-        _cpu_model(), os.cpu_count(), load_before[0], load_after[0], FLAGS.threads))
+        bench_common.cpu_model(), os.cpu_count(), load_before[0], load_after[0], FLAGS.threads))
     print("Model: %d layers, hidden %d, seq %d; train batch %d, predict batch %d; "
           "median (min-max) of %d children" % (
               FLAGS.layers, FLAGS.hidden_size, FLAGS.seq_length, FLAGS.train_batch_size,
