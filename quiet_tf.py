@@ -1,4 +1,18 @@
-"""Imports TensorFlow without its start-up noise on machines without a GPU.
+"""Imports TensorFlow for the scripts: on x86-64 Linux with oneDNN's CPU
+kernels, and without its start-up noise on machines without a GPU.
+
+oneDNN. TensorFlow's Linux x86-64 wheels carry two CPU back-ends for
+matmuls and a few other ops: Eigen, and Intel's oneDNN (with fusions such as
+matmul + bias + activation). TensorFlow turns oneDNN on by itself only on
+CPUs with AVX512_VNNI, AVX512_BF16 or AMX; on the others (AVX2-only CPUs)
+it uses Eigen, with which a BERT training step takes about a quarter longer
+and more memory (docs/performance.md). The choice is read once, when
+TensorFlow loads, from TF_ENABLE_ONEDNN_OPTS, so this module sets that
+variable to 1 before the import where it is unset, on x86-64 Linux only
+(where it was measured). Set TF_ENABLE_ONEDNN_OPTS=0 to keep Eigen. Results
+differ from Eigen's by float32 rounding, as they do between machines.
+
+Start-up noise.
 
 Importing TensorFlow makes its C++ side print lines that say nothing about
 the run: on TensorFlow 2.15 three error-level "Unable to register
@@ -18,12 +32,14 @@ else TensorFlow prints while importing is still seen. Lines printed after
 the import are not touched.
 
 The scripts import this module before TensorFlow (`import quiet_tf`); it
-does its work once, when first imported. Set BERT_TF_IMPORT_LOG=1 to see
+does its work once, when first imported, and cannot change anything once
+TensorFlow has been imported. Set BERT_TF_IMPORT_LOG=1 to see
 TensorFlow's start-up lines unfiltered.
 """
 
 import glob
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -53,8 +69,24 @@ def is_startup_noise(line):
     return _NOISE.search(line) is not None
 
 
+def use_onednn_by_default(environ=None, system=None, machine=None):
+    """Sets TF_ENABLE_ONEDNN_OPTS=1 in `environ` (default os.environ) where it
+    is unset and the machine is x86-64 Linux; returns the value in effect
+    (None where it stays unset)."""
+    environ = os.environ if environ is None else environ
+    system = sys.platform if system is None else system
+    machine = platform.machine() if machine is None else machine
+    if ("TF_ENABLE_ONEDNN_OPTS" not in environ and system.startswith("linux")
+            and machine.lower() in ("x86_64", "amd64")):
+        environ["TF_ENABLE_ONEDNN_OPTS"] = "1"
+    return environ.get("TF_ENABLE_ONEDNN_OPTS")
+
+
 def _import_quietly():
-    if "tensorflow" in sys.modules or os.environ.get("BERT_TF_IMPORT_LOG") == "1":
+    if "tensorflow" in sys.modules:
+        return
+    use_onednn_by_default()
+    if os.environ.get("BERT_TF_IMPORT_LOG") == "1":
         return
     try:
         sys.stderr.flush()

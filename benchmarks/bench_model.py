@@ -6,8 +6,8 @@ process with the same thread count.
     python benchmarks/bench_model.py --threads=2 --layers=4 --steps=3   # quicker
 
 Each measurement (forward, train) runs in its own child process, which first
-times a [2048, 768] x [768, 3072] float32 tf.matmul (the shape of BERT-Base's
-feed-forward layer at 16 x 128 tokens), then the model. Printed per
+times a dense float32 matmul (`--matmul_shape`, by default 2048 x 2048 x
+2048), then the model, then the matmul again. Printed per
 measurement: examples/s, achieved GFLOP/s, that rate as a fraction of the
 matmul's (by wall time, and by process CPU time per thread, which is the
 reliable one on a machine shared with other jobs), and the child's peak
@@ -33,6 +33,14 @@ each; the table gives the median and the min-max over the repeats:
 `NAME@PYTHON` runs that implementation's children with another interpreter,
 for example `ours@.venv-tf2.21/bin/python` next to `ours` on TensorFlow 2.15,
 or `hf@/path/to/torch-env/bin/python`.
+
+TensorFlow's CPU back-end: `ours` imports TensorFlow the way the scripts do
+(`quiet_tf`, which turns oneDNN on for x86-64 Linux unless
+TF_ENABLE_ONEDNN_OPTS is set), `original` gets TensorFlow's own default, as
+Google's scripts do. `NAME+onednn` or `NAME-onednn` sets
+TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
+`original+onednn` to compare both on the same back-end. The table names the
+back-end each row ran on.
 """
 
 import json
@@ -64,6 +72,8 @@ flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
 flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
 flags.DEFINE_integer("steps", 3, "Timed steps per measurement (after 1 warm-up).")
 flags.DEFINE_integer("matmul_steps", 5, "Timed runs of the reference matmul.")
+flags.DEFINE_list("matmul_shape", ["2048", "2048", "2048"],
+                  "M,K,N of the reference float32 matmul [M, K] x [K, N].")
 flags.DEFINE_list("implementations", "ours",
                   "ours, original (Google's code), hf (Hugging Face PyTorch), each "
                   "optionally NAME@PYTHON to run it with that interpreter.")
@@ -114,16 +124,17 @@ def _step_result(mode, batch, seconds, cpu_seconds):
             "cpu_gflops": flops / cpu_seconds / 1e9}
 
 
-# The reference matmul [M, K] x [K, N]: BERT-Base's feed-forward layer at
-# 16 x 128 tokens.
-MATMUL_SHAPE = (2048, 768, 3072)
+def matmul_shape():
+    """(M, K, N) of the reference matmul [M, K] x [K, N], from --matmul_shape."""
+    m, k, n = (int(v) for v in FLAGS.matmul_shape)
+    return m, k, n
 
 
 def measure_matmul():
-    """GFLOP/s of a dense float32 [2048, 768] x [768, 3072] matmul."""
+    """GFLOP/s (wall, CPU) of a dense float32 [M, K] x [K, N] matmul."""
     import numpy as np
     import tensorflow.compat.v1 as tf
-    m, k, n = MATMUL_SHAPE
+    m, k, n = matmul_shape()
     with tf.Graph().as_default():
         a = tf.Variable(np.random.RandomState(0).normal(size=(m, k)).astype(np.float32))
         b = tf.Variable(np.random.RandomState(1).normal(size=(k, n)).astype(np.float32))
@@ -184,7 +195,9 @@ def measure_model(mode):
             sess.run(tf.global_variables_initializer())
             seconds, cpu_seconds = _median_time(lambda: sess.run(fetch, feed), FLAGS.steps)
     result = _step_result(mode, batch, seconds, cpu_seconds)
-    result["runtime"] = "TF " + tf.__version__
+    from tensorflow.python.util import _pywrap_util_port
+    result["runtime"] = "TF %s, %s" % (tf.__version__, "oneDNN" if _pywrap_util_port.IsMklEnabled()
+                                       else "Eigen")
     return result
 
 
@@ -202,7 +215,7 @@ def measure_hf_matmul():
     """As `measure_matmul`, with torch."""
     torch = _torch_threads()
     generator = torch.Generator().manual_seed(0)
-    m, k, n = MATMUL_SHAPE
+    m, k, n = matmul_shape()
     a = torch.randn(m, k, generator=generator)
     b = torch.randn(k, n, generator=generator)
     with torch.inference_mode():
@@ -266,6 +279,8 @@ def run_child(mode):
     if FLAGS.implementation == "hf":
         matmul, model = measure_hf_matmul, measure_hf_model
     else:
+        if FLAGS.implementation == "ours":
+            import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
         matmul, model = measure_matmul, measure_model
     before = matmul()
     result = model(mode)
@@ -302,27 +317,34 @@ def main(argv):
     implementations = []
     for spec in FLAGS.implementations:
         name, _, python = spec.partition("@")
+        env = dict(os.environ)
+        for suffix, value in (("+onednn", "1"), ("-onednn", "0")):
+            if name.endswith(suffix):
+                name = name[:-len(suffix)]
+                env["TF_ENABLE_ONEDNN_OPTS"] = value
         if name not in ("ours", "original", "hf"):
-            raise SystemExit("--implementations: unknown %r (ours, original, hf)" % name)
-        implementations.append((spec, name, python or sys.executable))
+            raise SystemExit("--implementations: unknown %r (ours, original, hf, each "
+                             "optionally +onednn or -onednn)" % name)
+        implementations.append((spec, name, python or sys.executable, env))
     flag_args = [arg for arg in sys.argv[1:]
                  if not arg.startswith(("--mode", "--implementation=", "--implementations"))]
     print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps "
-          "after 1 warm-up per child, %d child(ren) per row, interleaved" %
-          (FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
-           FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.threads,
-           FLAGS.steps, FLAGS.repeats))
+          "after 1 warm-up per child, %d child(ren) per row, interleaved; reference "
+          "matmul %dx%dx%d" %
+          ((FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
+            FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.threads,
+            FLAGS.steps, FLAGS.repeats) + matmul_shape()))
     print("%s, %d CPUs; load average at start %s"
           % (bench_common.cpu_model(), os.cpu_count(), _load()))
     sys.stdout.flush()
     runs = {}
     for mode in ("forward", "train"):
         for _ in range(FLAGS.repeats):
-            for spec, name, python in implementations:
+            for spec, name, python, env in implementations:
                 out = subprocess.run(
                     [python, os.path.abspath(__file__), "--mode=" + mode,
                      "--implementation=" + name] + flag_args,
-                    capture_output=True, text=True, check=False)
+                    capture_output=True, text=True, check=False, env=env)
                 lines = [line for line in out.stdout.splitlines()
                          if line.startswith("RESULT ")]
                 if out.returncode != 0 or not lines:

@@ -159,6 +159,8 @@ def time_conversion(input_file, vocab_file, work_dir):
 
 def time_training():
     import numpy as np
+
+    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
     import modeling

@@ -54,6 +54,8 @@ flags.DEFINE_string("child", None, "Internal: run one measurement with this runn
 def _child(runtime_name):
     os.environ["BERT_RUNTIME"] = runtime_name
     import numpy as np
+
+    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
     import modeling

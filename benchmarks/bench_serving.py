@@ -65,6 +65,7 @@ def _base_config(layers):
 
 def export(workdir):
     """Writes (or takes) a checkpoint and exports it; returns the SavedModel dir."""
+    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
     import modeling
@@ -148,6 +149,7 @@ def run_child(spec):
     if variant == "hf":
         _report(_run_hf_child(requests))
         return
+    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)

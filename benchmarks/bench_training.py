@@ -34,6 +34,11 @@ Configurations (comma-separated in --configs):
              tf.contrib layer_norm replaced by the same computation
              (tests/reference.py); TensorFlow 2.15 only (it needs tf.layers).
 
+TensorFlow is imported as the scripts import it (`quiet_tf`, with its CPU
+back-end choice: oneDNN on x86-64 Linux unless TF_ENABLE_ONEDNN_OPTS says
+otherwise); `original` gets TensorFlow's own default, as Google's scripts
+do. The last column names the back-end each child ran on.
+
 `--code_dir` imports modeling/optimization/... from another checkout (for
 example an older commit exported with `git worktree` or `git archive`), so a
 before/after comparison can run in the same invocation with
@@ -223,7 +228,13 @@ def run_child(spec):
         import ctypes
         ctypes.CDLL("libc.so.6").mallopt(-3, FLAGS.malloc_mmap_threshold)  # M_MMAP_THRESHOLD
     sys.path.insert(0, os.path.abspath(FLAGS.code_dir))
+    if config_name != "original" and os.path.exists(
+            os.path.join(FLAGS.code_dir, "quiet_tf.py")):
+        # TensorFlow as that checkout's scripts import it (its CPU back-end
+        # choice included); the original gets TensorFlow's own default.
+        import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
+    from tensorflow.python.util import _pywrap_util_port
 
     batch = FLAGS.batch_size // accum
     with tf.Graph().as_default():
@@ -253,7 +264,8 @@ def run_child(spec):
               "cpu_seconds_per_update": cpu,
               "examples_per_second": FLAGS.batch_size / wall,
               "cpu_examples_per_second": FLAGS.batch_size / cpu,
-              "walls": walls, "peak_rss_mib": _peak_rss_mib()}
+              "walls": walls, "peak_rss_mib": _peak_rss_mib(),
+              "backend": "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"}
     print("RESULT " + json.dumps(result))
 
 
@@ -287,9 +299,9 @@ def main(argv):
           (FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
            FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.batch_size,
            FLAGS.threads, FLAGS.steps, FLAGS.malloc_mmap_threshold or "glibc default"))
-    print("%-9s %-15s %-7s %9s %11s %12s %13s %13s" % (
+    print("%-9s %-15s %-7s %9s %11s %12s %13s %13s  %s" % (
         "head", "config", "code", "s/update", "examples/s", "CPU-time ex/s",
-        "peak RSS MiB", "vs fp32"))
+        "peak RSS MiB", "vs fp32", "CPU back-end"))
     sys.stdout.flush()
     codes = [("after", FLAGS.code_dir)]
     if FLAGS.compare_code_dir:
@@ -306,9 +318,10 @@ def main(argv):
                     baseline[label] = r["examples_per_second"]
                 ratio = (r["examples_per_second"] / baseline[label]
                          if label in baseline else float("nan"))
-                print("%-9s %-15s %-7s %9.2f %11.2f %12.2f %13.0f %12.2fx" % (
+                print("%-9s %-15s %-7s %9.2f %11.2f %12.2f %13.0f %12.2fx  %s" % (
                     head, name, label, r["seconds_per_update"], r["examples_per_second"],
-                    r["cpu_examples_per_second"], r["peak_rss_mib"], ratio))
+                    r["cpu_examples_per_second"], r["peak_rss_mib"], ratio,
+                    r.get("backend", "?")))
                 sys.stdout.flush()
 
 

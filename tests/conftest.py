@@ -1,4 +1,5 @@
-"""Shared pytest setup: the repository root on sys.path, quiet TensorFlow, and
+"""Shared pytest setup: the repository root on sys.path, TensorFlow imported
+as the scripts import it (quiet, on the same CPU back-end), and
 failure reports that show the assertion and the end of the captured output
 rather than hundreds of lines of TensorFlow log."""
 
@@ -15,6 +16,10 @@ if ROOT not in sys.path:
 TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
+
+# TensorFlow as the scripts import it, before any test module imports it:
+# the in-process tests then run on the CPU back-end the scripts choose.
+import quiet_tf  # noqa: E402, F401
 
 # Captured output kept in a failure report: the last lines of each section.
 REPORT_TAIL_LINES = 40

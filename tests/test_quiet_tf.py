@@ -101,3 +101,55 @@ def test_real_tensorflow_import_is_quiet():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("environ, system, machine, expected", [
+    ({}, "linux", "x86_64", "1"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "linux", "x86_64", "0"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "1"}, "linux", "aarch64", "1"),
+    ({}, "linux", "aarch64", None),
+    ({}, "darwin", "x86_64", None),
+    ({}, "win32", "AMD64", None),
+])
+def test_onednn_is_the_default_only_on_x86_64_linux(environ, system, machine, expected):
+    assert quiet_tf.use_onednn_by_default(environ, system, machine) == expected
+    assert environ.get("TF_ENABLE_ONEDNN_OPTS") == expected
+
+
+def test_onednn_choice_is_made_before_tensorflow_loads(tmp_path):
+    """The stand-in TensorFlow sees the variable at its import: set by
+    quiet_tf where unset (on x86-64 Linux), and an explicit 0 kept."""
+    package = tmp_path / "tensorflow"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import os\n"
+        "print('seen', os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n"
+        "class config:\n"
+        "    @staticmethod\n"
+        "    def list_physical_devices(kind):\n"
+        "        return []\n")
+    code = "import sys; sys.path[:0] = [%r, %r]; import quiet_tf" % (str(tmp_path), ROOT)
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    expected = quiet_tf.use_onednn_by_default({})
+    for extra, seen in (({}, expected), ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "0")):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(env, **extra), timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["seen", str(seen)]
+
+
+@pytest.mark.slow
+def test_real_tensorflow_runs_onednn_on_x86_64_linux():
+    """Imported through quiet_tf, this environment's TensorFlow has its
+    oneDNN kernels on where quiet_tf chooses them, and off when asked."""
+    if quiet_tf.use_onednn_by_default({}) is None:
+        pytest.skip("oneDNN is left to TensorFlow's own choice on this platform")
+    code = ("import sys; sys.path.insert(0, %r); import quiet_tf, tensorflow; "
+            "from tensorflow.python.util import _pywrap_util_port; "
+            "print(_pywrap_util_port.IsMklEnabled())" % ROOT)
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    for extra, enabled in (({}, "True"), ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "False")):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(env, **extra), timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split()[-1] == enabled
