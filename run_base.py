@@ -169,11 +169,11 @@ _SHARED_FLAGS = {
         ["none", "mirrored", "multi_worker_mirrored"]),
     "limit_memory_fragmentation": (
         flags.DEFINE_bool, False,
-        "CPU training: make glibc's malloc return large freed blocks to the "
-        "system at once (mmap threshold 128 KiB), which lowers peak resident "
-        "memory of a BERT-Base training step by about 1 GiB; costs speed: the "
-        "kernel zeroes fresh pages for every large tensor (measured 1.15-1.5x "
-        "the CPU time per step)."),
+        "CPU training: return large freed tensors to the system at once "
+        "(glibc mmap threshold 128 KiB; on oneDNN, TensorFlow's tensors from "
+        "malloc instead of its own pool), which lowers the peak resident memory "
+        "of a training step; costs speed, since the kernel zeroes fresh pages "
+        "for every large tensor (figures in docs/performance.md)."),
     "log_every_seconds": (
         flags.DEFINE_integer, 30,
         "Seconds of wall time between two progress lines (training: step, loss, "

@@ -78,9 +78,10 @@ flags.DEFINE_string("compare_code_dir", None,
                     "If set, every measurement also runs with the code from this "
                     "directory (labelled 'before'), interleaved, in the same run.")
 flags.DEFINE_integer("malloc_mmap_threshold", 131072,
-                     "If > 0, glibc mallopt(M_MMAP_THRESHOLD) in each child before "
-                     "TensorFlow starts, as recompute.limit_memory_fragmentation() does; "
-                     "0 keeps glibc's default (dynamic) threshold.")
+                     "If > 0, glibc mallopt(M_MMAP_THRESHOLD) and "
+                     "TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 in each child before TensorFlow "
+                     "starts, as recompute.limit_memory_fragmentation() does; 0 keeps "
+                     "glibc's default (dynamic) threshold and TensorFlow's allocator.")
 flags.DEFINE_integer("child_timeout", 900, "Seconds allowed per measurement.")
 flags.DEFINE_string("child", None, "Internal: 'head:config' to measure in this process.")
 
@@ -227,6 +228,8 @@ def run_child(spec):
         # (--compare_code_dir) can be measured with the same allocator setting.
         import ctypes
         ctypes.CDLL("libc.so.6").mallopt(-3, FLAGS.malloc_mmap_threshold)  # M_MMAP_THRESHOLD
+        # As the flag does: on oneDNN, large tensors from malloc, not a pool.
+        os.environ["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"] = "1"
     sys.path.insert(0, os.path.abspath(FLAGS.code_dir))
     if config_name != "original" and os.path.exists(
             os.path.join(FLAGS.code_dir, "quiet_tf.py")):
