@@ -253,23 +253,16 @@ def test_weight_decay_uses_the_weights_the_gradient_was_computed_at():
 # are alive). Prints the bytes glibc has mapped with mmap after 3 updates of
 # a 64 MiB variable, less those before the initialisation.
 _SLOT_MEMORY_CHILD = """
-import ctypes, sys
-sys.path.insert(0, %r)
+import sys
+sys.path[:0] = [%r, %r]
 import tensorflow.compat.v1 as tf
 import optimization
+from malloc_stats import mmapped_bytes
 tf.disable_eager_execution()
 
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-        "uordblks", "fordblks", "keepcost")]
-
-try:
-    mallinfo = ctypes.CDLL("libc.so.6").mallinfo2
-except (OSError, AttributeError):
+if mmapped_bytes() is None:
     print("no mallinfo2")
     sys.exit(0)
-mallinfo.restype = MallInfo2
 with tf.Graph().as_default(), tf.Session() as sess:
     # (A random initializer: a constant one would be folded as well.)
     w = tf.get_variable("w", [4096, 4096],
@@ -278,11 +271,11 @@ with tf.Graph().as_default(), tf.Session() as sess:
     loss = tf.reduce_sum(tf.matmul(x, w))
     opt = optimization.AdamWeightDecayOptimizer(1e-3, weight_decay_rate=0.01)
     train_op = opt.apply_gradients([(tf.gradients(loss, [w])[0], w)])
-    before = mallinfo().hblkhd
+    before = mmapped_bytes()
     sess.run(tf.global_variables_initializer())
     for _ in range(3):
         sess.run(train_op)
-    print("grown", mallinfo().hblkhd - before)
+    print("grown", mmapped_bytes() - before)
 """
 
 
@@ -297,7 +290,8 @@ def test_adam_slots_leave_no_dead_model_sized_buffer():
     """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-c", _SLOT_MEMORY_CHILD % root],
+    proc = subprocess.run([sys.executable, "-c", _SLOT_MEMORY_CHILD
+                           % (root, os.path.join(root, "tests"))],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     if proc.stdout.strip() == "no mallinfo2":

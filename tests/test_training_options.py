@@ -244,28 +244,22 @@ def test_accumulation_resumes_exactly_from_a_mid_cycle_checkpoint(tmp_path):
 # create and free a 64 MiB tensor, less those before the first run; with
 # "flag", after recompute.limit_memory_fragmentation().
 _FRAGMENTATION_CHILD = """
-import ctypes, sys
-sys.path.insert(0, %r)
+import sys
+sys.path[:0] = [%r, %r]
 import quiet_tf
 import recompute
 import tensorflow.compat.v1 as tf
+from malloc_stats import mmapped_bytes
 tf.disable_eager_execution()
 
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-        "uordblks", "fordblks", "keepcost")]
-
-mallinfo = ctypes.CDLL("libc.so.6").mallinfo2
-mallinfo.restype = MallInfo2
 if sys.argv[1] == "flag":
     assert recompute.limit_memory_fragmentation()
 with tf.Graph().as_default(), tf.Session() as sess:
     total = tf.reduce_sum(tf.random.normal([4096, 4096]) * 2.0)
-    before = mallinfo().hblkhd
+    before = mmapped_bytes()
     for _ in range(3):
         sess.run(total)
-    print(mallinfo().hblkhd - before)
+    print(mmapped_bytes() - before)
 """
 
 
@@ -273,22 +267,23 @@ def test_limit_memory_fragmentation_returns_freed_tensors_on_onednn():
     """On oneDNN TensorFlow pools large tensors (the 64 MiB stays mapped
     after it is freed); with the flag they come from malloc and their
     mapping goes back to the system when freed."""
-    import ctypes
     import os
     import subprocess
     import sys
 
+    import malloc_stats
     import quiet_tf
     if quiet_tf.use_onednn_by_default({}) is None:
         pytest.skip("oneDNN is x86-64 Linux only here")
-    if not hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2"):
+    if malloc_stats.mmapped_bytes() is None:
         pytest.skip("needs glibc's mallinfo2")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"}
     env.update(TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="2")
     grown = {}
     for mode in ("plain", "flag"):
-        proc = subprocess.run([sys.executable, "-c", _FRAGMENTATION_CHILD % root, mode],
+        proc = subprocess.run([sys.executable, "-c", _FRAGMENTATION_CHILD
+                               % (root, os.path.join(root, "tests")), mode],
                               capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         grown[mode] = int(proc.stdout.split()[-1])
