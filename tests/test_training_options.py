@@ -82,6 +82,40 @@ def test_recompute_grad_gives_identical_gradients():
                                    err_msg=name)
 
 
+def _ancestors(op):
+    """Every op that `op` waits for: its data and control inputs, transitively."""
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen
+
+
+def test_recompute_grad_finishes_a_layer_before_recomputing_the_next():
+    """The recomputation of layer k-1 may start only once every weight
+    gradient of layer k exists; otherwise the executor may postpone those
+    gradients and keep layer k's temporaries alive meanwhile."""
+    with tf.Graph().as_default() as graph:
+        _, _, loss = _build(True, recompute=True, seed=[3, 4])
+        tvars = tf.trainable_variables()
+        grads = dict(zip([v.op.name for v in tvars], tf.gradients(loss, tvars)))
+        for k in range(1, CONFIG.num_hidden_layers):
+            upper = [g.op for name, g in grads.items()
+                     if name.startswith("bert/encoder/layer_%d/" % k)]
+            assert len(upper) == 16  # 6 kernels, 6 biases, 2 LayerNorms x 2.
+            prefix = "gradients/bert/encoder/layer_%d/IdentityN_grad/" % (k - 1)
+            recomputed = [op for op in graph.get_operations()
+                          if op.name.startswith(prefix) and op.type == "MatMul"
+                          and "gradients" not in op.name[len(prefix):]]
+            assert len(recomputed) == 6  # query, key, value, output, intermediate, output.
+            for op in recomputed:
+                missing = set(upper) - _ancestors(op)
+                assert not missing, (op.name, sorted(m.name for m in missing))
+
+
 def test_recompute_grad_reuses_dropout_masks():
     """With dropout on, the recomputed backward pass must see the forward
     pass's masks: the gradient must match a finite difference of the loss
