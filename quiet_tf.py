@@ -31,12 +31,19 @@ start-up messages is written back to standard error, in order: anything
 else TensorFlow prints while importing is still seen. Lines printed after
 the import are not touched.
 
+The first XLA compilation of a process prints a few more lines, one of them
+error-level on TensorFlow 2.15 ("SetPriority unimplemented"), whatever
+TF_CPP_MIN_LOG_LEVEL says. The scripts compile their GELU with XLA, so
+before their first session they call `start_xla_quietly`, which compiles a
+one-element function with the same filtering.
+
 The scripts import this module before TensorFlow (`import quiet_tf`); it
 does its work once, when first imported, and cannot change anything once
 TensorFlow has been imported. Set BERT_TF_IMPORT_LOG=1 to see
 TensorFlow's start-up lines unfiltered.
 """
 
+import contextlib
 import glob
 import os
 import platform
@@ -82,37 +89,101 @@ def use_onednn_by_default(environ=None, system=None, machine=None):
     return environ.get("TF_ENABLE_ONEDNN_OPTS")
 
 
-def _import_quietly():
-    if "tensorflow" in sys.modules:
-        return
-    use_onednn_by_default()
-    if os.environ.get("BERT_TF_IMPORT_LOG") == "1":
-        return
+@contextlib.contextmanager
+def _stderr_without(is_noise):
+    """Runs the body with file descriptor 2 sent to a temporary file, then
+    writes back to standard error, in order, every captured line for which
+    `is_noise(line)` is false. Where descriptor 2 is unusable, the body runs
+    unfiltered."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError):  # No usable file descriptor 2.
-        import tensorflow  # noqa: F401
+        yield
         return
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow
-            if not _HAS_NVIDIA_DEVICE:
-                # The first look for devices tries to start CUDA, which on
-                # TensorFlow 2.16+ logs an error-level "failed call to
-                # cuInit" without a GPU: done here, that line is caught.
-                tensorflow.config.list_physical_devices("GPU")
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
             kept = [line for line in captured.read().decode("utf-8", "replace")
-                    .splitlines(keepends=True) if not is_startup_noise(line)]
+                    .splitlines(keepends=True) if not is_noise(line)]
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
+
+
+def _import_quietly():
+    if "tensorflow" in sys.modules:
+        return
+    use_onednn_by_default()
+    if os.environ.get("BERT_TF_IMPORT_LOG") == "1":
+        return
+    with _stderr_without(is_startup_noise):
+        import tensorflow
+        if not _HAS_NVIDIA_DEVICE:
+            # The first look for devices tries to start CUDA, which on
+            # TensorFlow 2.16+ logs an error-level "failed call to
+            # cuInit" without a GPU: done here, that line is caught.
+            tensorflow.config.list_physical_devices("GPU")
+
+
+# What XLA's CPU runtime prints when a process first compiles something
+# (TensorFlow 2.15 prints the last two even with TF_CPP_MIN_LOG_LEVEL=2).
+_XLA_START_NOISE = re.compile(
+    r"XLA service 0x[0-9a-f]+ initialized for platform Host"
+    r"|StreamExecutor (device \(0\)|\[0\]): Host"
+    r"|MLIR V1 optimization pass is not enabled"
+    r"|disabling MLIR crash reproducer"
+    r"|All log messages before absl::InitializeLog\(\) is called"
+    r"|Compiled cluster using XLA!"
+    r"|SetPriority unimplemented for this stream")
+
+
+def start_xla_quietly():
+    """Compiles and runs a one-element XLA function, with XLA's start-up
+    lines left out of standard error (the scripts' models compile their GELU
+    with XLA, see `modeling._use_fused_gelu`; those lines would otherwise
+    come at the first training step, one of them error-level).
+
+    It runs in a session with TensorFlow's default configuration. The first
+    session of a process fixes the size of TensorFlow's process-wide thread
+    pools, so call this only where later sessions use the default thread
+    counts too, as the scripts do.
+
+    Returns:
+      True if XLA compiled and ran the function, False if it failed (the
+      error is printed); the caller should then not use XLA.
+    """
+    import tensorflow as tf
+
+    try:
+        if os.environ.get("BERT_TF_IMPORT_LOG") == "1":
+            _run_one_xla_function(tf)
+        else:
+            with _stderr_without(_XLA_START_NOISE.search):
+                _run_one_xla_function(tf)
+        return True
+    except Exception as e:  # pylint: disable=broad-except
+        sys.stderr.write("XLA is not usable here (%s: %s); GELU runs as separate ops\n"
+                         % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+        return False
+
+
+def _run_one_xla_function(tf):
+    with tf.Graph().as_default():
+        # A placeholder of unknown length, so that Grappler cannot fold the
+        # call away, and a tanh: with less, TensorFlow 2.15 skips the
+        # compiler stage that prints the last start-up line.
+        x = tf.compat.v1.placeholder(tf.float32, [None])
+        function = tf.function(lambda value: value * tf.tanh(value), jit_compile=True,
+                               autograph=False)
+        with tf.compat.v1.Session() as session:
+            session.run(function(x), {x: [1.0]})
 
 
 _import_quietly()

@@ -238,6 +238,14 @@ def run_script(main):
         if _flag("limit_memory_fragmentation", False):
             import recompute
             recompute.limit_memory_fragmentation()
+        modeling = sys.modules.get("modeling")  # Imported by the scripts that build BERT.
+        if modeling is not None and modeling.fused_gelu_enabled():
+            # XLA's start-up lines, caught here instead of at the first step.
+            # (The scripts' sessions use TensorFlow's default thread counts,
+            # as this one does.) Without a working XLA, GELU stays unfused.
+            import quiet_tf
+            if not quiet_tf.start_xla_quietly():
+                os.environ[modeling.FUSED_GELU_VARIABLE] = "0"
         try:
             return main(argv)
         except InputError as e:

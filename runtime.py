@@ -31,6 +31,8 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import modeling
+
 
 class ConfigError(ValueError):
     """A run configuration that cannot work (the scripts report it as bad
@@ -321,6 +323,13 @@ def export_saved_model(model_fn, export_dir_base, serving_input_receiver_fn,
     Returns:
       The SavedModel's directory, as a str.
     """
+    with modeling.portable_gelu():  # A model server may lack XLA.
+        return _export(model_fn, export_dir_base, serving_input_receiver_fn,
+                       checkpoint_path, model_dir)
+
+
+def _export(model_fn, export_dir_base, serving_input_receiver_fn, checkpoint_path,
+            model_dir):
     if USE_ESTIMATOR:
         def estimator_model_fn(features, labels, mode, params):
             return model_fn(features, labels, mode, params).as_estimator_spec()

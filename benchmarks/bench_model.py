@@ -40,7 +40,8 @@ TF_ENABLE_ONEDNN_OPTS is set), `original` gets TensorFlow's own default, as
 Google's scripts do. `NAME+onednn` or `NAME-onednn` sets
 TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
-back-end each row ran on.
+back-end each row ran on. `ours-fusedgelu` sets BERT_FUSED_GELU=0: this
+repository's GELU as separate ops instead of XLA-compiled loops.
 """
 
 import json
@@ -198,6 +199,8 @@ def measure_model(mode):
     from tensorflow.python.util import _pywrap_util_port
     result["runtime"] = "TF %s, %s" % (tf.__version__, "oneDNN" if _pywrap_util_port.IsMklEnabled()
                                        else "Eigen")
+    if FLAGS.implementation == "ours":
+        result["runtime"] += ", GELU %s" % ("XLA" if modeling.fused_gelu_enabled() else "ops")
     return result
 
 
@@ -309,6 +312,12 @@ def _spread(values, fmt):
     return text
 
 
+# Implementation suffixes: the environment variable each sets for its children.
+_SUFFIXES = [("+onednn", "TF_ENABLE_ONEDNN_OPTS", "1"),
+             ("-onednn", "TF_ENABLE_ONEDNN_OPTS", "0"),
+             ("-fusedgelu", "BERT_FUSED_GELU", "0")]
+
+
 def main(argv):
     if FLAGS.mode != "all":
         run_child(FLAGS.mode)
@@ -318,13 +327,17 @@ def main(argv):
     for spec in FLAGS.implementations:
         name, _, python = spec.partition("@")
         env = dict(os.environ)
-        for suffix, value in (("+onednn", "1"), ("-onednn", "0")):
-            if name.endswith(suffix):
-                name = name[:-len(suffix)]
-                env["TF_ENABLE_ONEDNN_OPTS"] = value
+        stripped = True
+        while stripped:
+            stripped = False
+            for suffix, variable, value in _SUFFIXES:
+                if name.endswith(suffix):
+                    name = name[:-len(suffix)]
+                    env[variable] = value
+                    stripped = True
         if name not in ("ours", "original", "hf"):
             raise SystemExit("--implementations: unknown %r (ours, original, hf, each "
-                             "optionally +onednn or -onednn)" % name)
+                             "optionally +onednn, -onednn or -fusedgelu)" % name)
         implementations.append((spec, name, python or sys.executable, env))
     flag_args = [arg for arg in sys.argv[1:]
                  if not arg.startswith(("--mode", "--implementation=", "--implementations"))]

@@ -52,7 +52,20 @@ def _new_ops(graph, before):
     return set(graph.get_operations()) - before
 
 
-def test_gelu_gradient_matches_finite_differences():
+@pytest.fixture(params=["fused", "written_out"])
+def gelu_kind(request, monkeypatch):
+    """Runs a test with GELU as XLA-compiled loops and as separate ops."""
+    monkeypatch.setenv(modeling.FUSED_GELU_VARIABLE,
+                       "1" if request.param == "fused" else "0")
+    return request.param
+
+
+def _compiled_calls(ops):
+    return [op for op in ops if op.type == "PartitionedCall"
+            and op.get_attr("_XlaMustCompile")]
+
+
+def test_gelu_gradient_matches_finite_differences(gelu_kind):
     x = np.linspace(-6.0, 6.0, 241)
     weights = np.random.RandomState(0).randn(x.size)
     with tf.Graph().as_default():
@@ -65,7 +78,7 @@ def test_gelu_gradient_matches_finite_differences():
     np.testing.assert_allclose(grad_value, weights * np_gelu_slope(x), rtol=0, atol=1e-8)
 
 
-def test_gelu_backward_keeps_only_the_input():
+def test_gelu_backward_keeps_only_the_input(gelu_kind):
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
         before = set(graph.get_operations())
@@ -81,7 +94,7 @@ def test_gelu_backward_keeps_only_the_input():
         assert len(forward_tensors_read_by([plain_grad], forward)) >= 3
 
 
-def test_fused_gelu_dense_gradients_match_closed_form():
+def test_fused_gelu_dense_gradients_match_closed_form(gelu_kind):
     rng = np.random.RandomState(1)
     x = rng.randn(6, 5) * 2.0
     # The variables are float32: the reference uses the same rounded values.
@@ -105,7 +118,7 @@ def test_fused_gelu_dense_gradients_match_closed_form():
     np.testing.assert_allclose(d_x, (weights @ kernel.T) * np_gelu_slope(x), rtol=0, atol=1e-8)
 
 
-def test_fused_gelu_dense_backward_keeps_no_activation():
+def test_fused_gelu_dense_backward_keeps_no_activation(gelu_kind):
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
         before = set(graph.get_operations())
@@ -117,6 +130,77 @@ def test_fused_gelu_dense_backward_keeps_no_activation():
         # The kernel's value only: nothing of shape [8, 16] (the activation or
         # one of its intermediates).
         assert [t.shape.as_list() for t in read] == [[16, 4]]
+
+
+def test_gelu_as_compiled_loops_or_as_separate_ops(gelu_kind):
+    """Fused: the forward GELU is one XLA-compiled call and its backward
+    another, with no tanh left outside them; written out: no calls."""
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [8, 16])
+        y = modeling.gelu(x)
+        forward = set(graph.get_operations())
+        tf.gradients(y, [x], grad_ys=tf.ones_like(y))
+        backward = set(graph.get_operations()) - forward
+        if gelu_kind == "fused":
+            assert len(_compiled_calls(forward)) == len(_compiled_calls(backward)) == 1
+            assert not [op for op in graph.get_operations() if op.type == "Tanh"]
+        else:
+            assert not _compiled_calls(graph.get_operations())
+            assert [op.type for op in forward].count("Tanh") == 1
+        # Inside portable_gelu, always separate ops.
+        with modeling.portable_gelu():
+            before = set(graph.get_operations())
+            modeling.gelu(x)
+            assert not _compiled_calls(_new_ops(graph, before))
+
+
+def test_fused_gelu_never_inside_an_xla_context(monkeypatch):
+    """In an XLA context (a TPU computation) the ops stay separate: XLA
+    compiles them there anyway."""
+    from tensorflow.python.ops import control_flow_ops
+    monkeypatch.setenv(modeling.FUSED_GELU_VARIABLE, "1")
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [4])
+        context = control_flow_ops.XLAControlFlowContext()
+        context.Enter()
+        try:
+            assert not modeling.fused_gelu_enabled()
+            modeling.gelu(x)
+        finally:
+            context.Exit()
+        assert not _compiled_calls(graph.get_operations())
+        assert modeling.fused_gelu_enabled()
+
+
+def test_fused_gelu_by_default_where_no_gpu_is_visible(monkeypatch):
+    monkeypatch.delenv(modeling.FUSED_GELU_VARIABLE, raising=False)
+    with tf.Graph().as_default():
+        assert modeling.fused_gelu_enabled() == (not tf.config.list_physical_devices("GPU"))
+
+
+def test_fused_and_written_out_gelu_train_alike(monkeypatch):
+    """A small BERT's loss and gradients agree between the two GELUs to
+    float32 rounding."""
+    config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=24)
+    ids = np.random.RandomState(4).randint(0, 30, (3, 5))
+    results = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv(modeling.FUSED_GELU_VARIABLE, setting)
+        with tf.Graph().as_default():
+            tf.set_random_seed(5)
+            ids_t = tf.placeholder(tf.int32, [3, 5])
+            model = modeling.BertModel(config, is_training=False, input_ids=ids_t)
+            loss = tf.reduce_sum(tf.square(model.get_pooled_output()))
+            grads = [tf.convert_to_tensor(g)
+                     for g in tf.gradients(loss, tf.trainable_variables())]
+            assert bool(_compiled_calls(tf.get_default_graph().get_operations())) == (
+                setting == "1")
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                results[setting] = sess.run([loss] + grads, {ids_t: ids})
+    for fused, written_out in zip(*results.values()):
+        np.testing.assert_allclose(fused, written_out, rtol=2e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("seeded", [False, True])
@@ -161,14 +245,14 @@ def _bert_backward_reads(recompute_grad):
         return forward_tensors_read_by(grads, forward)
 
 
-def test_bert_backward_keeps_one_intermediate_tensor_per_layer():
+def test_bert_backward_keeps_one_intermediate_tensor_per_layer(gelu_kind):
     read = _bert_backward_reads(recompute_grad=False)
     intermediate = [t for t in read if t.shape.as_list() == [15, 24]]
     assert len(intermediate) == 2  # Each layer's pre-activation.
     assert all(t.op.name.endswith("intermediate/BiasAdd") for t in intermediate)
 
 
-def test_recomputed_bert_backward_keeps_no_intermediate_tensor():
+def test_recomputed_bert_backward_keeps_no_intermediate_tensor(gelu_kind):
     read = _bert_backward_reads(recompute_grad=True)
     assert not [t for t in read if 24 in t.shape.as_list()]
     assert not [t for t in read if t.shape.as_list() == [3, 2, 5, 5]]  # Attention.

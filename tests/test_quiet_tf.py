@@ -103,6 +103,45 @@ def test_real_tensorflow_import_is_quiet():
     assert proc.stderr == ""
 
 
+_XLA_SCRIPT = """
+import sys
+sys.path.insert(0, %r)
+import quiet_tf
+import numpy as np
+import tensorflow.compat.v1 as tf
+import modeling
+if sys.argv[1] == "warm":
+    assert quiet_tf.start_xla_quietly()
+with tf.Graph().as_default():
+    x = tf.placeholder(tf.float32, [None, 8])
+    y = modeling.gelu(x)
+    grad = tf.gradients(tf.reduce_sum(y), x)[0]
+    with tf.Session() as session:
+        session.run([y, grad], {x: np.ones((2, 8))})
+print("RAN")
+""" % ROOT
+
+
+@pytest.mark.slow
+def test_xla_start_up_lines_are_caught():
+    """A script's fused GELU at TensorFlow's default log level: after
+    start_xla_quietly, XLA's start-up lines (one error-level on TensorFlow
+    2.15) do not reach standard error; without it they come at the first
+    run."""
+    if quiet_tf._HAS_NVIDIA_DEVICE:
+        pytest.skip("this machine has an NVIDIA device: GELU is not fused by default")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "BERT_FUSED_GELU", "BERT_TF_IMPORT_LOG")}
+    stderr = {}
+    for mode in ("warm", "cold"):
+        proc = subprocess.run([sys.executable, "-c", _XLA_SCRIPT, mode], capture_output=True,
+                              text=True, timeout=300, env=env)
+        assert proc.returncode == 0 and "RAN" in proc.stdout, proc.stderr[-3000:]
+        stderr[mode] = proc.stderr
+    assert quiet_tf._XLA_START_NOISE.search(stderr["cold"]), stderr["cold"]
+    assert stderr["warm"] == "", stderr["warm"]
+
+
 @pytest.mark.parametrize("environ, system, machine, expected", [
     ({}, "linux", "x86_64", "1"),
     ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "linux", "x86_64", "0"),

@@ -712,6 +712,13 @@ def _run_saved_model(export_dir, features, output_name):
         feed = {signature.inputs[name].name: np.array([getattr(f, name) for f in features],
                                                       dtype=np.int32)
                 for name in ("input_ids", "input_mask", "segment_ids")}
+        graph_def = meta.graph_def
+        # Plain ops only (a model server may lack XLA), though training
+        # compiled its GELUs.
+        compiled = [node.name for node in graph_def.node if "_XlaMustCompile" in node.attr]
+        compiled += [function.signature.name for function in graph_def.library.function
+                     if "_XlaMustCompile" in function.attr]
+        assert not compiled, compiled
         return sess.run(signature.outputs[output_name].name, feed)
 
 
