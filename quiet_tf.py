@@ -147,7 +147,7 @@ _XLA_START_NOISE = re.compile(
 def start_xla_quietly():
     """Compiles and runs a one-element XLA function, with XLA's start-up
     lines left out of standard error (the scripts' models compile their GELU
-    with XLA, see `modeling._use_fused_gelu`; those lines would otherwise
+    with XLA, see `modeling.fused_gelu_enabled`; those lines would otherwise
     come at the first training step, one of them error-level).
 
     It runs in a session with TensorFlow's default configuration. The first

@@ -1,4 +1,4 @@
-"""What the benchmarks report about the machine they ran on."""
+"""What the benchmarks share: the machine they ran on, the FLOPs they count."""
 
 import platform
 
@@ -13,3 +13,12 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def model_flops(batch, seq, layers, hidden, intermediate):
+    """Forward FLOPs (multiply-add = 2) of BERT's encoder and pooler for one
+    batch: per layer and sequence the dense layers 2 S (4 H^2 + 2 H I) and
+    attention 4 S^2 H, plus the pooler 2 H^2."""
+    dense = 2 * seq * (4 * hidden * hidden + 2 * hidden * intermediate)
+    attention = 4 * seq * seq * hidden
+    return batch * (layers * (dense + attention) + 2 * hidden * hidden)

@@ -114,9 +114,7 @@ def main(argv):
         sys.stdout.flush()
     matmul.append(_matmul_cpu_gflops(tf))
     batch = 16 if FLAGS.mode == "train" else 32
-    seq, hidden, inner = FLAGS.seq_length, 768, 3072
-    flops = batch * (FLAGS.layers * (2 * seq * (4 * hidden ** 2 + 2 * hidden * inner)
-                                     + 4 * seq ** 2 * hidden) + 2 * hidden ** 2)
+    flops = bench_common.model_flops(batch, FLAGS.seq_length, FLAGS.layers, 768, 3072)
     if FLAGS.mode == "train":
         flops *= 3
     medians = {name: statistics.median(t) for name, t in times.items()}

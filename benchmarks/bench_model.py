@@ -84,13 +84,6 @@ flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
                   "Which measurement; 'all' runs each in a child process.")
 
 
-def model_flops(batch, seq, layers, hidden, intermediate):
-    """Forward FLOPs of the encoder and pooler for one batch."""
-    dense = 2 * seq * (4 * hidden * hidden + 2 * hidden * intermediate)
-    attention = 4 * seq * seq * hidden
-    return batch * (layers * (dense + attention) + 2 * hidden * hidden)
-
-
 def _session_config():
     import tensorflow.compat.v1 as tf
     return tf.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
@@ -115,7 +108,7 @@ def _median_time(fn, steps):
 
 def _step_result(mode, batch, seconds, cpu_seconds):
     """The per-step figures every implementation reports."""
-    flops = model_flops(batch, FLAGS.seq_length, FLAGS.layers, FLAGS.hidden_size,
+    flops = bench_common.model_flops(batch, FLAGS.seq_length, FLAGS.layers, FLAGS.hidden_size,
                         FLAGS.intermediate_size)
     if mode == "train":
         flops *= 3
