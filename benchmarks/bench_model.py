@@ -42,6 +42,8 @@ TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
 back-end each row ran on. `ours-fusedgelu` sets BERT_FUSED_GELU=0: this
 repository's GELU as separate ops instead of XLA-compiled loops.
+`--modes=train` (or `--modes=forward`) makes one of the two measurements
+only.
 """
 
 import json
@@ -80,6 +82,8 @@ flags.DEFINE_list("implementations", "ours",
                   "optionally NAME@PYTHON to run it with that interpreter.")
 flags.DEFINE_integer("repeats", 1, "Children per implementation and mode (alternating).")
 flags.DEFINE_string("implementation", "ours", "Internal: the implementation a child measures.")
+flags.DEFINE_multi_enum("modes", ["forward", "train"], ["forward", "train"],
+                        "The measurements to make (repeat the flag for both).")
 flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
                   "Which measurement; 'all' runs each in a child process.")
 
@@ -345,6 +349,8 @@ def main(argv):
     sys.stdout.flush()
     runs = {}
     for mode in ("forward", "train"):
+        if mode not in FLAGS.modes:
+            continue
         for _ in range(FLAGS.repeats):
             for spec, name, python, env in implementations:
                 out = subprocess.run(
