@@ -761,7 +761,13 @@ def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_rang
     if use_one_hot_embeddings:
         rows = tf.matmul(tf.one_hot(flat_ids, depth=vocab_size), embedding_table)
     else:
-        rows = tf.gather(embedding_table, flat_ids)
+        # Gather from a plain read of the table, not from the variable: a
+        # gather on the variable itself (ResourceGather) switches it to
+        # copy-on-read for good, after which every later read, and the
+        # optimizer's update too, copies the whole table (89 MiB at
+        # BERT-Base size): pre-training's tied output layer would hold such
+        # a copy through the backward pass. Same rows, same gradient.
+        rows = tf.gather(tf.convert_to_tensor(embedding_table), flat_ids)
 
     *outer_dims, ids_per_position = get_shape_list(input_ids)
     output = tf.reshape(rows, outer_dims + [ids_per_position * embedding_size])

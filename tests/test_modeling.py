@@ -260,6 +260,38 @@ def test_default_mask_and_token_types_are_ones_and_zeros():
     np.testing.assert_allclose(a, c, rtol=0, atol=1e-5)
 
 
+def test_word_lookup_leaves_the_table_shared_on_read():
+    """Reads of the word table after a lookup return its buffer, not copies.
+
+    TensorFlow's gather on a resource variable switches the variable to
+    copy-on-read, after which every read copies the whole table (in
+    pre-training the tied output layer reads it each step). A traced run
+    shows, per read, the address of the tensor it returned and the bytes it
+    allocated."""
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = tf.constant([[3, 1, 4], [1, 5, 9]])
+        rows, table = modeling.embedding_lookup(ids, vocab_size=1000, embedding_size=64)
+        with tf.control_dependencies([rows]):  # both reads come after the lookup
+            first = table.read_value()
+            second = table.read_value()
+        total = tf.reduce_sum(first) + tf.reduce_sum(second) + tf.reduce_sum(rows)
+        reads = {first.op.inputs[0].op.name, second.op.inputs[0].op.name}
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(2):  # copy-on-read, once set, lasts: trace the second run
+                metadata = tf.RunMetadata()
+                sess.run(total, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                         run_metadata=metadata)
+    traced = [node for device in metadata.step_stats.dev_stats
+              for node in device.node_stats if node.node_name in reads]
+    assert len(traced) == 2
+    addresses = {node.output[0].tensor_description.allocation_description.ptr
+                 for node in traced}
+    assert len(addresses) == 1, "the reads returned copies of the table"
+    assert sum(m.total_bytes for node in traced for m in node.memory) == 0
+
+
 def test_dropout_only_when_training():
     ids, mask, types = _inputs()
     for is_training in (False, True):
