@@ -279,10 +279,10 @@ def test_word_lookup_leaves_the_table_shared_on_read():
         reads = {first.op.inputs[0].op.name, second.op.inputs[0].op.name}
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
-            for _ in range(2):  # copy-on-read, once set, lasts: trace the second run
-                metadata = tf.RunMetadata()
-                sess.run(total, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
-                         run_metadata=metadata)
+            sess.run(total)  # copy-on-read, once set, lasts: trace a second run
+            metadata = tf.RunMetadata()
+            sess.run(total, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                     run_metadata=metadata)
     traced = [node for device in metadata.step_stats.dev_stats
               for node in device.node_stats if node.node_name in reads]
     assert len(traced) == 2
