@@ -6,12 +6,13 @@ process with the same thread count.
     python benchmarks/bench_model.py --threads=2 --layers=4 --steps=3   # quicker
 
 Each measurement (forward, train) runs in its own child process, which first
-times a dense float32 matmul (`--matmul_shape`, by default 2048 x 2048 x
-2048), then the model, then the matmul again. Printed per
+times a dense matmul in the row's compute type (`--matmul_shape`, by default
+2048 x 2048 x 2048), then the model, then the matmul again. Printed per
 measurement: examples/s, achieved GFLOP/s, that rate as a fraction of the
 matmul's (by wall time, and by process CPU time per thread, which is the
 reliable one on a machine shared with other jobs), and the child's peak
-resident memory (ru_maxrss).
+resident memory (ru_maxrss). The table's "matmul" column is the reference
+matmul's GFLOP/s per CPU-second per thread, the better of its two timings.
 
 FLOPs counted (multiply-add = 2): per layer and sequence, the dense layers
 2 * S * (4 H^2 + 2 H I) and attention 4 * S^2 * H; plus the pooler 2 H^2. A
@@ -42,8 +43,17 @@ TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
 back-end each row ran on. `ours-fusedgelu` sets BERT_FUSED_GELU=0: this
 repository's GELU as separate ops instead of XLA-compiled loops.
+`ours+bf16` builds the model with compute_type bfloat16 (what
+`--precision=bf16` does in the scripts); its reference matmul is then a
+bfloat16 one of the same shape, so the fraction is of the bfloat16 matmul
+rate (fast only on CPUs with AVX512_BF16 or AMX: check
+`grep -o 'avx512_bf16\\|amx_bf16' /proc/cpuinfo`).
 `--modes=train` (or `--modes=forward`) makes one of the two measurements
-only.
+only. `--profile` traces one more step in each TensorFlow child and prints,
+per row, where the op time went: matmuls, casts, GELU, LayerNorm, softmax,
+dropout, bias adds, gradient clipping, the optimizer update, and the op
+types of the rest (the original's optimizer is written out in element-wise
+ops, which land in "other").
 """
 
 import json
@@ -86,6 +96,11 @@ flags.DEFINE_multi_enum("modes", ["forward", "train"], ["forward", "train"],
                         "The measurements to make (repeat the flag for both).")
 flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
                   "Which measurement; 'all' runs each in a child process.")
+flags.DEFINE_bool("profile", False,
+                  "After the timed steps, trace one more step of each TensorFlow child "
+                  "and print where its op time went (matmuls, casts, optimizer, ...).")
+flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
+                  "Internal: the compute type a child measures (the +bf16 suffix).")
 
 
 def _session_config():
@@ -128,20 +143,92 @@ def matmul_shape():
     return m, k, n
 
 
+def _compute_type():
+    import tensorflow.compat.v1 as tf
+    return tf.bfloat16 if FLAGS.precision == "bf16" else tf.float32
+
+
 def measure_matmul():
-    """GFLOP/s (wall, CPU) of a dense float32 [M, K] x [K, N] matmul."""
+    """GFLOP/s (wall, CPU) of a dense [M, K] x [K, N] matmul in the row's
+    compute type (float32, or bfloat16 for +bf16 rows)."""
     import numpy as np
     import tensorflow.compat.v1 as tf
     m, k, n = matmul_shape()
+    dtype = _compute_type()
     with tf.Graph().as_default():
-        a = tf.Variable(np.random.RandomState(0).normal(size=(m, k)).astype(np.float32))
-        b = tf.Variable(np.random.RandomState(1).normal(size=(k, n)).astype(np.float32))
+        a = tf.Variable(tf.cast(np.random.RandomState(0).normal(size=(m, k)).astype(np.float32),
+                                dtype))
+        b = tf.Variable(tf.cast(np.random.RandomState(1).normal(size=(k, n)).astype(np.float32),
+                                dtype))
         # Reduce to a scalar so that fetching the result costs nothing.
         product = tf.reduce_sum(tf.matmul(a, b)[:1, :1])
         with tf.Session(config=_session_config()) as sess:
             sess.run(tf.global_variables_initializer())
             wall, cpu = _median_time(lambda: sess.run(product), FLAGS.matmul_steps)
     return 2.0 * m * k * n / wall / 1e9, 2.0 * m * k * n / cpu / 1e9
+
+
+# Profile categories, first match wins: (label, op types, substrings of the
+# node name). Node names are those of the graph (gradients under
+# "gradients/", the optimizer's ops under its name).
+_PROFILE_CATEGORIES = [
+    ("optimizer (Adam, decay)", ("ResourceApplyAdam", "ResourceApplyGradientDescent",
+                                 "UnsortedSegmentSum"),
+     ("AdamWeightDecayOptimizer", "WeightDecay")),
+    ("clipping (global norm)", (), ("clip_by_global_norm", "global_norm")),
+    ("matmuls", ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklMatMul",
+                 "_MklBatchMatMul", "_MklBatchMatMulV2", "_FusedMatMul", "_MklFusedMatMul",
+                 "_MklNativeFusedMatMul", "_MklNativeMatMul", "_MklNativeBatchMatMulV2",
+                 "Einsum", "_MklEinsum", "_MklFusedBatchMatMulV2"), ()),
+    ("casts", ("Cast", "_MklCast"), ()),
+    ("GELU (XLA loops)", ("_XlaRun", "_XlaCompile", "_XlaMerge", "XlaLaunch",
+                          "PartitionedCall", "StatefulPartitionedCall"), ()),
+    ("softmax", (), ("Softmax",)),
+    ("LayerNorm", (), ("LayerNorm",)),
+    ("dropout", ("RandomUniform", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
+                 "SelectV2", "GreaterEqual"), ()),
+    ("bias adds", ("BiasAdd", "BiasAddGrad", "_MklBiasAdd"), ()),
+    ("embeddings", (), ("embeddings/",)),
+]
+
+
+def _profile_category(name, op_type):
+    for label, op_types, substrings in _PROFILE_CATEGORIES:
+        if op_type in op_types or any(part in name for part in substrings):
+            return label
+    return "other"
+
+
+def trace_profile(sess, fetch, feed):
+    """Runs one traced step; returns {category: op milliseconds} plus the
+    step's wall milliseconds under "traced step", and the ten op types that
+    took the most time in "other" (under "other by op type").
+
+    With one intra-op and one inter-op thread the ops run one after another,
+    so their times add up to the step (less the executor's own work).
+    """
+    import re
+
+    import tensorflow.compat.v1 as tf
+    metadata = tf.RunMetadata()
+    start = time.perf_counter()
+    sess.run(fetch, feed, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+             run_metadata=metadata)
+    wall = time.perf_counter() - start
+    totals, other = {}, {}
+    for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            match = re.search(r"= (\S+?)\(", node.timeline_label)
+            op_type = match.group(1) if match else node.node_name.rpartition(":")[2]
+            name = node.node_name.partition(":")[0]
+            milliseconds = (node.all_end_rel_micros or node.op_end_rel_micros) / 1000.0
+            label = _profile_category(name, op_type)
+            totals[label] = totals.get(label, 0.0) + milliseconds
+            if label == "other":
+                other[op_type] = other.get(op_type, 0.0) + milliseconds
+    top = sorted(other.items(), key=lambda item: -item[1])[:10]
+    return {"categories": totals, "traced step": wall * 1000.0,
+            "other by op type": dict(top)}
 
 
 def measure_model(mode):
@@ -169,9 +256,12 @@ def measure_model(mode):
                    np.ones((batch, seq), np.int32), np.zeros((batch, seq), np.int32)]
     with tf.Graph().as_default():
         placeholders = [tf.placeholder(tf.int32, [batch, seq]) for _ in range(3)]
+        options = {}
+        if FLAGS.precision != "fp32":
+            options["compute_type"] = _compute_type()
         model = modeling.BertModel(config, is_training=(mode == "train"),
                                    input_ids=placeholders[0], input_mask=placeholders[1],
-                                   token_type_ids=placeholders[2])
+                                   token_type_ids=placeholders[2], **options)
         if mode == "forward":
             fetch = model.get_sequence_output()
         else:
@@ -192,12 +282,17 @@ def measure_model(mode):
         with tf.Session(config=_session_config()) as sess:
             sess.run(tf.global_variables_initializer())
             seconds, cpu_seconds = _median_time(lambda: sess.run(fetch, feed), FLAGS.steps)
+            profile = trace_profile(sess, fetch, feed) if FLAGS.profile else None
     result = _step_result(mode, batch, seconds, cpu_seconds)
+    if profile:
+        result["profile"] = profile
     from tensorflow.python.util import _pywrap_util_port
     result["runtime"] = "TF %s, %s" % (tf.__version__, "oneDNN" if _pywrap_util_port.IsMklEnabled()
                                        else "Eigen")
     if FLAGS.implementation == "ours":
         result["runtime"] += ", GELU %s" % ("XLA" if modeling.fused_gelu_enabled() else "ops")
+    if FLAGS.precision != "fp32":
+        result["runtime"] += ", " + FLAGS.precision
     return result
 
 
@@ -324,9 +419,14 @@ def main(argv):
     for spec in FLAGS.implementations:
         name, _, python = spec.partition("@")
         env = dict(os.environ)
+        child_flags = []
         stripped = True
         while stripped:
             stripped = False
+            if name.endswith("+bf16"):
+                name = name[:-len("+bf16")]
+                child_flags.append("--precision=bf16")
+                stripped = True
             for suffix, variable, value in _SUFFIXES:
                 if name.endswith(suffix):
                     name = name[:-len(suffix)]
@@ -334,10 +434,14 @@ def main(argv):
                     stripped = True
         if name not in ("ours", "original", "hf"):
             raise SystemExit("--implementations: unknown %r (ours, original, hf, each "
-                             "optionally +onednn, -onednn or -fusedgelu)" % name)
-        implementations.append((spec, name, python or sys.executable, env))
+                             "optionally +onednn, -onednn, -fusedgelu or +bf16)" % name)
+        if child_flags and name != "ours":
+            raise SystemExit("--implementations: %r: +bf16 is for ours only (the original "
+                             "has no compute type)" % spec)
+        implementations.append((spec, name, python or sys.executable, env, child_flags))
     flag_args = [arg for arg in sys.argv[1:]
-                 if not arg.startswith(("--mode", "--implementation=", "--implementations"))]
+                 if not arg.startswith(("--mode", "--implementation=", "--implementations",
+                                        "--precision"))]
     print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps "
           "after 1 warm-up per child, %d child(ren) per row, interleaved; reference "
           "matmul %dx%dx%d" %
@@ -352,10 +456,10 @@ def main(argv):
         if mode not in FLAGS.modes:
             continue
         for _ in range(FLAGS.repeats):
-            for spec, name, python, env in implementations:
+            for spec, name, python, env, child_flags in implementations:
                 out = subprocess.run(
                     [python, os.path.abspath(__file__), "--mode=" + mode,
-                     "--implementation=" + name] + flag_args,
+                     "--implementation=" + name] + flag_args + child_flags,
                     capture_output=True, text=True, check=False, env=env)
                 lines = [line for line in out.stdout.splitlines()
                          if line.startswith("RESULT ")]
@@ -366,21 +470,42 @@ def main(argv):
                 runs.setdefault((mode, spec), []).append(
                     json.loads(lines[-1][len("RESULT "):]))
     print("load average at end %s" % _load())
-    print("%-8s %-44s %5s %21s %24s %8s %12s %22s" % (
+    print("%-8s %-50s %5s %21s %24s %8s %12s %10s %22s" % (
         "mode", "code", "batch", "s/step (wall)", "CPU s/example", "ex/s", "CPU fraction",
-        "peak RSS MiB"))
+        "matmul", "peak RSS MiB"))
     for (mode, spec), results in runs.items():
         name = spec.partition("@")[0]
         label = "%s (%s)" % (name, results[0].get("runtime", "?"))
 
         def values(key):
             return [r[key] for r in results]
-        print("%-8s %-44s %5d %21s %24s %8.2f %12.2f %22s" % (
+        print("%-8s %-50s %5d %21s %24s %8.2f %12.2f %10.1f %22s" % (
             mode, label, results[0]["batch"], _spread(values("seconds_per_step"), "%.2f"),
             _spread(values("cpu_seconds_per_example"), "%.4f"),
             statistics.median(values("examples_per_second")),
             statistics.median(values("cpu_fraction_of_matmul")),
+            statistics.median(values("matmul_cpu_gflops")),
             _spread(values("peak_rss_mib"), "%.0f")))
+    if FLAGS.profile:
+        _print_profiles(runs)
+
+
+def _print_profiles(runs):
+    """Per row, the traced step's op time by category (the first child's
+    trace): milliseconds and share of the categories' sum."""
+    for (mode, spec), results in runs.items():
+        profile = results[0].get("profile")
+        if not profile:
+            continue
+        categories = profile["categories"]
+        total = sum(categories.values())
+        print("\nprofile, %s, %s: traced step %.0f ms wall, op time %.0f ms"
+              % (mode, spec, profile["traced step"], total))
+        for label, milliseconds in sorted(categories.items(), key=lambda item: -item[1]):
+            print("  %-26s %9.1f ms %6.1f%%" % (label, milliseconds,
+                                                 100.0 * milliseconds / total))
+        print("  other, by op type: " + ", ".join(
+            "%s %.1f" % item for item in profile["other by op type"].items()))
 
 
 if __name__ == "__main__":

@@ -739,6 +739,27 @@ def test_fine_tuning_reaches_high_dev_accuracy(mrpc_run):
 
 
 @pytest.mark.slow
+def test_bf16_fine_tuning_reaches_the_float32_dev_metric(tmp_path):
+    # The same seeded fine-tuning with float32 and with bfloat16 matmuls and
+    # activations (variables, optimizer and loss stay float32): the reduced
+    # precision must not cost accuracy on the learnable task.
+    data_dir = str(tmp_path / "data")
+    _write_mrpc_task(data_dir)
+    vocab, config = _model_files(tmp_path)
+    results = {}
+    for precision in ("fp32", "bf16"):
+        output_dir = str(tmp_path / precision)
+        run_main(task_name="mrpc", data_dir=data_dir, vocab_file=vocab,
+                 bert_config_file=config, output_dir=output_dir, do_train=True,
+                 do_eval=True, learning_rate=2e-3, precision=precision)
+        results[precision] = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    assert results["fp32"]["global_step"] == results["bf16"]["global_step"] == 128
+    assert results["fp32"]["eval_accuracy"] >= 0.9
+    assert results["bf16"]["eval_accuracy"] >= results["fp32"]["eval_accuracy"] - 0.01
+    assert results["bf16"]["eval_f1"] >= results["fp32"]["eval_f1"] - 0.01
+
+
+@pytest.mark.slow
 def test_best_checkpoint_is_kept(mrpc_run):
     best_dir = os.path.join(mrpc_run["output_dir"], "best")
     best = _read_results(os.path.join(best_dir, "eval_results.txt"))
