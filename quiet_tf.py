@@ -146,9 +146,10 @@ _XLA_START_NOISE = re.compile(
 
 def start_xla_quietly():
     """Compiles and runs a one-element XLA function, with XLA's start-up
-    lines left out of standard error (the scripts' models compile their GELU
-    with XLA, see `modeling.fused_gelu_enabled`; those lines would otherwise
-    come at the first training step, one of them error-level).
+    lines left out of standard error (the scripts' models compile their GELU,
+    LayerNorm and dropout with XLA, see `modeling.compiled_loops_enabled`;
+    those lines would otherwise come at the first training step, one of them
+    error-level).
 
     It runs in a session with TensorFlow's default configuration. The first
     session of a process fixes the size of TensorFlow's process-wide thread
@@ -169,7 +170,8 @@ def start_xla_quietly():
                 _run_one_xla_function(tf)
         return True
     except Exception as e:  # pylint: disable=broad-except
-        sys.stderr.write("XLA is not usable here (%s: %s); GELU runs as separate ops\n"
+        sys.stderr.write("XLA is not usable here (%s: %s); GELU, LayerNorm and dropout run as "
+                         "separate ops\n"
                          % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
         return False
 

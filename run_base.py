@@ -239,13 +239,15 @@ def run_script(main):
             import recompute
             recompute.limit_memory_fragmentation()
         modeling = sys.modules.get("modeling")  # Imported by the scripts that build BERT.
-        if modeling is not None and modeling.fused_gelu_enabled():
+        if modeling is not None and modeling.compiled_loops_enabled():
             # XLA's start-up lines, caught here instead of at the first step.
             # (The scripts' sessions use TensorFlow's default thread counts,
-            # as this one does.) Without a working XLA, GELU stays unfused.
+            # as this one does.) Without a working XLA, GELU, LayerNorm and
+            # dropout stay separate ops.
             import quiet_tf
             if not quiet_tf.start_xla_quietly():
-                os.environ[modeling.FUSED_GELU_VARIABLE] = "0"
+                for variable in modeling.COMPILED_LOOP_VARIABLES:
+                    os.environ[variable] = "0"
         try:
             return main(argv)
         except InputError as e:

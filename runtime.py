@@ -323,7 +323,7 @@ def export_saved_model(model_fn, export_dir_base, serving_input_receiver_fn,
     Returns:
       The SavedModel's directory, as a str.
     """
-    with modeling.portable_gelu():  # A model server may lack XLA.
+    with modeling.portable_ops():  # A model server may lack XLA.
         return _export(model_fn, export_dir_base, serving_input_receiver_fn,
                        checkpoint_path, model_dir)
 

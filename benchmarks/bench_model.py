@@ -42,7 +42,11 @@ Google's scripts do. `NAME+onednn` or `NAME-onednn` sets
 TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
 back-end each row ran on. `ours-fusedgelu` sets BERT_FUSED_GELU=0: this
-repository's GELU as separate ops instead of XLA-compiled loops.
+repository's GELU as separate ops instead of XLA-compiled loops;
+`ours-fuseddropout` sets BERT_FUSED_DROPOUT=0: dropout with tf.nn.dropout's
+draw and separate ops. `before` is `ours` with the code of another checkout,
+`--compare_code_dir` (for example a `git worktree` of an earlier commit), so
+that one run compares a change with what came before it.
 `ours+bf16` builds the model with compute_type bfloat16 (what
 `--precision=bf16` does in the scripts); its reference matmul is then a
 bfloat16 one of the same shape, so the fraction is of the bfloat16 matmul
@@ -99,6 +103,9 @@ flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
 flags.DEFINE_bool("profile", False,
                   "After the timed steps, trace one more step of each TensorFlow child "
                   "and print where its op time went (matmuls, casts, optimizer, ...).")
+flags.DEFINE_string("compare_code_dir", None,
+                    "A checkout whose modeling.py and optimization.py the `before` "
+                    "implementation measures.")
 flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
                   "Internal: the compute type a child measures (the +bf16 suffix).")
 
@@ -181,12 +188,14 @@ _PROFILE_CATEGORIES = [
                  "_MklNativeFusedMatMul", "_MklNativeMatMul", "_MklNativeBatchMatMulV2",
                  "Einsum", "_MklEinsum", "_MklFusedBatchMatMulV2"), ()),
     ("casts", ("Cast", "_MklCast"), ()),
-    ("GELU (XLA loops)", ("_XlaRun", "_XlaCompile", "_XlaMerge", "XlaLaunch",
-                          "PartitionedCall", "StatefulPartitionedCall"), ()),
     ("softmax", (), ("Softmax",)),
     ("LayerNorm", (), ("LayerNorm",)),
+    # This repository's dropout ops are under a "dropout" name scope; the
+    # original's (tf.nn.dropout) are known by their op types.
     ("dropout", ("RandomUniform", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
-                 "SelectV2", "GreaterEqual"), ()),
+                 "StatelessRandomUniformFullIntV2", "SelectV2", "GreaterEqual"), ("dropout",)),
+    ("GELU (XLA loops)", ("_XlaRun", "_XlaCompile", "_XlaMerge", "XlaLaunch",
+                          "PartitionedCall", "StatefulPartitionedCall"), ()),
     ("bias adds", ("BiasAdd", "BiasAddGrad", "_MklBiasAdd"), ()),
     ("embeddings", (), ("embeddings/",)),
 ]
@@ -291,6 +300,9 @@ def measure_model(mode):
                                        else "Eigen")
     if FLAGS.implementation == "ours":
         result["runtime"] += ", GELU %s" % ("XLA" if modeling.fused_gelu_enabled() else "ops")
+        if hasattr(modeling, "fused_dropout_enabled"):
+            result["runtime"] += ", dropout %s" % (
+                "XLA" if modeling.fused_dropout_enabled() else "ops")
     if FLAGS.precision != "fp32":
         result["runtime"] += ", " + FLAGS.precision
     return result
@@ -371,6 +383,10 @@ def run_child(mode):
     """Measures matmul + `mode` in this process and prints one JSON line."""
     # The matmul is timed before and after the model; the better of the two
     # is the reference (less disturbed by other jobs).
+    if FLAGS.implementation == "before":
+        # Its modules shadow this checkout's.
+        sys.path.insert(0, os.path.abspath(FLAGS.compare_code_dir))
+        FLAGS.implementation = "ours"
     if FLAGS.implementation == "hf":
         matmul, model = measure_hf_matmul, measure_hf_model
     else:
@@ -407,7 +423,8 @@ def _spread(values, fmt):
 # Implementation suffixes: the environment variable each sets for its children.
 _SUFFIXES = [("+onednn", "TF_ENABLE_ONEDNN_OPTS", "1"),
              ("-onednn", "TF_ENABLE_ONEDNN_OPTS", "0"),
-             ("-fusedgelu", "BERT_FUSED_GELU", "0")]
+             ("-fusedgelu", "BERT_FUSED_GELU", "0"),
+             ("-fuseddropout", "BERT_FUSED_DROPOUT", "0")]
 
 
 def main(argv):
@@ -432,10 +449,13 @@ def main(argv):
                     name = name[:-len(suffix)]
                     env[variable] = value
                     stripped = True
-        if name not in ("ours", "original", "hf"):
-            raise SystemExit("--implementations: unknown %r (ours, original, hf, each "
-                             "optionally +onednn, -onednn, -fusedgelu or +bf16)" % name)
-        if child_flags and name != "ours":
+        if name not in ("ours", "before", "original", "hf"):
+            raise SystemExit("--implementations: unknown %r (ours, before, original, hf, "
+                             "each optionally +onednn, -onednn, -fusedgelu, -fuseddropout "
+                             "or +bf16)" % name)
+        if name == "before" and not FLAGS.compare_code_dir:
+            raise SystemExit("--implementations: 'before' needs --compare_code_dir")
+        if child_flags and name not in ("ours", "before"):
             raise SystemExit("--implementations: %r: +bf16 is for ours only (the original "
                              "has no compute type)" % spec)
         implementations.append((spec, name, python or sys.executable, env, child_flags))

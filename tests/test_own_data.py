@@ -547,11 +547,15 @@ def test_regression_end_to_end(tmp_path):
     vocab, config = _model_files(tmp_path)
     output_dir = str(tmp_path / "output")
     export_dir = str(tmp_path / "export")
-    # TSV without a header: columns by number.
+    # TSV without a header: columns by number. At the other tests' learning
+    # rate (2e-3) the tiny model stayed on the constant-prediction plateau in
+    # about half of the seeds (either dropout); at 1e-3 it reached Pearson
+    # 0.87-0.98 in all of 14 seeds tried.
     run_main(data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
              output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
              regression=True, has_header=False, id_column="0", text_column="1",
-             label_column="2", num_train_epochs=6.0, export_dir=export_dir)
+             label_column="2", num_train_epochs=6.0, learning_rate=1e-3,
+             export_dir=export_dir)
     result = _read_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_loss", "eval_pearson", "eval_spearman", "global_step", "loss"}
     assert result["eval_pearson"] > 0.8
