@@ -44,9 +44,10 @@ TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 back-end each row ran on. `ours-fusedgelu` sets BERT_FUSED_GELU=0: this
 repository's GELU as separate ops instead of XLA-compiled loops;
 `ours-fuseddropout` sets BERT_FUSED_DROPOUT=0: dropout with tf.nn.dropout's
-draw and separate ops. `before` is `ours` with the code of another checkout,
-`--compare_code_dir` (for example a `git worktree` of an earlier commit), so
-that one run compares a change with what came before it.
+draw and separate ops; `ours-fusedlayernorm` sets BERT_FUSED_LAYER_NORM=0.
+`before` is `ours` with the code of another checkout, `--compare_code_dir`
+(for example a `git worktree` of an earlier commit), so that one run
+compares a change with what came before it.
 `ours+bf16` builds the model with compute_type bfloat16 (what
 `--precision=bf16` does in the scripts); its reference matmul is then a
 bfloat16 one of the same shape, so the fraction is of the bfloat16 matmul
@@ -300,9 +301,11 @@ def measure_model(mode):
                                        else "Eigen")
     if FLAGS.implementation == "ours":
         result["runtime"] += ", GELU %s" % ("XLA" if modeling.fused_gelu_enabled() else "ops")
-        if hasattr(modeling, "fused_dropout_enabled"):
-            result["runtime"] += ", dropout %s" % (
-                "XLA" if modeling.fused_dropout_enabled() else "ops")
+        for part in ("layer_norm", "dropout"):  # Absent from older checkouts.
+            enabled = getattr(modeling, "fused_%s_enabled" % part, None)
+            if enabled is not None:
+                result["runtime"] += ", %s %s" % (part.replace("_", ""),
+                                                   "XLA" if enabled() else "ops")
     if FLAGS.precision != "fp32":
         result["runtime"] += ", " + FLAGS.precision
     return result
@@ -424,7 +427,8 @@ def _spread(values, fmt):
 _SUFFIXES = [("+onednn", "TF_ENABLE_ONEDNN_OPTS", "1"),
              ("-onednn", "TF_ENABLE_ONEDNN_OPTS", "0"),
              ("-fusedgelu", "BERT_FUSED_GELU", "0"),
-             ("-fuseddropout", "BERT_FUSED_DROPOUT", "0")]
+             ("-fuseddropout", "BERT_FUSED_DROPOUT", "0"),
+             ("-fusedlayernorm", "BERT_FUSED_LAYER_NORM", "0")]
 
 
 def main(argv):
@@ -451,8 +455,8 @@ def main(argv):
                     stripped = True
         if name not in ("ours", "before", "original", "hf"):
             raise SystemExit("--implementations: unknown %r (ours, before, original, hf, "
-                             "each optionally +onednn, -onednn, -fusedgelu, -fuseddropout "
-                             "or +bf16)" % name)
+                             "each optionally +onednn, -onednn, -fusedgelu, -fuseddropout, "
+                             "-fusedlayernorm or +bf16)" % name)
         if name == "before" and not FLAGS.compare_code_dir:
             raise SystemExit("--implementations: 'before' needs --compare_code_dir")
         if child_flags and name not in ("ours", "before"):
