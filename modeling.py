@@ -307,6 +307,19 @@ def _after(tensor, dependency):
         return tf.identity(tensor)
 
 
+def _identity_n_with_gradient(tensors, gradient_name):
+    """`tensors[0]`, read through an IdentityN of all `tensors` whose gradient
+    is the one registered as `gradient_name`.
+
+    The other tensors have no consumer after it: they are there so that the
+    gradient function finds what it needs among the op's inputs (the input
+    of a compiled loop, a mask, per-row statistics), and so that the
+    backward pass keeps exactly those alive.
+    """
+    with tf.get_default_graph().gradient_override_map({"IdentityN": gradient_name}):
+        return tf.identity_n(tensors)[0]
+
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_GRADIENT = "BertModelingGeluFromInput"
 _GELU_DENSE_GRADIENT = "BertModelingMatMulRecomputingGelu"
@@ -496,13 +509,10 @@ def _gelu(x, gradient_name):
     `gradient_name`; with `fused_gelu_enabled()`, the compiled loop followed by
     an IdentityN (gelu, x) that carries that gradient."""
     x = tf.convert_to_tensor(x)
-    graph = tf.get_default_graph()
     if fused_gelu_enabled():
-        activation = _fused_gelu_forward(x)
-        with graph.gradient_override_map({"IdentityN": gradient_name}):
-            return tf.identity_n([activation, x])[0]
+        return _identity_n_with_gradient([_fused_gelu_forward(x), x], gradient_name)
     cdf = _gelu_cdf(x)
-    with graph.gradient_override_map({"Mul": gradient_name}):
+    with tf.get_default_graph().gradient_override_map({"Mul": gradient_name}):
         return x * cdf
 
 
@@ -684,8 +694,7 @@ def _fused_dropout(input_tensor, dropout_prob, seed):
     threshold = tf.constant(min(int(round(dropout_prob * 65536.0)), 65535), tf.uint16)
     scale = tf.constant(1.0 / (1.0 - dropout_prob), input_tensor.dtype)
     output, keep = _fused_dropout_forward(input_tensor, bits, threshold, scale)
-    with tf.get_default_graph().gradient_override_map({"IdentityN": _DROPOUT_GRADIENT}):
-        return tf.identity_n([output, keep, input_tensor, scale])[0]
+    return _identity_n_with_gradient([output, keep, input_tensor, scale], _DROPOUT_GRADIENT)
 
 
 def dropout(input_tensor, dropout_prob):
@@ -754,14 +763,29 @@ def fused_layer_norm_enabled():
     return not _PORTABLE_OPS and _compiled_loops_enabled(FUSED_LAYER_NORM_VARIABLE)
 
 
+def _layer_norm_float32(x, gamma, beta):
+    """LayerNorm of the float32 `x` [..., width] over its last axis.
+
+    Returns:
+      (normalized x, float32 of x's shape; mean and 1 / std, float32
+      [..., 1]).
+    """
+    # The statistics of tf.nn.moments: the variance about a mean that its
+    # gradient does not flow through (that part of it is zero anyway).
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.math.squared_difference(x, tf.stop_gradient(mean)),
+                              axis=-1, keepdims=True)
+    inverse_std = tf.math.rsqrt(variance + _LAYER_NORM_EPSILON)
+    # (x - mean) * gamma / std + beta, with gamma folded into the scale so
+    # that the full-size tensor is traversed once less.
+    scale = inverse_std * gamma
+    return x * scale + (beta - mean * scale), mean, inverse_std
+
+
 @tf.function(jit_compile=True, autograph=False)
 def _fused_layer_norm_forward(x, gamma, beta):
-    wide = tf.cast(x, tf.float32)
-    mean = tf.reduce_mean(wide, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(tf.math.squared_difference(wide, mean), axis=-1, keepdims=True)
-    inverse_std = tf.math.rsqrt(variance + _LAYER_NORM_EPSILON)
-    scale = inverse_std * gamma
-    return tf.cast(wide * scale + (beta - mean * scale), x.dtype), mean, inverse_std
+    normalized, mean, inverse_std = _layer_norm_float32(tf.cast(x, tf.float32), gamma, beta)
+    return tf.cast(normalized, x.dtype), mean, inverse_std
 
 
 @tf.function(jit_compile=True, autograph=False)
@@ -813,16 +837,9 @@ def layer_norm(input_tensor, name=None):
         if fused_layer_norm_enabled():
             gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
             normalized, mean, inverse_std = _fused_layer_norm_forward(input_tensor, gamma, beta)
-            graph = tf.get_default_graph()
-            with graph.gradient_override_map({"IdentityN": _LAYER_NORM_GRADIENT}):
-                return tf.identity_n([normalized, input_tensor, gamma, beta, mean,
-                                      inverse_std])[0]
-        x = _as_float32(input_tensor)
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        # (x - mean) * gamma / std + beta, with gamma folded into the scale
-        # so that the full-size tensor is traversed once less.
-        scale = tf.math.rsqrt(variance + _LAYER_NORM_EPSILON) * gamma
-        normalized = x * scale + (beta - mean * scale)
+            return _identity_n_with_gradient(
+                [normalized, input_tensor, gamma, beta, mean, inverse_std], _LAYER_NORM_GRADIENT)
+        normalized, _, _ = _layer_norm_float32(_as_float32(input_tensor), gamma, beta)
         return tf.cast(normalized, input_tensor.dtype)
 
 

@@ -88,7 +88,11 @@ flags.DEFINE_integer("hidden_size", 768, "Hidden size.")
 flags.DEFINE_integer("num_attention_heads", 12, "Attention heads.")
 flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
 flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
-flags.DEFINE_integer("steps", 3, "Timed steps per measurement (after 1 warm-up).")
+flags.DEFINE_integer("steps", 3, "Timed steps per measurement (after the warm-up steps).")
+flags.DEFINE_integer("warmup_steps", 3,
+                     "Untimed steps first. A training step's memory settles over the first "
+                     "three or four: the second still page-faults 0.6-0.9 GB into the "
+                     "process, which adds 1.6-2.1 CPU seconds, mostly in the kernel.")
 flags.DEFINE_integer("matmul_steps", 5, "Timed runs of the reference matmul.")
 flags.DEFINE_list("matmul_shape", ["2048", "2048", "2048"],
                   "M,K,N of the reference float32 matmul [M, K] x [K, N].")
@@ -123,7 +127,8 @@ def _median_time(fn, steps):
     CPU time divided by the thread count is the better measure on a machine
     shared with other jobs; on an idle machine the two agree.
     """
-    fn()  # Warm-up (graph optimisation, allocations).
+    for _ in range(FLAGS.warmup_steps):  # Graph optimisation, compilation, allocations.
+        fn()
     walls, cpus = [], []
     for _ in range(steps):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -467,11 +472,11 @@ def main(argv):
                  if not arg.startswith(("--mode", "--implementation=", "--implementations",
                                         "--precision"))]
     print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps "
-          "after 1 warm-up per child, %d child(ren) per row, interleaved; reference "
+          "after %d warm-up per child, %d child(ren) per row, interleaved; reference "
           "matmul %dx%dx%d" %
           ((FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
             FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.threads,
-            FLAGS.steps, FLAGS.repeats) + matmul_shape()))
+            FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats) + matmul_shape()))
     print("%s, %d CPUs; load average at start %s"
           % (bench_common.cpu_model(), os.cpu_count(), _load()))
     sys.stdout.flush()

@@ -222,6 +222,34 @@ def test_gradient_accumulation_equals_one_big_batch():
         np.testing.assert_allclose(accumulated[name], params[name], rtol=0, atol=1e-5)
 
 
+def test_loss_scaled_steps_skip_non_finite_gradients():
+    """With a loss scale, a step whose gradients are not finite changes no
+    weight and no step count; the next finite one updates as usual."""
+    import mixed_precision
+    with tf.Graph().as_default(), tf.Session() as sess:
+        w = tf.get_variable("dense/kernel", initializer=tf.constant([1.0, -2.0, 0.5]))
+        poison = tf.placeholder(tf.float32, [])
+        loss = tf.reduce_sum(tf.square(w - 0.3)) * poison
+        train_op = optimization.create_optimizer(
+            loss, 0.1, 10, 0, use_tpu=False,
+            loss_scale_manager=mixed_precision.DynamicLossScale(initial_scale=4.0))
+        sess.run(tf.global_variables_initializer())
+        start = sess.run(w)
+        sess.run(train_op, {poison: np.inf})
+        np.testing.assert_array_equal(sess.run(w), start)
+        assert sess.run(tf.train.get_global_step()) == 0
+        sess.run(train_op, {poison: 1.0})
+        assert sess.run(tf.train.get_global_step()) == 1
+        # The clipped gradient, then Adam's first step without bias
+        # correction (m / sqrt(v) = 0.1 / sqrt(0.001) = 3.16 times its sign)
+        # and the decay.
+        grad = 2.0 * (start - 0.3)
+        grad = grad / max(1.0, np.sqrt(np.sum(grad ** 2)))
+        step = 0.1 * grad / (np.sqrt(0.001 * grad ** 2) + 1e-6)
+        expected = start - 0.1 * (step + 0.01 * start)
+        np.testing.assert_allclose(sess.run(w), expected, rtol=0, atol=1e-5)
+
+
 def test_weight_decay_uses_the_weights_the_gradient_was_computed_at():
     """The decay term and the gradient both see the step's starting weights.
 
