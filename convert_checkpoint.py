@@ -88,20 +88,11 @@ _CONFIG_DEFAULTS = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 
 # Config.
 
 def read_json(path):
-    """Reads a JSON object from `path`; InputError naming the file if invalid."""
+    """Reads a JSON object from `path`; InputError naming the file if it is
+    missing or invalid."""
     if not tf.io.gfile.exists(path):
         raise InputError("--hf_model_dir: file not found: %s" % path)
-    try:
-        text = run_common.read_file_bytes(path).decode("utf-8")
-    except UnicodeDecodeError:
-        raise run_common.non_utf8_error(None, path)
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise InputError("%s is not valid JSON: %s" % (path, e))
-    if not isinstance(value, dict):
-        raise InputError("%s must hold a JSON object" % path)
-    return value
+    return run_common.read_json_object(path)
 
 
 def bert_config_from_hf(hf_config, config_path):

@@ -42,7 +42,6 @@ argument rather than the flag).
 
 import array
 import dataclasses
-import glob
 import hashlib
 import math
 import multiprocessing
@@ -106,46 +105,6 @@ flags.DEFINE_integer(
 _LOG_EXAMPLES = 20
 
 
-# ---------------------------------------------------------------------------
-# Files: local paths through Python, others (gs://...) through tf.io.gfile.
-
-def _is_remote(path):
-    return "://" in path
-
-
-def _gfile():
-    import quiet_tf  # noqa: F401
-    import tensorflow.compat.v1 as tf
-    return tf.io.gfile
-
-
-def _open(path, mode):
-    return _gfile().GFile(path, mode) if _is_remote(path) else open(path, mode)
-
-
-def _expand_input_files(patterns):
-    """Comma-separated files or globs -> list of files (each glob sorted).
-
-    Raises:
-      InputError: a pattern matches no file.
-    """
-    files = []
-    for pattern in patterns.split(","):
-        pattern = pattern.strip()
-        if not pattern:
-            continue
-        if _is_remote(pattern):
-            matched = _gfile().glob(pattern)
-        else:
-            matched = [p for p in glob.glob(pattern) if os.path.isfile(p)]
-        if not matched:
-            raise InputError("--input_file: no file matches %s" % pattern)
-        files.extend(sorted(matched))
-    if not files:
-        raise InputError("--input_file is required")
-    return files
-
-
 class _AtomicRecordFiles:
     """TFRecord files written under temporary names, renamed into place only
     when all are complete (`commit`); `abort` removes them. Records go
@@ -158,7 +117,7 @@ class _AtomicRecordFiles:
         try:
             for target in self._targets:
                 tmp = target.tmp_path
-                self._files.append(_open(tmp, "wb"))
+                self._files.append(run_base.open_file(tmp, "wb"))
         except (OSError, IOError) as e:
             self.abort()
             raise InputError("--output_file: cannot write %s: %s" % (tmp, e))
@@ -283,7 +242,7 @@ def _numbered_lines(input_files):
     """
     for path in input_files:
         try:
-            with _open(path, "rb") as f:
+            with run_base.open_file(path, "rb") as f:
                 for number, raw in enumerate(f, 1):
                     yield path, number, raw
         except (OSError, IOError) as e:
@@ -790,8 +749,7 @@ def _log_capped(num_capped, total):
 
 def _total_megabytes(input_files):
     """Size of the input files in MB (for the progress lines' ETA)."""
-    return sum(_gfile().stat(path).length if _is_remote(path) else os.path.getsize(path)
-               for path in input_files) / 1e6
+    return sum(run_base.file_size(path) for path in input_files) / 1e6
 
 
 def _run_original_mode(input_files, vocab, writer):
@@ -1054,7 +1012,7 @@ def main(_):
     logging.set_verbosity(logging.INFO)
     output_files = _check_flags()
     vocab = _Vocab(FLAGS.vocab_file, FLAGS.do_lower_case)
-    input_files = _expand_input_files(FLAGS.input_file)
+    input_files = run_base.expand_file_patterns("input_file", FLAGS.input_file)
 
     logging.info("*** Reading from input files ***")
     for input_file in input_files:

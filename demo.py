@@ -1,4 +1,3 @@
-# coding=utf-8
 """End-to-end demo: every step of BERT, from raw text to answers, in minutes
 on a CPU.
 

@@ -51,7 +51,7 @@ FLAGS = flags.FLAGS
 run_common.define_flags(
     "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
     "vocab_file", "do_lower_case", "use_one_hot_embeddings", run_common.TPU_FLAGS,
-    "precision", "use_xla", max_seq_length=128)
+    "precision", "use_xla", "fused_ops", max_seq_length=128)
 
 flags.DEFINE_string(
     "layers", "-1,-2,-3,-4",
@@ -250,7 +250,7 @@ def input_fn_builder(features, seq_length):
 # Model.
 
 def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
-                     use_one_hot_embeddings, pooling="none"):
+                     use_one_hot_embeddings, pooling="none", options=None):
     """Builds the feature-extraction `model_fn` for the runner (TPUEstimator
     API; PREDICT only).
 
@@ -261,6 +261,8 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
       use_tpu: build for TPUEstimator (restore through a scaffold).
       use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
       pooling: "none", "cls" or "mean" (see below).
+      options: run_common.TrainingOptions (precision, fused kernels; None:
+        the defaults).
 
     Returns:
       model_fn whose predictions per example are "unique_id" (int32),
@@ -278,14 +280,9 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
             raise ValueError("Feature extraction only predicts; got mode %s" % mode)
         input_mask = features["input_mask"]
 
-        model = modeling.BertModel(
-            config=bert_config,
-            is_training=False,
-            input_ids=features["input_ids"],
-            input_mask=input_mask,
-            token_type_ids=features["input_type_ids"],
-            use_one_hot_embeddings=use_one_hot_embeddings,
-            **run_common.model_options())
+        model = run_common.bert_model(
+            bert_config, False, features["input_ids"], input_mask, features["input_type_ids"],
+            use_one_hot_embeddings, options)
 
         _check_checkpoint_covers_model(init_checkpoint)
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
@@ -338,14 +335,13 @@ def _check_checkpoint_covers_model(init_checkpoint):
 # example, where an array is [num_tokens, hidden] (pooling "none") or
 # [hidden]; `close` completes the file, `abort` removes what was written.
 
-class JsonlWriter:
+class JsonlWriter(run_common.AtomicWriter):
     """The original's JSON Lines (pooling "none"), or with pooling one line
     {"linex_index": i, "layers": [{"index": -1, "values": [...]}, ...]}."""
 
     def __init__(self, output_file, layer_indexes):
+        super().__init__(output_file, lambda path: tf.io.gfile.GFile(path, "w"))
         self._layer_indexes = layer_indexes
-        self._target = run_common.AtomicFile(output_file)
-        self._writer = tf.io.gfile.GFile(self._target.tmp_path, "w")
 
     @staticmethod
     def _values(vector):
@@ -372,25 +368,16 @@ class JsonlWriter:
                 for t, token in enumerate(tokens)]
         self._writer.write(json.dumps(record) + "\n")
 
-    def close(self):
-        self._writer.close()
-        self._target.commit()
 
-    def abort(self):
-        self._writer.close()
-        self._target.abort()
-
-
-class TFRecordFeatureWriter:
+class TFRecordFeatureWriter(run_common.AtomicWriter):
     """One tf.train.Example per input line with int64 "linex_index" and
     "num_tokens", bytes "tokens" (pooling "none" only) and, per layer, float
     "layer_<index>" holding the flattened [num_tokens, hidden] (or [hidden])
     vectors."""
 
     def __init__(self, output_file, layer_indexes):
+        super().__init__(output_file, tf.io.TFRecordWriter)
         self._layer_indexes = layer_indexes
-        self._target = run_common.AtomicFile(output_file)
-        self._writer = tf.io.TFRecordWriter(self._target.tmp_path)
 
     def write(self, linex_index, tokens, layers):
         feature = {
@@ -405,14 +392,6 @@ class TFRecordFeatureWriter:
                 float_list=tf.train.FloatList(value=layer.reshape(-1)))
         example = tf.train.Example(features=tf.train.Features(feature=feature))
         self._writer.write(example.SerializeToString())
-
-    def close(self):
-        self._writer.close()
-        self._target.commit()
-
-    def abort(self):
-        self._writer.close()
-        self._target.abort()
 
 
 class NpzWriter:
@@ -584,6 +563,9 @@ def main(_):
     if FLAGS.trim_padding and FLAGS.use_tpu:
         raise InputError("--trim_padding needs dynamic shapes, which TPUs do not "
                          "support: leave it off with --use_tpu")
+    options = run_common.TrainingOptions(
+        precision=FLAGS.precision, use_xla=FLAGS.use_xla,
+        fused_ops=run_common.choose_fused_ops(FLAGS.fused_ops))
 
     run_common.check_output_file(FLAGS.output_file, "output_file")
     output_dir = os.path.dirname(FLAGS.output_file)
@@ -609,14 +591,15 @@ def main(_):
             output_dir=model_dir, save_checkpoints_steps=None,
             use_tpu=FLAGS.use_tpu, tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
             gcp_project=FLAGS.gcp_project, master=FLAGS.master,
-            num_tpu_cores=FLAGS.num_tpu_cores)
+            num_tpu_cores=FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name,
+            options=options)
         model_fn = model_fn_builder(
             bert_config=bert_config,
             init_checkpoint=init_checkpoint,
             layer_indexes=layer_indexes,
             use_tpu=FLAGS.use_tpu,
             use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
-            pooling=FLAGS.pooling)
+            pooling=FLAGS.pooling, options=options)
         # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
         estimator = run_common.make_estimator(model_fn, run_config, FLAGS.use_tpu,
                                               predict_batch_size=FLAGS.batch_size)

@@ -6,7 +6,7 @@ Google's checkpoints load unchanged. Only core ops of ``tensorflow.compat.v1``
 are used (no ``tf.contrib``, no ``tf.layers``, no Keras), which keeps graphs
 buildable on TensorFlow 2.16 and later.
 
-Two keyword arguments of `BertModel` go beyond the original; the training
+Three keyword arguments of `BertModel` go beyond the original; the training
 scripts expose them as memory and speed options:
 
 * ``compute_type``: ``tf.float32`` (default), ``tf.float16`` or
@@ -16,37 +16,26 @@ scripts expose them as memory and speed options:
 * ``recompute_grad``: rebuild each Transformer layer in the backward pass
   instead of keeping its activations (gradient checkpointing, `recompute.py`),
   for roughly one more forward pass of compute.
+* ``fused_ops``: which of GELU, LayerNorm and dropout run as XLA-compiled
+  loops (`kernels.py`); by default all three where no GPU is visible.
 
-Independently of those options the backward pass keeps less than a plain
-graph would: GELU is differentiated from its input alone, the feed-forward
-output projection recomputes the GELU it consumed, and dropout keeps its
-boolean mask rather than a float copy. These are gradient overrides on
-ordinary ops, registered once below: a forward graph holds nothing extra until
-gradients are taken.
-
-On machines without a visible GPU, GELU, LayerNorm and dropout each run as
-XLA-compiled loops, forward and backward, instead of chains of element-wise
-kernels (same formulas, so the same values to float rounding; dropout draws
-16 random bits per value instead of 32). Environment variables
-BERT_FUSED_GELU, BERT_FUSED_LAYER_NORM and BERT_FUSED_DROPOUT choose for
-each: =0 keeps the separate ops everywhere, =1 compiles them everywhere.
-Graphs built inside `portable_ops()` (SavedModel exports) keep GELU and
-LayerNorm as separate ops.
+Whatever the options, the backward pass keeps less than a plain graph would:
+GELU and dropout (and LayerNorm, when fused) carry gradients that keep only
+what they need (`kernels.py`), and the feed-forward output projection
+recomputes the GELU it consumed.
 """
 
 import collections
-import contextlib
 import copy
 import dataclasses
 import functools
 import json
 import math
-import os
 import re
 
 import tensorflow.compat.v1 as tf
-from tensorflow.python.ops import control_flow_util
 
+import kernels
 import recompute
 
 
@@ -147,7 +136,7 @@ class BertModel:
 
     def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
                  use_one_hot_embeddings=False, scope=None, compute_type=tf.float32,
-                 recompute_grad=False):
+                 recompute_grad=False, fused_ops=None):
         """Builds the model.
 
         Args:
@@ -164,6 +153,9 @@ class BertModel:
           compute_type: dtype of the encoder's matmuls and activations.
           recompute_grad: bool. Recompute each layer in the backward pass
             instead of keeping its activations.
+          fused_ops: which kernels to build as XLA-compiled loops: a
+            kernels.FusedOps, or a setting of `kernels.choose_fused_ops`
+            (default "auto"). The choice made is `self.fused_ops`.
 
         Raises:
           ValueError: the config is unusable or a tensor has the wrong rank.
@@ -173,6 +165,7 @@ class BertModel:
         # Resolved first, so that an unknown name fails before any variable
         # is created.
         activation = get_activation(config.hidden_act)
+        self.fused_ops = kernels.choose_fused_ops(fused_ops)
         if not is_training:
             config.hidden_dropout_prob = 0.0
             config.attention_probs_dropout_prob = 0.0
@@ -196,7 +189,7 @@ class BertModel:
                     token_type_vocab_size=config.type_vocab_size,
                     initializer_range=config.initializer_range,
                     max_position_embeddings=config.max_position_embeddings,
-                    dropout_prob=config.hidden_dropout_prob)
+                    dropout_prob=config.hidden_dropout_prob, fused_ops=self.fused_ops)
 
             # The encoder runs in `compute_type`; its outputs are cast back.
             with tf.variable_scope("encoder"):
@@ -214,7 +207,8 @@ class BertModel:
                     hidden_dropout_prob=config.hidden_dropout_prob,
                     attention_probs_dropout_prob=config.attention_probs_dropout_prob,
                     initializer_range=config.initializer_range,
-                    do_return_all_layers=True, recompute_grad=recompute_grad)
+                    do_return_all_layers=True, recompute_grad=recompute_grad,
+                    fused_ops=self.fused_ops)
                 self.all_encoder_layers = [_as_float32(layer) for layer in layers]
             self.sequence_output = self.all_encoder_layers[-1]
 
@@ -271,274 +265,31 @@ def _validate_config(config):
 
 
 # ---------------------------------------------------------------------------
-# Gradient overrides. Each is attached to one ordinary op of the forward graph
-# through `gradient_override_map`, so the forward graph stays exactly the
-# computation (tf.custom_gradient would add helper ops that dangle until
-# gradients are taken). They serve graph-mode `tf.gradients`, which Estimator
-# training uses; a GradientTape ignores them and differentiates the same ops
-# the ordinary way (same values, more memory).
+# Activations, dropout, LayerNorm, dense layers. GELU, dropout and LayerNorm
+# are kernels.py's, with Google's signatures and an optional `fused_ops`
+# (a kernels.FusedOps; None: kernels.choose_fused_ops("auto")).
 
 
-def _register_gradient(name):
-    """Decorator: registers a gradient function under `name`, once.
-
-    A second import of this file (under another module name) finds the name
-    taken and keeps the first registration, which has the same code.
-    """
-    def register(function):
-        try:
-            tf.RegisterGradient(name)(function)
-        except KeyError:
-            pass
-        return function
-    return register
+def _fused(fused_ops, name):
+    """Whether kernel `name` is fused under the choice `fused_ops` (None:
+    left to the kernel's "auto")."""
+    return None if fused_ops is None else getattr(kernels.choose_fused_ops(fused_ops), name)
 
 
-def _after(tensor, dependency):
-    """`tensor`, read through an Identity that waits for `dependency`.
-
-    Backward-pass recomputations start from such a read. Being a different
-    tensor, it stops grappler from merging the recomputation with the
-    identical forward ops (which would keep their outputs alive until the
-    backward pass, the memory this saves); the wait stops the executor from
-    running it early for the same reason.
-    """
-    with tf.control_dependencies([dependency]):
-        return tf.identity(tensor)
-
-
-def _identity_n_with_gradient(tensors, gradient_name):
-    """`tensors[0]`, read through an IdentityN of all `tensors` whose gradient
-    is the one registered as `gradient_name`.
-
-    The other tensors have no consumer after it: they are there so that the
-    gradient function finds what it needs among the op's inputs (the input
-    of a compiled loop, a mask, per-row statistics), and so that the
-    backward pass keeps exactly those alive.
-    """
-    with tf.get_default_graph().gradient_override_map({"IdentityN": gradient_name}):
-        return tf.identity_n(tensors)[0]
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GELU_GRADIENT = "BertModelingGeluFromInput"
-_GELU_DENSE_GRADIENT = "BertModelingMatMulRecomputingGelu"
-_GELU_INTO_DENSE_GRADIENT = "BertModelingGeluIntoDense"
-
-
-def _gelu_cdf(x):
-    """Google's tanh approximation of the standard normal CDF at `x`:
-    0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))."""
-    return 0.5 * (1.0 + tf.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
-
-
-def _gelu_backward_parts(x):
-    """What the backward pass needs of the tanh GELU at `x`: (activation,
-    derivative), both of the shape of `x`.
-
-    With u = sqrt(2 / pi) (x + 0.044715 x^3), t = tanh(u) and
-    cdf = (1 + t) / 2: gelu = x cdf, and
-    gelu' = cdf + (x / 2) (1 - t^2) u', u' = sqrt(2 / pi) (1 + 3 * 0.044715 x^2).
-    One tanh serves both, and TanhGrad forms dy (1 - t^2) in one op: 13
-    element-wise passes over `x` for the two. The activation agrees with
-    `gelu`'s to float rounding.
-    """
-    x_squared = x * x
-    t = tf.tanh(x * (_SQRT_2_OVER_PI + (_SQRT_2_OVER_PI * 0.044715) * x_squared))
-    cdf = 0.5 * t + 0.5
-    half_x_du = x * ((0.5 * _SQRT_2_OVER_PI)
-                     + (0.5 * _SQRT_2_OVER_PI * 3.0 * 0.044715) * x_squared)
-    derivative = cdf + tf.raw_ops.TanhGrad(y=t, dy=half_x_du)
-    return x * cdf, derivative
-
-
-# GELU's element-wise chain as one compiled loop. Written out, the forward
-# GELU is 9 passes over its input and the backward 13 more, each a separate
-# kernel reading and writing a tensor of the feed-forward width (in BERT the
-# largest activations); XLA fuses each chain into one loop over the input:
-# 3-5x faster on a CPU at BERT-Base's [2048, 3072] (1 thread). Same
-# formulas, so the values agree with the written-out ops to float rounding.
-FUSED_GELU_VARIABLE = "BERT_FUSED_GELU"
-
-
-# A bfloat16 or float16 input is widened to float32 inside the loop, and the
-# result rounded once at the end: XLA's CPU loops compute 16-bit floats 2-3x
-# slower than they convert them (BERT-Base's [2048, 3072] in bfloat16, 1
-# thread: forward 13.7 -> 5.3 ms, backward 21.3 -> 9.6 ms), and one rounding
-# is also closer to the exact GELU than one per operation.
-def _widened(x):
-    """`x` as float32 if it is a 16-bit float, else `x`."""
-    return tf.cast(x, tf.float32) if x.dtype.size < 4 else x
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_gelu_forward(x):
-    wide = _widened(x)
-    return tf.cast(wide * _gelu_cdf(wide), x.dtype)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_gelu_input_gradient(x, grad):
-    return tf.cast(_widened(grad) * _gelu_backward_parts(_widened(x))[1], grad.dtype)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_gelu_with_input_gradient(x, grad):
-    activation, derivative = _gelu_backward_parts(_widened(x))
-    return tf.cast(activation, x.dtype), tf.cast(_widened(grad) * derivative, grad.dtype)
-
-
-@functools.lru_cache(maxsize=None)
-def _no_gpu_visible():
-    return not tf.config.list_physical_devices("GPU")
-
-
-def _compiled_loops_enabled(variable):
-    """Whether element-wise chains built now become XLA-compiled loops, by
-    the environment variable named `variable`: "0" never, "1" always, unset
-    (or anything else) where no GPU is visible, where they are measured to
-    pay off. Never inside an XLA control-flow context (a TPU computation),
-    which compiles the written-out ops itself."""
-    setting = os.environ.get(variable, "")
-    if setting == "0":
-        return False
-    graph = tf.get_default_graph()
-    if control_flow_util.GetContainingXLAContext(graph._get_control_flow_context()):  # pylint: disable=protected-access
-        return False
-    return setting == "1" or _no_gpu_visible()
-
-
-def compiled_loops_enabled():
-    """Whether any of GELU, LayerNorm and dropout built now would use XLA
-    (see COMPILED_LOOP_VARIABLES)."""
-    return any(_compiled_loops_enabled(variable) for variable in COMPILED_LOOP_VARIABLES)
-
-
-def fused_gelu_enabled():
-    """Whether GELUs built now use the compiled loops above.
-
-    Environment variable BERT_FUSED_GELU, as `_compiled_loops_enabled`
-    reads it; never inside `portable_ops`.
-    """
-    return not _PORTABLE_OPS and _compiled_loops_enabled(FUSED_GELU_VARIABLE)
-
-
-_PORTABLE_OPS = []  # Non-empty inside `portable_ops`.
-
-
-@contextlib.contextmanager
-def portable_ops():
-    """GELUs and LayerNorms built inside the context use the written-out ops
-    only, no XLA-compiled loops.
-
-    For graphs meant to run elsewhere, such as an exported SavedModel, whose
-    server may lack XLA. (Dropout, which only training graphs hold, is not
-    affected.)
-    """
-    _PORTABLE_OPS.append(True)
-    try:
-        yield
-    finally:
-        _PORTABLE_OPS.pop()
-
-
-def _gelu_input(op):
-    """(x, its input index) of the op ending a GELU of x: the product
-    x * cdf(x), or the IdentityN (gelu, x) after the fused GELU."""
-    return (op.inputs[1], 1) if op.type == "IdentityN" else (op.inputs[0], 0)
-
-
-def _to_input(op, index, grad):
-    """`grad` for `op`'s input `index`, None for the others."""
-    grads = [None] * len(op.inputs)
-    grads[index] = grad
-    return grads
-
-
-@_register_gradient(_GELU_GRADIENT)
-def _gelu_gradient(op, grad, *unused_pass_through_grad):
-    """Gradient of the op that ends `gelu`, for the whole GELU.
-
-    Everything goes to `x` and nothing to the other input, so the backward
-    pass keeps `x` only, instead of the formula's four or five intermediates
-    of the same size (in BERT, the largest activations of a layer).
-    """
-    del unused_pass_through_grad  # The IdentityN's x output has no consumer.
-    x, index = _gelu_input(op)
-    x = _after(x, grad)
-    if op.type == "IdentityN":
-        return _to_input(op, index, _fused_gelu_input_gradient(x, grad))
-    _, derivative = _gelu_backward_parts(x)
-    return _to_input(op, index, grad * derivative)
-
-
-@_register_gradient(_GELU_DENSE_GRADIENT)
-def _gelu_dense_matmul_gradient(op, grad):
-    """Gradient of matmul(gelu(x), kernel) in `_gelu_dense`, for the GELU
-    and the matmul together, keeping only the pre-activation `x`.
-
-    The kernel's gradient needs the activation: it is recomputed from `x`,
-    with GELU's derivative from the same tanh (`_gelu_backward_parts`). The
-    first slot (the activation's) receives the gradient with respect to `x`
-    itself, which the op ending that GELU passes on unchanged
-    (`_gelu_into_dense_gradient`): right because that activation feeds this
-    matmul alone.
-    """
-    activation, kernel = op.inputs
-    x, _ = _gelu_input(activation.op)
-    x = _after(x, grad)
-    grad_activation = tf.matmul(grad, kernel, transpose_b=True)
-    if activation.op.type == "IdentityN":
-        activation_again, grad_x = _fused_gelu_with_input_gradient(x, grad_activation)
-    else:
-        activation_again, derivative = _gelu_backward_parts(x)
-        grad_x = grad_activation * derivative
-    return [grad_x, tf.matmul(activation_again, grad, transpose_a=True)]
-
-
-@_register_gradient(_GELU_INTO_DENSE_GRADIENT)
-def _gelu_into_dense_gradient(op, grad, *unused_pass_through_grad):
-    """Gradient of the op ending the GELU in `_gelu_dense`: `grad` already
-    is with respect to `x` (`_gelu_dense_matmul_gradient`)."""
-    del unused_pass_through_grad  # The IdentityN's x output has no consumer.
-    return _to_input(op, _gelu_input(op)[1], grad)
-
-
-def _gelu(x, gradient_name):
-    """x * cdf(x), the gradient of the op ending it registered as
-    `gradient_name`; with `fused_gelu_enabled()`, the compiled loop followed by
-    an IdentityN (gelu, x) that carries that gradient."""
-    x = tf.convert_to_tensor(x)
-    if fused_gelu_enabled():
-        return _identity_n_with_gradient([_fused_gelu_forward(x), x], gradient_name)
-    cdf = _gelu_cdf(x)
-    with tf.get_default_graph().gradient_override_map({"Mul": gradient_name}):
-        return x * cdf
-
-
-def gelu(x):
+def gelu(x, fused_ops=None):
     """Gaussian Error Linear Unit, tanh approximation (Google's "gelu").
-
-    x * Phi(x), Phi the standard normal CDF approximated as in `_gelu_cdf`;
-    see https://arxiv.org/abs/1606.08415. A smooth ReLU.
 
     Args:
       x: float Tensor.
+      fused_ops: optional kernels.FusedOps.
 
     Returns:
-      Tensor of the shape and dtype of `x`. Its gradient is computed from
-      `x` alone (see `_gelu_gradient`).
+      Tensor of the shape and dtype of `x` (see `kernels.gelu`).
     """
-    return _gelu(x, _GELU_GRADIENT)
+    return kernels.gelu(x, fused=_fused(fused_ops, "gelu"))
 
 
-def gelu_exact(x):
-    """Exact GELU, x * Phi(x) with Phi written with erf.
-
-    What Hugging Face calls "gelu"; Google's "gelu" is the tanh form `gelu`.
-    """
-    return x * (0.5 * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0)))))
-
+gelu_exact = kernels.gelu_exact
 
 _ACTIVATIONS = {
     "linear": None,
@@ -550,12 +301,13 @@ _ACTIVATIONS = {
 }
 
 
-def get_activation(activation_string):
+def get_activation(activation_string, fused_ops=None):
     """Resolves an activation given by name (case-insensitive).
 
     Args:
       activation_string: "linear", "relu", "gelu", "gelu_new",
         "gelu_exact" or "tanh"; a callable is returned unchanged.
+      fused_ops: optional kernels.FusedOps for the GELU returned.
 
     Returns:
       The activation function, or None for "linear", "" and None.
@@ -571,251 +323,24 @@ def get_activation(activation_string):
     if name not in _ACTIVATIONS:
         raise ValueError("Unsupported activation: %s (known: %s)"
                          % (name, ", ".join(_ACTIVATIONS)))
-    return _ACTIVATIONS[name]
+    activation = _ACTIVATIONS[name]
+    if activation is gelu and fused_ops is not None:
+        return functools.partial(gelu, fused_ops=fused_ops)
+    return activation
 
 
-def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
-    """Matches graph variables with checkpoint variables by name.
-
-    Args:
-      tvars: the graph's variables (names such as "bert/pooler/dense/bias:0").
-      init_checkpoint: checkpoint path or prefix.
-
-    Returns:
-      (assignment_map, initialized_variable_names): an OrderedDict mapping
-      each name present in both to itself (the form `tf.train.
-      init_from_checkpoint` takes), in checkpoint order, and a dict holding
-      those names with and without the ":0" suffix.
-
-    Raises:
-      ValueError: a shared name has different shapes in the graph and the
-        checkpoint (typically a config or vocabulary mismatch).
-    """
-    graph_variables = collections.OrderedDict(
-        (re.sub(r":\d+$", "", var.name), var) for var in tvars)
-    assignment_map = collections.OrderedDict()
-    initialized_variable_names = {}
-    for name, shape in tf.train.list_variables(init_checkpoint):
-        if name not in graph_variables:
-            continue
-        graph_shape = graph_variables[name].shape.as_list()
-        if list(shape) != graph_shape:
-            raise ValueError(
-                "Variable %s has shape %s in checkpoint %s but %s in the model: "
-                "does --bert_config_file (and the vocabulary) match the "
-                "checkpoint?" % (name, list(shape), init_checkpoint, graph_shape))
-        assignment_map[name] = name
-        initialized_variable_names[name] = 1
-        initialized_variable_names[name + ":0"] = 1
-    return assignment_map, initialized_variable_names
-
-
-# ---------------------------------------------------------------------------
-# Dropout, LayerNorm, dense layers.
-
-# Stack of [seed tensor, number of masks drawn from it], innermost last.
-_DROPOUT_SEEDS = []
-
-
-@contextlib.contextmanager
-def stateless_dropout_seed(seed):
-    """Makes `dropout` calls inside the context reproducible from `seed`.
-
-    The k-th call draws its mask with the stateless seed ``seed + [0, k]``:
-    building the same layer twice from one seed tensor gives the same masks,
-    which is how `recompute.py` rebuilds a layer exactly.
-
-    Args:
-      seed: int32 Tensor [2].
-    """
-    _DROPOUT_SEEDS.append([seed, 0])
-    try:
-        yield
-    finally:
-        _DROPOUT_SEEDS.pop()
-
-
-# Dropout where no GPU is visible (environment variable BERT_FUSED_DROPOUT,
-# read as BERT_FUSED_GELU is, see `_compiled_loops_enabled`). Drawing the
-# random numbers is most of dropout's cost on a CPU (about 5 ns per 32-bit
-# Philox draw, one per value in tf.nn.dropout). Here each value is decided by
-# 16 random bits, a quarter of a 64-bit draw, and the comparison, scaling and
-# selection run as one compiled loop in each direction. Forward pass of
-# BERT-Base's [2048, 768] and [16, 12, 128, 128] dropouts, 1 thread: 1.9x
-# less time in float32, 2.8x in bfloat16, whose element-wise TensorFlow
-# kernels are slow on a CPU. The drop probability is then
-# round(rate * 2^16) / 2^16, within 2^-17 of the rate.
-FUSED_DROPOUT_VARIABLE = "BERT_FUSED_DROPOUT"
-_DROPOUT_GRADIENT = "BertModelingDropoutFromMask"
-
-
-def fused_dropout_enabled():
-    """Whether `dropout` calls made now use 16-bit draws and compiled loops."""
-    return _compiled_loops_enabled(FUSED_DROPOUT_VARIABLE)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_dropout_forward(x, bits, threshold, scale):
-    keep = bits >= threshold
-    return tf.compat.v2.where(keep, x * scale, tf.zeros([], x.dtype)), keep
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_dropout_backward(grad, keep, scale):
-    return tf.compat.v2.where(keep, grad * scale, tf.zeros([], grad.dtype))
-
-
-@_register_gradient(_DROPOUT_GRADIENT)
-def _dropout_gradient(op, grad, *unused_pass_through_grads):
-    """Gradient of the IdentityN (output, keep, x, scale) ending a fused
-    dropout: all of it to `x`, from the boolean mask alone."""
-    del unused_pass_through_grads  # Only the output has consumers.
-    _, keep, _, scale = op.inputs
-    return [None, None, _fused_dropout_backward(grad, keep, scale), None]
-
-
-def _random_bits16(shape, seed):
-    """uint16 Tensor of `shape` (an int32 Tensor), uniformly random bits from
-    the stateless int32 `seed` [2]."""
-    count = tf.reduce_prod(shape)
-    words = tf.random.stateless_uniform(tf.reshape((count + 3) // 4, [1]), seed=seed,
-                                        minval=None, maxval=None, dtype=tf.uint64)
-    bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])  # 4 per word.
-    return tf.reshape(bits[:count], shape)
-
-
-def _fused_dropout(input_tensor, dropout_prob, seed):
-    """`dropout` with 16-bit draws from `seed` (None: a fresh one per run)
-    and compiled loops; see FUSED_DROPOUT_VARIABLE."""
-    if seed is None:
-        seed = tf.random.uniform([2], minval=-2 ** 31, maxval=2 ** 31 - 1, dtype=tf.int32)
-    bits = _random_bits16(tf.shape(input_tensor), seed)
-    # Dropped where bits < threshold: probability threshold / 2^16.
-    threshold = tf.constant(min(int(round(dropout_prob * 65536.0)), 65535), tf.uint16)
-    scale = tf.constant(1.0 / (1.0 - dropout_prob), input_tensor.dtype)
-    output, keep = _fused_dropout_forward(input_tensor, bits, threshold, scale)
-    return _identity_n_with_gradient([output, keep, input_tensor, scale], _DROPOUT_GRADIENT)
-
-
-def dropout(input_tensor, dropout_prob):
-    """Zeroes each value with probability `dropout_prob`, scales the rest by
-    1 / (1 - dropout_prob).
-
-    Args:
-      input_tensor: float Tensor.
-      dropout_prob: Python float in [0, 1), the probability of *dropping* a
-        value (not of keeping it); 0 or None returns `input_tensor` itself.
+def dropout(input_tensor, dropout_prob, fused_ops=None):
+    """Zeroes each value with probability `dropout_prob` (of *dropping*; 0 or
+    None: `input_tensor` itself), scales the rest by 1 / (1 - dropout_prob).
 
     Returns:
-      Tensor of the shape and dtype of `input_tensor`. Its gradient needs
-      only the boolean mask, a quarter of the memory of a float one.
+      Tensor of the shape and dtype of `input_tensor` (see
+      `kernels.dropout`).
     """
-    if not dropout_prob:
-        return input_tensor
-    with tf.name_scope("dropout"):
-        return _dropout(input_tensor, dropout_prob)
+    return kernels.dropout(input_tensor, dropout_prob, fused=_fused(fused_ops, "dropout"))
 
 
-def _dropout(input_tensor, dropout_prob):
-    """`dropout`'s ops, for a nonzero rate."""
-    seed = None
-    if _DROPOUT_SEEDS:
-        state = _DROPOUT_SEEDS[-1]
-        seed, draws = state
-        state[1] += 1
-        seed = seed + tf.constant([0, draws], dtype=seed.dtype)
-    if fused_dropout_enabled():
-        return _fused_dropout(input_tensor, dropout_prob, seed)
-    shape = tf.shape(input_tensor)
-    if seed is not None:
-        noise = tf.random.stateless_uniform(shape, seed=seed)
-    elif input_tensor.dtype.size >= 4:
-        # The draw of tf.nn.dropout: same op, dtype and comparison.
-        noise = tf.random.uniform(shape, dtype=input_tensor.dtype)
-    else:
-        # A 16-bit uniform draw has 7 or 10 random bits: at rate 0.1 it
-        # would drop 10.2% (bfloat16) instead of 10%.
-        noise = tf.random.uniform(shape)
-    keep = noise >= dropout_prob
-    scaled = input_tensor * (1.0 / (1.0 - dropout_prob))
-    # Select's gradient reads only the condition; Mul's, by a constant, only
-    # the constant.
-    return tf.compat.v2.where(keep, scaled, tf.zeros([], dtype=input_tensor.dtype))
-
-
-# LayerNorm where no GPU is visible (environment variable
-# BERT_FUSED_LAYER_NORM, read as BERT_FUSED_GELU is, see
-# `_compiled_loops_enabled`): the forward pass as one compiled loop instead
-# of nine kernels (casts, moments, scale and shift), and the input's
-# gradient as another, from the input and the per-row mean and 1 / std.
-# Forward and backward of BERT-Base's [2048, 768] on a CPU, 1 thread: 8.7 ->
-# 5.2 ms in float32, 9.1 -> 3.7 ms in bfloat16, whose backward pass then keeps
-# the bfloat16 input rather than a float32 copy.
-FUSED_LAYER_NORM_VARIABLE = "BERT_FUSED_LAYER_NORM"
-_LAYER_NORM_GRADIENT = "BertModelingLayerNormFromInput"
-_LAYER_NORM_EPSILON = 1e-12
-# Every switch of a compiled loop.
-COMPILED_LOOP_VARIABLES = (FUSED_GELU_VARIABLE, FUSED_LAYER_NORM_VARIABLE, FUSED_DROPOUT_VARIABLE)
-
-
-def fused_layer_norm_enabled():
-    """Whether `layer_norm` calls made now use the compiled loops."""
-    return not _PORTABLE_OPS and _compiled_loops_enabled(FUSED_LAYER_NORM_VARIABLE)
-
-
-def _layer_norm_float32(x, gamma, beta):
-    """LayerNorm of the float32 `x` [..., width] over its last axis.
-
-    Returns:
-      (normalized x, float32 of x's shape; mean and 1 / std, float32
-      [..., 1]).
-    """
-    # The statistics of tf.nn.moments: the variance about a mean that its
-    # gradient does not flow through (that part of it is zero anyway).
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(tf.math.squared_difference(x, tf.stop_gradient(mean)),
-                              axis=-1, keepdims=True)
-    inverse_std = tf.math.rsqrt(variance + _LAYER_NORM_EPSILON)
-    # (x - mean) * gamma / std + beta, with gamma folded into the scale so
-    # that the full-size tensor is traversed once less.
-    scale = inverse_std * gamma
-    return x * scale + (beta - mean * scale), mean, inverse_std
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_layer_norm_forward(x, gamma, beta):
-    normalized, mean, inverse_std = _layer_norm_float32(tf.cast(x, tf.float32), gamma, beta)
-    return tf.cast(normalized, x.dtype), mean, inverse_std
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _fused_layer_norm_backward(x, gamma, mean, inverse_std, grad):
-    """(gradient of x, grad * normalized x in float32); the caller sums the
-    second (and `grad`) over rows for gamma's (and beta's) gradient, which
-    TensorFlow's own reduction does faster than an XLA loop on a CPU."""
-    grad = tf.cast(grad, tf.float32)
-    normalized = (tf.cast(x, tf.float32) - mean) * inverse_std
-    grad_normalized = grad * gamma
-    # d/dx of (x - mean) / std, applied to grad_normalized, row by row.
-    grad_x = inverse_std * (
-        grad_normalized - tf.reduce_mean(grad_normalized, axis=-1, keepdims=True)
-        - normalized * tf.reduce_mean(grad_normalized * normalized, axis=-1, keepdims=True))
-    return tf.cast(grad_x, x.dtype), grad * normalized
-
-
-@_register_gradient(_LAYER_NORM_GRADIENT)
-def _layer_norm_gradient(op, grad, *unused_pass_through_grads):
-    """Gradient of the IdentityN (output, x, gamma, beta, mean, inverse_std)
-    ending a fused LayerNorm: to x, gamma and beta."""
-    del unused_pass_through_grads  # Only the output has consumers.
-    _, x, gamma, _, mean, inverse_std = op.inputs
-    grad_x, grad_scaled = _fused_layer_norm_backward(x, gamma, mean, inverse_std, grad)
-    rows = list(range(grad.shape.ndims - 1))
-    return [None, grad_x, tf.reduce_sum(grad_scaled, rows),
-            tf.reduce_sum(tf.cast(grad, tf.float32), rows), None, None]
-
-
-def layer_norm(input_tensor, name=None):
+def layer_norm(input_tensor, name=None, fused_ops=None):
     """Layer normalization over the last axis.
 
     Variables `<name>/beta` (zeros) and `<name>/gamma` (ones), `name`
@@ -826,6 +351,7 @@ def layer_norm(input_tensor, name=None):
     Args:
       input_tensor: float Tensor [..., width] of known rank.
       name: optional variable scope name.
+      fused_ops: optional kernels.FusedOps.
 
     Returns:
       Tensor of the shape and dtype of `input_tensor`.
@@ -834,18 +360,13 @@ def layer_norm(input_tensor, name=None):
         width = input_tensor.shape[-1]
         beta = tf.get_variable("beta", shape=[width], initializer=tf.zeros_initializer())
         gamma = tf.get_variable("gamma", shape=[width], initializer=tf.ones_initializer())
-        if fused_layer_norm_enabled():
-            gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
-            normalized, mean, inverse_std = _fused_layer_norm_forward(input_tensor, gamma, beta)
-            return _identity_n_with_gradient(
-                [normalized, input_tensor, gamma, beta, mean, inverse_std], _LAYER_NORM_GRADIENT)
-        normalized, _, _ = _layer_norm_float32(_as_float32(input_tensor), gamma, beta)
-        return tf.cast(normalized, input_tensor.dtype)
+        return kernels.layer_norm(input_tensor, gamma, beta,
+                                  fused=_fused(fused_ops, "layer_norm"))
 
 
-def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
+def layer_norm_and_dropout(input_tensor, dropout_prob, name=None, fused_ops=None):
     """`layer_norm` then `dropout`."""
-    return dropout(layer_norm(input_tensor, name), dropout_prob)
+    return dropout(layer_norm(input_tensor, name, fused_ops), dropout_prob, fused_ops)
 
 
 def create_initializer(initializer_range=0.02):
@@ -893,25 +414,19 @@ def dense(input_tensor, units, activation=None, kernel_initializer=None, name="d
     return output if activation is None else activation(output)
 
 
-def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense"):
-    """`dense(gelu(pre_activation), units)`, keeping only `pre_activation`.
-
-    Same variables and values; the backward pass recomputes the activation
-    for the kernel's gradient (see `_gelu_dense_matmul_gradient`).
+def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense", fused_ops=None):
+    """`dense(gelu(pre_activation), units)` with the same variables and
+    values, whose backward pass keeps only `pre_activation`
+    (`kernels.gelu_matmul`).
 
     Args:
       pre_activation: float Tensor [rows, in].
-      units: output width.
-      kernel_initializer: the kernel's initializer.
-      name: variable scope of `kernel` and `bias`.
 
     Returns:
       Tensor [rows, units] of the input's dtype.
     """
     kernel, bias = _dense_variables(pre_activation, units, kernel_initializer, name)
-    activation = _gelu(pre_activation, _GELU_INTO_DENSE_GRADIENT)
-    with tf.get_default_graph().gradient_override_map({"MatMul": _GELU_DENSE_GRADIENT}):
-        product = tf.matmul(activation, kernel)
+    product = kernels.gelu_matmul(pre_activation, kernel, fused=_fused(fused_ops, "gelu"))
     return tf.nn.bias_add(product, bias)
 
 
@@ -966,7 +481,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
                             use_position_embeddings=True,
                             position_embedding_name="position_embeddings",
                             initializer_range=0.02, max_position_embeddings=512,
-                            dropout_prob=0.1):
+                            dropout_prob=0.1, fused_ops=None):
     """Adds segment and position embeddings to word embeddings, then applies
     LayerNorm and dropout.
 
@@ -985,6 +500,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
         `seq_length` allowed (checked when the graph is built if the length
         is static, when it runs otherwise).
       dropout_prob: dropout rate on the result.
+      fused_ops: optional kernels.FusedOps for the LayerNorm and dropout.
 
     Returns:
       float Tensor of the shape of `input_tensor`.
@@ -1027,7 +543,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
         leading_ones = [1] * (output.shape.ndims - 2)
         output += tf.reshape(position_vectors, leading_ones + [seq_length, width])
 
-    return layer_norm_and_dropout(output, dropout_prob)
+    return layer_norm_and_dropout(output, dropout_prob, fused_ops=fused_ops)
 
 
 # ---------------------------------------------------------------------------
@@ -1077,7 +593,7 @@ def _split_heads(matrix, batch_size, seq_length, num_heads, head_size):
 def _self_attention(layer_input_2d, attention_bias, num_attention_heads, size_per_head,
                     attention_probs_dropout_prob, initializer_range, batch_size,
                     from_seq_length, to_tensor_2d=None, to_seq_length=None,
-                    query_act=None, key_act=None, value_act=None):
+                    query_act=None, key_act=None, value_act=None, fused_ops=None):
     """Multi-head scaled dot-product attention on matrices.
 
     Creates the dense layers `query`, `key` and `value` under the current
@@ -1090,6 +606,7 @@ def _self_attention(layer_input_2d, attention_bias, num_attention_heads, size_pe
         `_attention_bias_from_mask`.
       to_tensor_2d: [B * T, to_width], the attended positions; default
         `layer_input_2d` (self-attention, T = F).
+      fused_ops: optional kernels.FusedOps for the dropout.
 
     Returns:
       Tensor [B * F, N * H]: for each position, the heads' value averages
@@ -1117,7 +634,7 @@ def _self_attention(layer_input_2d, attention_bias, num_attention_heads, size_pe
     # Softmax in float32 whatever the compute type.
     probs = tf.cast(tf.nn.softmax(_as_float32(scores)), scores.dtype)
     # Dropping whole attended positions, as the Transformer paper does.
-    probs = dropout(probs, attention_probs_dropout_prob)
+    probs = dropout(probs, attention_probs_dropout_prob, fused_ops)
 
     value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
     context = tf.matmul(probs, value)  # [B, N, F, H]
@@ -1129,7 +646,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                     size_per_head=512, query_act=None, key_act=None, value_act=None,
                     attention_probs_dropout_prob=0.0, initializer_range=0.02,
                     do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
-                    to_seq_length=None):
+                    to_seq_length=None, fused_ops=None):
     """Multi-head attention of `from_tensor` over `to_tensor` ("Attention Is
     All You Need"); self-attention when both are the same tensor.
 
@@ -1153,6 +670,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
         instead of [batch_size, from_seq_length, N * H].
       batch_size, from_seq_length, to_seq_length: the 3-D sizes; required
         when the inputs are matrices, ignored otherwise.
+      fused_ops: optional kernels.FusedOps for the dropout.
 
     Returns:
       float Tensor [batch_size, from_seq_length, N * H] or its matrix.
@@ -1180,7 +698,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
         reshape_to_matrix(from_tensor), attention_bias, num_attention_heads, size_per_head,
         attention_probs_dropout_prob, initializer_range, batch_size, from_seq_length,
         to_tensor_2d=reshape_to_matrix(to_tensor), to_seq_length=to_seq_length,
-        query_act=query_act, key_act=key_act, value_act=value_act)
+        query_act=query_act, key_act=key_act, value_act=value_act, fused_ops=fused_ops)
     if do_return_2d_tensor:
         return context
     return tf.reshape(context, [batch_size, from_seq_length, num_attention_heads * size_per_head])
@@ -1189,14 +707,15 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
 def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_heads,
                        attention_head_size, intermediate_size, intermediate_act_fn,
                        hidden_dropout_prob, attention_probs_dropout_prob,
-                       initializer_range, batch_size, seq_length):
+                       initializer_range, batch_size, seq_length, fused_ops):
     """One encoder layer on a [batch_size * seq_length, hidden_size] matrix.
 
     Self-attention, projection, dropout, residual and LayerNorm; then the
     feed-forward block (up to `intermediate_size` with the activation, back
     down), dropout, residual and LayerNorm. Variables, under the current
     scope: attention/self/{query,key,value}, attention/output/{dense,
-    LayerNorm}, intermediate/dense and output/{dense,LayerNorm}.
+    LayerNorm}, intermediate/dense and output/{dense,LayerNorm}. GELU,
+    LayerNorm and dropout are built as `fused_ops` (a kernels.FusedOps) says.
 
     Returns:
       Tensor [batch_size * seq_length, hidden_size].
@@ -1206,11 +725,12 @@ def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_h
         with tf.variable_scope("self"):
             context = _self_attention(
                 layer_input, attention_bias, num_attention_heads, attention_head_size,
-                attention_probs_dropout_prob, initializer_range, batch_size, seq_length)
+                attention_probs_dropout_prob, initializer_range, batch_size, seq_length,
+                fused_ops=fused_ops)
         with tf.variable_scope("output"):
             attended = dropout(dense(context, hidden_size, kernel_initializer=init),
-                               hidden_dropout_prob)
-            attended = layer_norm(attended + layer_input)
+                               hidden_dropout_prob, fused_ops)
+            attended = layer_norm(attended + layer_input, fused_ops=fused_ops)
 
     # With Google's GELU the activation moves into the down-projection
     # (`_gelu_dense`, same values), whose backward pass then keeps only the
@@ -1222,17 +742,19 @@ def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_h
                          kernel_initializer=init)
     with tf.variable_scope("output"):
         if fuse_gelu:
-            projected = _gelu_dense(expanded, hidden_size, kernel_initializer=init)
+            projected = _gelu_dense(expanded, hidden_size, kernel_initializer=init,
+                                    fused_ops=fused_ops)
         else:
             projected = dense(expanded, hidden_size, kernel_initializer=init)
-        return layer_norm(dropout(projected, hidden_dropout_prob) + attended)
+        return layer_norm(dropout(projected, hidden_dropout_prob, fused_ops) + attended,
+                          fused_ops=fused_ops)
 
 
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, intermediate_act_fn=gelu,
                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                       initializer_range=0.02, do_return_all_layers=False,
-                      recompute_grad=False):
+                      recompute_grad=False, fused_ops=None):
     """The Transformer encoder of "Attention Is All You Need"
     (https://arxiv.org/abs/1706.03762): a stack of `_transformer_layer`s,
     under variable scopes layer_0, layer_1, ...
@@ -1253,6 +775,8 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
         last.
       recompute_grad: bool. Recompute each layer in the backward pass
         instead of keeping its activations (`recompute.recompute_layer`).
+      fused_ops: which kernels to build as XLA-compiled loops (see
+        `BertModel`).
 
     Returns:
       float Tensor [batch_size, seq_length, hidden_size], the last layer's
@@ -1267,6 +791,7 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
             "The hidden size (%d) is not a multiple of the number of attention "
             "heads (%d)" % (hidden_size, num_attention_heads))
     head_size = hidden_size // num_attention_heads
+    fused_ops = kernels.choose_fused_ops(fused_ops)
     input_shape = get_shape_list(input_tensor, expected_rank=3)
     batch_size, seq_length, input_width = input_shape
     if input_width != hidden_size:
@@ -1284,10 +809,11 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
             return _transformer_layer(
                 layer_input, bias, hidden_size, num_attention_heads, head_size,
                 intermediate_size, intermediate_act_fn, hidden_dropout_prob,
-                attention_probs_dropout_prob, initializer_range, batch_size, seq_length)
+                attention_probs_dropout_prob, initializer_range, batch_size, seq_length,
+                fused_ops)
         if seed is None:
             return build()
-        with stateless_dropout_seed(seed):
+        with kernels.stateless_dropout_seed(seed):
             return build()
 
     # Layers pass matrices [batch_size * seq_length, hidden_size] to each
@@ -1381,3 +907,44 @@ def assert_rank(tensor, expected_rank, name=None):
             "equal to the expected rank `%s`"
             % (name, tf.get_variable_scope().name, actual_rank, tensor.shape,
                expected_rank))
+
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints.
+
+
+def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
+    """Matches graph variables with checkpoint variables by name.
+
+    Args:
+      tvars: the graph's variables (names such as "bert/pooler/dense/bias:0").
+      init_checkpoint: checkpoint path or prefix.
+
+    Returns:
+      (assignment_map, initialized_variable_names): an OrderedDict mapping
+      each name present in both to itself (the form `tf.train.
+      init_from_checkpoint` takes), in checkpoint order, and a dict holding
+      those names with and without the ":0" suffix.
+
+    Raises:
+      ValueError: a shared name has different shapes in the graph and the
+        checkpoint (typically a config or vocabulary mismatch).
+    """
+    graph_variables = collections.OrderedDict(
+        (re.sub(r":\d+$", "", var.name), var) for var in tvars)
+    assignment_map = collections.OrderedDict()
+    initialized_variable_names = {}
+    for name, shape in tf.train.list_variables(init_checkpoint):
+        if name not in graph_variables:
+            continue
+        graph_shape = graph_variables[name].shape.as_list()
+        if list(shape) != graph_shape:
+            raise ValueError(
+                "Variable %s has shape %s in checkpoint %s but %s in the model: "
+                "does --bert_config_file (and the vocabulary) match the "
+                "checkpoint?" % (name, list(shape), init_checkpoint, graph_shape))
+        assignment_map[name] = name
+        initialized_variable_names[name] = 1
+        initialized_variable_names[name + ":0"] = 1
+    return assignment_map, initialized_variable_names

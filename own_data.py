@@ -362,22 +362,7 @@ def _read_delimited(path, text, data_format, has_header, skip_malformed_rows):
 
 
 def _read_jsonl(path, text):
-    rows = []
-    # Not splitlines(): JSON strings may hold U+2028 and other characters it
-    # would split at.
-    for line_number, line in enumerate(text.split("\n"), 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as e:
-            raise InputError("%s, line %d: not valid JSON: %s" % (path, line_number, e))
-        if not isinstance(record, dict):
-            raise InputError("%s, line %d: expected one JSON object ({...}) per line, found %s"
-                             % (path, line_number, type(record).__name__))
-        rows.append((line_number, record))
-    return Table(path, "jsonl", None, None, rows)
+    return Table(path, "jsonl", None, None, list(run_common.json_lines(text, path)))
 
 
 # ---------------------------------------------------------------------------
@@ -397,21 +382,6 @@ def write_label_file(path, labels):
     """Writes labels.txt (one label per line), atomically."""
     with run_common.atomic_output(path) as writer:
         writer.write("".join(label + "\n" for label in labels))
-
-
-def saved_labels_path(output_dir, init_checkpoint):
-    """labels.txt of an earlier run: in output_dir, else next to
-    init_checkpoint (in it, if it names a directory of checkpoints); None if
-    neither has one."""
-    candidates = [os.path.join(output_dir, LABELS_FILE)] if output_dir else []
-    if init_checkpoint:
-        checkpoint_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
-                          else os.path.dirname(init_checkpoint))
-        candidates.append(os.path.join(checkpoint_dir, LABELS_FILE))
-    for path in candidates:
-        if tf.io.gfile.exists(path):
-            return path
-    return None
 
 
 def _scalar_text(value):
@@ -587,7 +557,8 @@ class OwnDataProcessor:
         if settings.labels:
             return list(settings.labels), "--labels"
         if not settings.do_train:
-            saved = saved_labels_path(settings.output_dir, settings.init_checkpoint)
+            saved = run_common.find_run_file(LABELS_FILE, settings.output_dir,
+                                             settings.init_checkpoint)
             if saved:
                 return read_label_file(saved), saved
         try:

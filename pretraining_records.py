@@ -8,7 +8,8 @@ reads:
 * `ExampleEncoder` (and the general `encode_example`): tf.train.Example
   bytes written directly in the protobuf wire format, without TensorFlow or
   protobuf; `decode_example` reads them back.
-* `frame_records`: TFRecord framing (length, data, masked CRC-32C of both).
+* `frame_records`: TFRecord framing (length, data, masked CRC-32C of both),
+  and `check_tfrecord_file`, which walks the framing of a file.
 * `name_to_features`: the schema as tf.io.parse_single_example wants it.
   This is the only function that imports TensorFlow, so that the writer
   runs without it (~440 MB and seconds of import per process).
@@ -22,6 +23,8 @@ import struct
 from typing import NamedTuple, Union
 
 import numpy as np
+
+import run_base
 
 
 # ---------------------------------------------------------------------------
@@ -479,3 +482,52 @@ def frame_records(examples):
                 "<I", masked_crc32c(length))
         framed.append(header + data + struct.pack("<I", mask_crc(crc)))
     return framed
+
+
+def check_tfrecord_file(flag_name, path):
+    """Walks the framing of a TFRecord file without reading its records.
+
+    The length checksums are verified and the file must end exactly after
+    its last record, so a truncated or overwritten file is found here rather
+    than by a DataLossError in the middle of training. (The data checksums
+    are left to the reader: checking them means reading everything.)
+
+    Args:
+      flag_name: the flag that named the file.
+      path: the file (local or remote, see run_base's file functions).
+
+    Returns:
+      The number of records.
+
+    Raises:
+      run_base.InputError: naming the file, the byte offset and what is
+        wrong there.
+    """
+    size = run_base.file_size(path)
+    where = "--%s %s" % (flag_name, path)
+    count = 0
+    offset = 0
+    with run_base.open_file(path, "rb") as f:
+        while offset < size:
+            f.seek(offset)
+            header = f.read(12)
+            if len(header) < 12:
+                raise run_base.InputError(
+                    "%s is truncated: it ends inside the header of record %d at byte offset "
+                    "%d (file size %d); write the file again" % (where, count + 1, offset, size))
+            (length,) = struct.unpack("<Q", header[:8])
+            (stored_crc,) = struct.unpack("<I", header[8:])
+            if masked_crc32c(header[:8]) != stored_crc:
+                raise run_base.InputError(
+                    "%s cannot be read as TFRecord: the header of record %d at byte offset "
+                    "%d fails its checksum (not a TFRecord file, or damaged there); write "
+                    "the file again" % (where, count + 1, offset))
+            end = offset + 12 + length + 4
+            if end > size:
+                raise run_base.InputError(
+                    "%s is truncated: record %d at byte offset %d needs %d bytes but the "
+                    "file ends after %d; write the file again"
+                    % (where, count + 1, offset, end - offset, size - offset))
+            offset = end
+            count += 1
+    return count

@@ -33,8 +33,9 @@ the import are not touched.
 
 The first XLA compilation of a process prints a few more lines, one of them
 error-level on TensorFlow 2.15 ("SetPriority unimplemented"), whatever
-TF_CPP_MIN_LOG_LEVEL says. The scripts compile their GELU with XLA, so
-before their first session they call `start_xla_quietly`, which compiles a
+TF_CPP_MIN_LOG_LEVEL says. The scripts compile GELU, LayerNorm and dropout
+with XLA (kernels.py), so before their first session they call
+`start_xla_quietly` (through run_common.choose_fused_ops), which compiles a
 one-element function with the same filtering.
 
 The scripts import this module before TensorFlow (`import quiet_tf`); it
@@ -44,6 +45,7 @@ TensorFlow's start-up lines unfiltered.
 """
 
 import contextlib
+import functools
 import glob
 import os
 import platform
@@ -144,12 +146,13 @@ _XLA_START_NOISE = re.compile(
     r"|SetPriority unimplemented for this stream")
 
 
+@functools.lru_cache(maxsize=None)
 def start_xla_quietly():
     """Compiles and runs a one-element XLA function, with XLA's start-up
     lines left out of standard error (the scripts' models compile their GELU,
-    LayerNorm and dropout with XLA, see `modeling.compiled_loops_enabled`;
-    those lines would otherwise come at the first training step, one of them
-    error-level).
+    LayerNorm and dropout with XLA, see kernels.py; those lines would
+    otherwise come at the first training step, one of them error-level).
+    Once per process: later calls return the first call's answer.
 
     It runs in a session with TensorFlow's default configuration. The first
     session of a process fixes the size of TensorFlow's process-wide thread

@@ -11,10 +11,6 @@ The module depends on TensorFlow only; the layer itself comes from the caller
 (`modeling.transformer_model`).
 """
 
-import ctypes
-import ctypes.util
-import os
-
 import tensorflow.compat.v1 as tf
 
 _GRADIENT_NAME = "BertRecomputeLayer"
@@ -51,7 +47,7 @@ def recompute_layer(layer_fn, layer_input, attention_bias):
       layer_fn: function (x [rows, hidden], bias, seed) -> [rows, hidden]
         building the layer under the current variable scope. All its
         randomness must derive from `seed`, an int32 Tensor [2] (see
-        `modeling.stateless_dropout_seed`), so that both builds agree.
+        `kernels.stateless_dropout_seed`), so that both builds agree.
       layer_input: float Tensor [rows, hidden].
       attention_bias: float Tensor broadcastable to the attention scores, or
         None.
@@ -118,37 +114,3 @@ def recompute_layer(layer_fn, layer_input, attention_bias):
 def _dense_part(grad):
     """A gradient's tensor for a control dependency (IndexedSlices: its values)."""
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
-
-
-def limit_memory_fragmentation(threshold_bytes=128 * 1024):
-    """Makes large freed tensors go back to the system at once.
-
-    TensorFlow on CPU allocates tensors with malloc. glibc raises its mmap
-    threshold each time a large block is freed (up to 32 MiB), after which
-    activations of a few MiB come from the heap, where freed blocks fragment
-    and stay resident: a BERT-Base training step then peaks about 20% above
-    what it actually holds. Fixing the threshold keeps every allocation of at
-    least `threshold_bytes` in its own mapping, released when freed. With
-    oneDNN on, TensorFlow keeps large tensors in a pool of its own instead;
-    TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 (set here where unset) hands them to
-    malloc, so the threshold applies there too. The price is speed: every
-    large tensor then gets fresh pages, which the kernel zeroes
-    (docs/performance.md measures both). Process-wide; call once, early,
-    before the first session allocates anything.
-
-    Args:
-      threshold_bytes: allocations of at least this size use mmap.
-
-    Returns:
-      True if applied (glibc), False where not available.
-    """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_mmap_threshold = -3  # From <malloc.h>.
-        applied = bool(libc.mallopt(m_mmap_threshold, int(threshold_bytes)))
-        if applied:
-            # Read by TensorFlow at its CPU allocator's first use.
-            os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
-        return applied
-    except (OSError, AttributeError, TypeError):
-        return False

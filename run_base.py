@@ -1,26 +1,34 @@
 """The part of the scripts' shared code that needs no TensorFlow: the shared
-flags, running a script (one-line errors, readable logs), input and output
-checks, progress lines and atomic output files.
+flag registry, running a script (one-line errors, readable logs), file
+access, input and output checks, progress lines and atomic output files.
 
-run_common.py re-exports everything here next to its TensorFlow parts, and
-the scripts use it through run_common. Scripts that do not need TensorFlow
-(create_pretraining_data.py, create_vocab.py) and squad_evaluate.py import
-this module alone, so they start without TensorFlow's import (seconds, and
-hundreds of MB). Remote paths (gs://...) go through tf.io.gfile, imported
-when such a path is first used; local paths use the standard library.
+run_common.py re-exports what the scripts use of it next to its TensorFlow
+parts, and the scripts use it through run_common. Scripts that do not need
+TensorFlow (create_pretraining_data.py, create_vocab.py) and
+squad_evaluate.py import this module alone, so they start without
+TensorFlow's import (seconds, and hundreds of MB).
 
-Flags shared by several scripts are defined here, once, so that scripts can
-be imported side by side (as the tests do) without absl's duplicate-flag
-error. A script lists the shared flags it uses with `define_flags`, and
-defines its own flags with plain ``flags.DEFINE_*``.
+Files. Every script reads and writes through the functions of the "Files"
+section: local paths with Python's own file functions, other paths (gs://,
+TensorFlow's ram:// and any scheme with "://") through tf.io.gfile, which
+imports TensorFlow when such a path is first used.
 
-When several scripts are imported into one process, the first one to define a
-shared flag sets its default (only ``max_seq_length`` differs: 384 for SQuAD,
-128 elsewhere); a script run from the shell always gets its own default.
+Flags. Every flag that more than one script has is defined here, once, in
+`_SHARED_FLAGS`, so that scripts can be imported side by side (as the tests
+do) without absl's duplicate-flag error. A script lists the shared flags it
+uses with `define_flags`, with its own default or help text where they
+differ (--max_seq_length is 384 for SQuAD, --doc_stride 64 for NER), and
+defines the flags only it has with plain ``flags.DEFINE_*``. When several
+scripts are imported into one process, the first one to define a shared flag
+sets its default and help text; a script run from the shell always gets its
+own.
 """
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
+import glob
 import json
 import os
 import sys
@@ -28,13 +36,6 @@ import time
 
 from absl import app, flags
 from absl import logging as absl_logging
-
-
-def _gfile():
-    """tf.io.gfile, for remote paths (imports TensorFlow on first use)."""
-    import quiet_tf  # noqa: F401
-    import tensorflow.compat.v1 as tf
-    return tf.io.gfile
 
 
 def _is_tensorflow_error(error):
@@ -174,7 +175,7 @@ _SHARED_FLAGS = {
         "malloc instead of its own pool), which lowers the peak resident memory "
         "of a training step; costs speed, since the kernel zeroes fresh pages "
         "for every large tensor (figures in docs/performance.md)."),
-    "log_every_seconds": (
+    "log_every_seconds": (  # Every script has it (see `define_flags`).
         flags.DEFINE_integer, 30,
         "Seconds of wall time between two progress lines (training: step, loss, "
         "examples/s and ETA; long conversions: count, rate and ETA)."),
@@ -182,38 +183,103 @@ _SHARED_FLAGS = {
         flags.DEFINE_integer, 0,
         "With --distribution_strategy=mirrored: number of GPUs to use (0: all "
         "visible GPUs, or the CPU if there are none)."),
+    "fused_ops": (
+        flags.DEFINE_string, "auto",
+        "Which of GELU, LayerNorm and dropout run as XLA-compiled loops instead of "
+        "chains of separate ops: auto (all three where no GPU is visible, where "
+        "they are faster; none on GPUs), all, none, or a comma-separated list of "
+        "gelu, layer_norm, dropout. Same values to float rounding (fused dropout "
+        "draws 16 random bits per value). Exports and TPU computations always "
+        "use the separate ops."),
+    # Fine-tuning data, prediction and export.
+    "data_dir": (
+        flags.DEFINE_string, None,
+        "Folder with the task's data files, found there by their usual names."),
+    "train_file": (
+        flags.DEFINE_string, None, "Training data file (instead of the one in --data_dir)."),
+    "dev_file": (
+        flags.DEFINE_string, None,
+        "Dev (evaluation) data file (instead of the one in --data_dir)."),
+    "test_file": (
+        flags.DEFINE_string, None,
+        "Test data file for --do_predict (instead of the one in --data_dir)."),
+    "labels": (
+        flags.DEFINE_string, None,
+        "Comma-separated labels, in the order of the model's outputs. Default: "
+        "those of the training data (or of the run record of an earlier "
+        "training run)."),
+    "doc_stride": (
+        flags.DEFINE_integer, 128,
+        "A text too long for one input is read in overlapping windows of "
+        "--max_seq_length; each window starts this many word pieces after the "
+        "previous one."),
+    "export_dir": (
+        flags.DEFINE_string, None,
+        "If set, export a SavedModel for serving under this directory (in a "
+        "timestamped subdirectory)."),
+    "tpu_job_name": (
+        flags.DEFINE_string, None,
+        "With --use_tpu: the TPU worker job's name, when it is not 'tpu_worker'."),
 }
 
 
-TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
+TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores",
+             "tpu_job_name")
 
 
+# The memory, speed and device options of the training scripts
+# (run_common.TrainingOptions).
 TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_xla",
                          "precision", "distribution_strategy", "num_gpus",
-                         "limit_memory_fragmentation", "log_every_seconds")
+                         "limit_memory_fragmentation", "fused_ops")
+
+# What the fine-tuning scripts that train, evaluate and predict have in common
+# (run_classifier.py, run_ner.py, run_swag.py): the original run_classifier's
+# flags, the training options and the export.
+FINE_TUNING_FLAGS = ("bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
+                     "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
+                     "train_batch_size", "eval_batch_size", "predict_batch_size",
+                     "learning_rate", "num_train_epochs", "warmup_proportion",
+                     "save_checkpoints_steps", "iterations_per_loop") + TPU_FLAGS + \
+    TRAINING_OPTION_FLAGS + ("data_dir", "train_file", "dev_file", "test_file", "export_dir")
 
 
-def define_flags(*names, **default_overrides):
-    """Defines the named shared flags unless already defined in this process.
+def define_flags(*names, helps=None, **defaults):
+    """Defines the named shared flags, and --log_every_seconds, unless this
+    process has them already, and makes them key flags of the calling
+    script, which its --help lists.
 
     Args:
       *names: flag names from `_SHARED_FLAGS` (or tuples of them, such as
         `TPU_FLAGS`).
-      **default_overrides: name=default for flags whose default differs in
-        this script (e.g. max_seq_length=384 for SQuAD).
+      helps: optional dict name -> help text, for flags whose meaning this
+        script states more precisely (which files --data_dir holds, say).
+      **defaults: name=default for flags whose default differs in this
+        script (max_seq_length=384 for SQuAD).
     """
-    expanded = []
+    # The defining script's module: --help lists its key flags. (absl names
+    # the module run as a program by its path.)
+    module = sys._getframe(1).f_globals.get("__name__")  # pylint: disable=protected-access
+    module = sys.argv[0] if module == "__main__" else module
+    expanded = list(_ALWAYS_DEFINED)
     for name in names:
         expanded.extend(name if isinstance(name, (tuple, list)) else [name])
-    for name in list(expanded) + [n for n in default_overrides if n not in expanded]:
-        if name in FLAGS:
-            continue
-        define_fn, default, help_text = _SHARED_FLAGS[name][:3]
-        default = default_overrides.get(name, default)
-        if define_fn is flags.DEFINE_enum:
-            define_fn(name, default, _SHARED_FLAGS[name][3], help_text)
-        else:
-            define_fn(name, default, help_text)
+    for name in dict.fromkeys(expanded + list(defaults)):
+        if name not in FLAGS:
+            define_fn, default, help_text = _SHARED_FLAGS[name][:3]
+            default = defaults.get(name, default)
+            help_text = (helps or {}).get(name, help_text)
+            if define_fn is flags.DEFINE_enum:
+                define_fn(name, default, _SHARED_FLAGS[name][3], help_text)
+            else:
+                define_fn(name, default, help_text)
+        FLAGS.register_key_flag_for_module(module, FLAGS[name])
+
+
+# Every script logs progress: every call of `define_flags` adds this flag,
+# and it is defined here for the scripts that define no shared flag.
+_ALWAYS_DEFINED = ("log_every_seconds",)
+define_flags()
 
 
 _HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
@@ -235,19 +301,6 @@ def run_script(main):
     def wrapped(argv):
         _log_each_message_once()
         _silence_deprecation_warnings()
-        if _flag("limit_memory_fragmentation", False):
-            import recompute
-            recompute.limit_memory_fragmentation()
-        modeling = sys.modules.get("modeling")  # Imported by the scripts that build BERT.
-        if modeling is not None and modeling.compiled_loops_enabled():
-            # XLA's start-up lines, caught here instead of at the first step.
-            # (The scripts' sessions use TensorFlow's default thread counts,
-            # as this one does.) Without a working XLA, GELU, LayerNorm and
-            # dropout stay separate ops.
-            import quiet_tf
-            if not quiet_tf.start_xla_quietly():
-                for variable in modeling.COMPILED_LOOP_VARIABLES:
-                    os.environ[variable] = "0"
         try:
             return main(argv)
         except InputError as e:
@@ -318,6 +371,41 @@ def _log_each_message_once():
             tf_logger.removeHandler(handler)
 
 
+def limit_memory_fragmentation(threshold_bytes=128 * 1024):
+    """Makes large freed tensors go back to the system at once
+    (--limit_memory_fragmentation).
+
+    TensorFlow on CPU allocates tensors with malloc. glibc raises its mmap
+    threshold each time a large block is freed (up to 32 MiB), after which
+    activations of a few MiB come from the heap, where freed blocks fragment
+    and stay resident: a BERT-Base training step then peaks about 20% above
+    what it actually holds. Fixing the threshold keeps every allocation of at
+    least `threshold_bytes` in its own mapping, released when freed. With
+    oneDNN on, TensorFlow keeps large tensors in a pool of its own instead;
+    TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 (set here where unset; TensorFlow reads
+    it when its CPU allocator is first used) hands them to malloc, so the
+    threshold applies there too. The price is speed: every large tensor then
+    gets fresh pages, which the kernel zeroes (docs/performance.md measures
+    both). Process-wide; call once, early, before the first session
+    allocates anything.
+
+    Args:
+      threshold_bytes: allocations of at least this size use mmap.
+
+    Returns:
+      True if applied (glibc), False where not available.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_mmap_threshold = -3  # From <malloc.h>.
+        applied = bool(libc.mallopt(m_mmap_threshold, int(threshold_bytes)))
+    except (OSError, AttributeError, TypeError):
+        return False
+    if applied:
+        os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
+    return applied
+
+
 # ---------------------------------------------------------------------------
 # Output locations: checked before any work, and failed writes in one line.
 
@@ -329,18 +417,6 @@ _NO_ROOM_TEXTS = ("No space left on device", "Disk quota exceeded", "File too la
 
 # flag name -> path, for each output location checked by this run.
 _OUTPUT_LOCATIONS = {}
-
-
-def _is_remote(path):
-    return "://" in path
-
-
-def _exists(path):
-    return _gfile().exists(path) if _is_remote(path) else os.path.exists(path)
-
-
-def _isdir(path):
-    return _gfile().isdir(path) if _is_remote(path) else os.path.isdir(path)
 
 
 def check_output_dir(path, flag_name="output_dir"):
@@ -360,7 +436,7 @@ def check_output_dir(path, flag_name="output_dir"):
     if not path:
         raise InputError("--%s is required" % flag_name)
     _OUTPUT_LOCATIONS[flag_name] = path
-    if _is_remote(path):
+    if is_remote(path):
         return
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError("--%s %s is a file, not a directory: name a directory (it is "
@@ -395,11 +471,11 @@ def check_output_file(path, flag_name="output_file", create_dir=True):
     """
     if not path:
         raise InputError("--%s is required" % flag_name)
-    if _isdir(path):
+    if isdir(path):
         raise InputError("--%s %s is a directory: give the path of a file to write"
                          % (flag_name, path))
     directory = os.path.dirname(path) or "."
-    if not create_dir and not _is_remote(path) and not os.path.isdir(directory):
+    if not create_dir and not is_remote(path) and not os.path.isdir(directory):
         raise InputError("--%s %s: directory %s does not exist" % (flag_name, path, directory))
     try:
         check_output_dir(directory, flag_name)
@@ -461,36 +537,16 @@ def require_file(flag_name, path):
     """Raises InputError if `path` (the value of --flag_name) does not exist."""
     if not path:
         raise InputError("--%s is required" % flag_name)
-    if not _exists(path):
+    if not exists(path):
         raise InputError("--%s: file not found: %s" % (flag_name, path))
 
 
-def expand_file_patterns(flag_name, patterns):
-    """Comma-separated files or globs -> sorted list of existing files.
-
-    Raises:
-      InputError: a pattern matches nothing (names the flag and the pattern).
-    """
-    files = []
-    for pattern in patterns.split(","):
-        pattern = pattern.strip()
-        if not pattern:
-            continue
-        matched = _gfile().glob(pattern)
-        if not matched:
-            raise InputError("--%s: no file matches %s" % (flag_name, pattern))
-        files.extend(sorted(matched))
-    if not files:
-        raise InputError("--%s is required" % flag_name)
-    return files
-
+# ---------------------------------------------------------------------------
+# bert_config.json.
 
 # Keys of bert_config.json that fix the model's shapes or what it computes:
 # a config without one of them describes no particular model, so none of them
 # is filled in with a default (Google's released configs have them all).
-# ---------------------------------------------------------------------------
-# bert_config.json.
-
 REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers",
                         "num_attention_heads", "intermediate_size", "hidden_act",
                         "max_position_embeddings", "type_vocab_size")
@@ -554,18 +610,141 @@ def check_bert_config_values(values, where):
 
 
 # ---------------------------------------------------------------------------
-# Reading files: bytes, and UTF-8 errors that name the line.
+# Files: local paths through Python, the others (a scheme with "://")
+# through tf.io.gfile.
 
-def _open_binary(path):
-    if _is_remote(path):
-        return _gfile().GFile(path, "rb")
-    return open(path, "rb")
+def is_remote(path):
+    """Whether `path` names a file system of TensorFlow's (gs://, ram://,
+    ...) rather than a local path."""
+    return "://" in str(path)
+
+
+def gfile():
+    """tf.io.gfile, imported (quietly, see quiet_tf.py) on first use."""
+    import quiet_tf  # noqa: F401
+    import tensorflow.compat.v1 as tf
+    return tf.io.gfile
+
+
+def exists(path):
+    """Whether the file or directory `path` exists."""
+    return gfile().exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path):
+    """Whether `path` is a directory."""
+    return gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def file_size(path):
+    """The size of the file `path`, in bytes."""
+    return gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
+
+
+def open_file(path, mode="r"):
+    """Opens `path` for reading or writing ("r", "w", "rb", "wb", ...); text
+    modes use UTF-8."""
+    if is_remote(path):
+        return gfile().GFile(path, mode)
+    return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def read_file_bytes(path):
-    """The content of a local or remote (gs://...) file, as bytes."""
-    with _open_binary(path) as f:
+    """The content of the file `path`, as bytes."""
+    with open_file(path, "rb") as f:
         return f.read()
+
+
+def read_text(path, flag_name):
+    """The text of the UTF-8 file `path` (named by --flag_name), without a
+    leading byte order mark (which is no part of the data).
+
+    Raises:
+      InputError: the file is missing, or not UTF-8 (naming the line).
+    """
+    require_file(flag_name, path)
+    try:
+        text = read_file_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise non_utf8_error(flag_name, path)
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_json(path, flag_name=None):
+    """The parsed content of the JSON file `path`.
+
+    Args:
+      path: the file.
+      flag_name: the flag that named it, for messages (None: a file found
+        by the script).
+
+    Raises:
+      InputError: the file is not UTF-8 (naming the line) or not JSON.
+    """
+    try:
+        return json.loads(read_file_bytes(path).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise non_utf8_error(flag_name, path)
+    except ValueError as e:
+        where = "--%s %s" % (flag_name, path) if flag_name else path
+        raise InputError("%s is not a JSON file: %s" % (where, e))
+
+
+def read_json_object(path, flag_name=None):
+    """`read_json` of a file that must hold one JSON object (a dict)."""
+    value = read_json(path, flag_name)
+    if not isinstance(value, dict):
+        where = "--%s %s" % (flag_name, path) if flag_name else path
+        raise InputError("%s must hold a JSON object" % where)
+    return value
+
+
+def json_lines(text, path):
+    """(line number, object) for each non-blank line of JSON Lines `text`,
+    the content of the file `path`.
+
+    Raises:
+      InputError: naming the file and line of a line that is not JSON or
+        not one JSON object.
+    """
+    # Not splitlines(): JSON strings may hold U+2028 and other characters it
+    # would split at.
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as e:
+            raise InputError("%s, line %d: not valid JSON: %s" % (path, number, e))
+        if not isinstance(value, dict):
+            raise InputError("%s, line %d: expected one JSON object ({...}) per line, found %s"
+                             % (path, number, type(value).__name__))
+        yield number, value
+
+
+def expand_file_patterns(flag_name, patterns):
+    """Comma-separated files or globs -> the files they name, each glob's
+    matches sorted (directories left out).
+
+    Raises:
+      InputError: a pattern matches no file (names the flag and the
+        pattern), or there is no pattern.
+    """
+    files = []
+    for pattern in patterns.split(","):
+        pattern = pattern.strip()
+        if not pattern:
+            continue
+        if is_remote(pattern):
+            matched = [p for p in gfile().glob(pattern) if not gfile().isdir(p)]
+        else:
+            matched = [p for p in glob.glob(pattern) if os.path.isfile(p)]
+        if not matched:
+            raise InputError("--%s: no file matches %s" % (flag_name, pattern))
+        files.extend(sorted(matched))
+    if not files:
+        raise InputError("--%s is required" % flag_name)
+    return files
 
 
 def utf8_lines(lines, flag_name, path):
@@ -599,7 +778,7 @@ def non_utf8_error(flag_name, path):
     """
     where = "--%s %s" % (flag_name, path) if flag_name else path
     offset = 0
-    with _open_binary(path) as f:
+    with open_file(path, "rb") as f:
         for number, line in enumerate(f, 1):
             try:
                 line.decode("utf-8")
@@ -646,8 +825,9 @@ def log_warning(message, *args):
 
 
 def log_every_seconds():
-    """--log_every_seconds, or 30 where a script has no such flag."""
-    return _flag("log_every_seconds", 30)
+    """--log_every_seconds (its default, 30, where the flags are not parsed,
+    as in a library call)."""
+    return FLAGS["log_every_seconds"].value
 
 
 class Progress:
@@ -707,15 +887,7 @@ class Progress:
 
 
 # ---------------------------------------------------------------------------
-# Flags that a script may not define, and BERT's input packing.
-
-def _flag(name, default):
-    """Value of a shared flag, or `default` if this script did not define it
-    or the flags are not parsed (a script imported as a library)."""
-    if name in FLAGS and FLAGS.is_parsed():
-        return getattr(FLAGS, name)
-    return default
-
+# BERT's input packing.
 
 def truncate_seq_pair(tokens_a, tokens_b, max_length):
     """Shortens two token lists in place until together they hold at most
@@ -793,18 +965,44 @@ class AtomicFile:
 
     def commit(self):
         """Renames the temporary file to `path` (replacing any file there)."""
-        if _is_remote(self.path):
-            _gfile().rename(self.tmp_path, self.path, overwrite=True)
+        if is_remote(self.path):
+            gfile().rename(self.tmp_path, self.path, overwrite=True)
         else:
             os.replace(self.tmp_path, self.path)
 
     def abort(self):
         """Removes the temporary file, if there is one."""
-        if _exists(self.tmp_path):
-            if _is_remote(self.tmp_path):
-                _gfile().remove(self.tmp_path)
+        if exists(self.tmp_path):
+            if is_remote(self.tmp_path):
+                gfile().remove(self.tmp_path)
             else:
                 os.remove(self.tmp_path)
+
+
+class AtomicWriter:
+    """Base of the scripts' record and feature writers: `self._writer`
+    (anything with write and close) writes the temporary file of an
+    `AtomicFile`; `close` puts the complete file in place, `abort` removes
+    the unfinished one.
+
+    Args:
+      path: the final path.
+      open_writer: function (temporary path) -> the writer.
+    """
+
+    def __init__(self, path, open_writer):
+        self._target = AtomicFile(path)
+        self._writer = open_writer(self._target.tmp_path)
+
+    def close(self):
+        """Finishes the file and renames it to its final path."""
+        self._writer.close()
+        self._target.commit()
+
+    def abort(self):
+        """Closes and removes the unfinished file."""
+        self._writer.close()
+        self._target.abort()
 
 
 @contextlib.contextmanager
@@ -833,9 +1031,5 @@ def atomic_output(path, mode="w"):
       A writable file object (a tf.io.gfile.GFile for remote paths).
     """
     with atomic_path(path) as tmp_path:
-        if _is_remote(tmp_path):
-            opened = _gfile().GFile(tmp_path, mode)
-        else:
-            opened = open(tmp_path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
-        with opened as writer:
+        with open_file(tmp_path, mode) as writer:
             yield writer

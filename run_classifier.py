@@ -30,7 +30,6 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import modeling
 import own_data
 import run_common
 import runtime
@@ -38,29 +37,36 @@ import tokenization
 
 FLAGS = flags.FLAGS
 
-# The original's flags, with its names, meanings and defaults.
+# The original's flags, with its names, meanings and defaults, and the shared
+# ones beyond it (export, own data, training options).
 run_common.define_flags(
-    "bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
-    "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
-    "train_batch_size", "eval_batch_size", "predict_batch_size", "learning_rate",
-    "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
-    "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
-    max_seq_length=128)
-
-flags.DEFINE_string(
-    "data_dir", None,
-    "Directory with the task's data files (train.tsv, dev.tsv, test.tsv for "
-    "GLUE tasks, as the GLUE download lays them out).")
+    run_common.FINE_TUNING_FLAGS, "labels", max_seq_length=128,
+    helps={
+        "data_dir": "Directory with the task's data files (train.tsv, dev.tsv, test.tsv "
+                    "for GLUE tasks, as the GLUE download lays them out).",
+        "export_dir": "If set, export a SavedModel for serving under this directory (in a "
+                      "timestamped subdirectory). Its serving_default signature takes "
+                      "int32 input_ids, input_mask and segment_ids of shape [batch, "
+                      "max_seq_length] and returns `probabilities` [batch, num_labels] "
+                      "(`scores` [batch] for regression).",
+        "train_file": "--task_name=generic: the training file (instead of "
+                      "train.csv/.tsv/.jsonl in --data_dir).",
+        "dev_file": "--task_name=generic: the dev (evaluation) file (instead of dev.* or "
+                    "val.* in --data_dir).",
+        "test_file": "--task_name=generic: the file to predict with --do_predict (instead "
+                     "of test.* in --data_dir).",
+        "labels": "--task_name=generic: the labels, comma-separated, in the order of the "
+                  "model's outputs. Default: those of the training file, sorted (or, "
+                  "without --do_train, labels.txt of the training run in --output_dir or "
+                  "next to --init_checkpoint).",
+    })
 
 flags.DEFINE_string(
     "task_name", None,
     "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli or xnli "
     "(any letter case); or generic: your own CSV, TSV or JSON Lines files (see "
-    "--text_column, --label_column and docs/own_data.md).")
-
-flags.DEFINE_string(
-    "tpu_job_name", None,
-    "With --use_tpu: the TPU worker job's name, when it is not 'tpu_worker'.")
+    "--text_column, --label_column and docs/own_data.md). Without --do_train it "
+    "defaults to the training run's task (from its run_config.json).")
 
 # Beyond the original.
 flags.DEFINE_string(
@@ -87,13 +93,6 @@ flags.DEFINE_string(
     "QQP, eval_spearman for STS-B, eval_accuracy otherwise). Higher is better, "
     "except for metrics whose name contains 'loss'.")
 
-flags.DEFINE_string(
-    "export_dir", None,
-    "If set, export a SavedModel for serving under this directory (in a "
-    "timestamped subdirectory). Its serving_default signature takes int32 "
-    "input_ids, input_mask and segment_ids of shape [batch, max_seq_length] and "
-    "returns `probabilities` [batch, num_labels] (`scores` [batch] for STS-B).")
-
 flags.DEFINE_bool(
     "skip_malformed_rows", False,
     "Skip (with a warning) data rows with the wrong number of columns instead "
@@ -104,33 +103,7 @@ flags.DEFINE_string(
     "MNLI only, with --do_predict: the GLUE diagnostic set "
     "(glue_data/diagnostic/diagnostic.tsv), predicted into AX.tsv.")
 
-# Own data (--task_name=generic; read by own_data.py). run_squad.py, run_ner.py
-# and run_swag.py define some of these names too: the first script imported
-# in a process defines them (allow_override lets a later definition replace
-# ours); from the shell each script gets its own.
-if "train_file" not in FLAGS:
-    flags.DEFINE_string(
-        "train_file", None,
-        "--task_name=generic: the training file (instead of train.csv/.tsv/.jsonl "
-        "in --data_dir).", allow_override=True)
-if "dev_file" not in FLAGS:
-    flags.DEFINE_string(
-        "dev_file", None,
-        "--task_name=generic: the dev (evaluation) file (instead of dev.* or val.* in "
-        "--data_dir).", allow_override=True)
-if "test_file" not in FLAGS:
-    flags.DEFINE_string(
-        "test_file", None,
-        "--task_name=generic: the file to predict with --do_predict (instead of "
-        "test.* in --data_dir).", allow_override=True)
-if "labels" not in FLAGS:
-    flags.DEFINE_string(
-        "labels", None,
-        "--task_name=generic: the labels, comma-separated, in the order of the "
-        "model's outputs. Default: those of the training file, sorted (or, "
-        "without --do_train, labels.txt of the training run in --output_dir or "
-        "next to --init_checkpoint).", allow_override=True)
-
+# Own data (--task_name=generic; read by own_data.py).
 flags.DEFINE_enum(
     "data_format", "auto", ["auto"] + list(own_data.FORMATS),
     "--task_name=generic: format of the data files: csv (comma-separated, "
@@ -446,10 +419,8 @@ class ColaProcessor(GlueProcessor):
     submission_name = "CoLA"
     metric_names = ("matthews_corr",)
     main_metric = "eval_matthews_corr"
-    train_layout = Layout(header=False, num_columns=4, text_a=3, text_b=None, label=1,
-                          index=None)
-    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=None, label=None,
-                         index=0)
+    train_layout = Layout(header=False, num_columns=4, text_a=3, text_b=None, label=1, index=None)
+    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=None, label=None, index=0)
 
 
 class Sst2Processor(GlueProcessor):
@@ -459,10 +430,8 @@ class Sst2Processor(GlueProcessor):
     """
 
     submission_name = "SST-2"
-    train_layout = Layout(header=True, num_columns=None, text_a=0, text_b=None, label=1,
-                          index=None)
-    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=None, label=None,
-                         index=0)
+    train_layout = Layout(header=True, num_columns=None, text_a=0, text_b=None, label=1, index=None)
+    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=None, label=None, index=0)
 
 
 class MrpcProcessor(GlueProcessor):
@@ -475,10 +444,8 @@ class MrpcProcessor(GlueProcessor):
     submission_name = "MRPC"
     metric_names = ("f1",)
     main_metric = "eval_f1"
-    train_layout = Layout(header=True, num_columns=None, text_a=3, text_b=4, label=0,
-                          index=None)
-    test_layout = Layout(header=True, num_columns=None, text_a=3, text_b=4, label=None,
-                         index=0)
+    train_layout = Layout(header=True, num_columns=None, text_a=3, text_b=4, label=0, index=None)
+    test_layout = Layout(header=True, num_columns=None, text_a=3, text_b=4, label=None, index=0)
 
 
 class StsbProcessor(GlueProcessor):
@@ -493,10 +460,8 @@ class StsbProcessor(GlueProcessor):
     is_regression = True
     metric_names = ("pearson", "spearman")
     main_metric = "eval_spearman"
-    train_layout = Layout(header=True, num_columns=None, text_a=7, text_b=8, label=9,
-                          index=0)
-    test_layout = Layout(header=True, num_columns=None, text_a=7, text_b=8, label=None,
-                         index=0)
+    train_layout = Layout(header=True, num_columns=None, text_a=7, text_b=8, label=9, index=0)
+    test_layout = Layout(header=True, num_columns=None, text_a=7, text_b=8, label=None, index=0)
 
 
 class QqpProcessor(GlueProcessor):
@@ -509,10 +474,8 @@ class QqpProcessor(GlueProcessor):
     submission_name = "QQP"
     metric_names = ("f1",)
     main_metric = "eval_f1"
-    train_layout = Layout(header=True, num_columns=None, text_a=3, text_b=4, label=5,
-                          index=0)
-    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=2, label=None,
-                         index=0)
+    train_layout = Layout(header=True, num_columns=None, text_a=3, text_b=4, label=5, index=0)
+    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=2, label=None, index=0)
 
 
 class MnliProcessor(GlueProcessor):
@@ -530,10 +493,8 @@ class MnliProcessor(GlueProcessor):
     dev_file = "dev_matched.tsv"
     test_file = "test_matched.tsv"
     labels = ("contradiction", "entailment", "neutral")
-    train_layout = Layout(header=True, num_columns=None, text_a=8, text_b=9, label=-1,
-                          index=0)
-    test_layout = Layout(header=True, num_columns=None, text_a=8, text_b=9, label=None,
-                         index=0)
+    train_layout = Layout(header=True, num_columns=None, text_a=8, text_b=9, label=-1, index=0)
+    test_layout = Layout(header=True, num_columns=None, text_a=8, text_b=9, label=None, index=0)
     # Set by main from --diagnostic_file.
     diagnostic_file = None
 
@@ -593,10 +554,8 @@ class QnliProcessor(GlueProcessor):
 
     submission_name = "QNLI"
     labels = ("entailment", "not_entailment")
-    train_layout = Layout(header=True, num_columns=None, text_a=1, text_b=2, label=3,
-                          index=0)
-    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=2, label=None,
-                         index=0)
+    train_layout = Layout(header=True, num_columns=None, text_a=1, text_b=2, label=3, index=0)
+    test_layout = Layout(header=True, num_columns=None, text_a=1, text_b=2, label=None, index=0)
 
 
 class RteProcessor(QnliProcessor):
@@ -845,21 +804,8 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
     }
 
-    def input_fn(params):
-        """See file_based_input_fn_builder."""
-        d = tf.data.TFRecordDataset(input_file)
-        if is_training:
-            d = d.repeat()
-            if skip_records:
-                d = d.skip(skip_records)
-            d = d.shuffle(buffer_size=100)
-        # Evaluation and prediction read the file once, in order.
-        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
-                  num_parallel_calls=tf.data.AUTOTUNE)
-        d = d.batch(params["batch_size"], drop_remainder=drop_remainder)
-        return d.prefetch(tf.data.AUTOTUNE)
-
-    return input_fn
+    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                        drop_remainder, skip_records=skip_records)
 
 
 # The original's name for it.
@@ -871,7 +817,7 @@ _truncate_seq_pair = run_common.truncate_seq_pair
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
                  labels, num_labels, use_one_hot_embeddings, is_regression=False,
-                 multi_label=False):
+                 multi_label=False, options=None):
     """BERT with a classification (or regression) layer on the pooled output.
 
     Variables: BERT's (bert/...), plus output_weights [num_labels, hidden]
@@ -889,20 +835,15 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       multi_label: num_labels independent yes/no decisions: sigmoid
         probabilities, and the loss is the sigmoid cross-entropy averaged over
         the labels.
+      options: run_common.TrainingOptions (None: the defaults).
 
     Returns:
       (loss, per_example_loss [batch], logits [batch, num_labels],
       probabilities [batch, num_labels]); for regression the last is the
       predicted score [batch] and the loss is the mean squared error.
     """
-    model = modeling.BertModel(
-        config=bert_config,
-        is_training=is_training,
-        input_ids=input_ids,
-        input_mask=input_mask,
-        token_type_ids=segment_ids,
-        use_one_hot_embeddings=use_one_hot_embeddings,
-        **run_common.model_options())
+    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
+                                  segment_ids, use_one_hot_embeddings, options)
 
     # Sentence-level tasks classify the pooled output (from the final [CLS]
     # vector); a token-level task would take model.get_sequence_output().
@@ -942,12 +883,13 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
-                     use_one_hot_embeddings, is_regression=False, multi_label=False):
+                     use_one_hot_embeddings, is_regression=False, multi_label=False,
+                     options=None):
     """Builds the classifier's `model_fn` for the runner (TPUEstimator API).
 
     Args:
       bert_config, num_labels, use_one_hot_embeddings, is_regression,
-        multi_label: as for `create_model`.
+        multi_label, options: as for `create_model`.
       init_checkpoint: checkpoint to start from, or None.
       learning_rate, num_train_steps, num_warmup_steps: the optimizer's
         schedule (see optimization.create_optimizer; TRAIN only).
@@ -987,20 +929,14 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         total_loss, per_example_loss, logits, probabilities = create_model(
             bert_config, mode == runtime.ModeKeys.TRAIN, input_ids, features["input_mask"],
             features["segment_ids"], label_ids, num_labels, use_one_hot_embeddings,
-            is_regression=is_regression, multi_label=multi_label)
+            is_regression=is_regression, multi_label=multi_label, options=options)
 
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
-            return runtime.TPUEstimatorSpec(
-                mode=mode,
-                loss=total_loss,
-                train_op=run_common.create_train_op(
-                    total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu),
-                training_hooks=run_common.training_hooks(
-                    total_loss, examples_per_step=params["batch_size"], use_tpu=use_tpu,
-                    num_train_steps=num_train_steps),
-                scaffold_fn=scaffold_fn)
+            return run_common.train_spec(
+                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
+                options, examples_per_step=params["batch_size"], scaffold_fn=scaffold_fn)
 
         if mode == runtime.ModeKeys.EVAL:
             def metric_fn(per_example_loss, label_ids, logits, is_real_example):
@@ -1427,7 +1363,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
 
 
 def export_model(bert_config, num_labels, is_regression, checkpoint_path, export_dir,
-                 max_seq_length=128, model_dir=None, multi_label=False):
+                 max_seq_length=128, model_dir=None, multi_label=False, options=None):
     """Exports a SavedModel (tag "serve") for serving from `checkpoint_path`.
 
     The serving_default signature takes int32 input_ids, input_mask and
@@ -1442,42 +1378,51 @@ def export_model(bert_config, num_labels, is_regression, checkpoint_path, export
       max_seq_length: the sequence length of the signature's inputs.
       model_dir: the run's --output_dir, for the Estimator's logs (optional).
       multi_label: the model was trained for a multi-label task.
+      options: the run's run_common.TrainingOptions (its precision is kept).
 
     Returns:
       The directory of the SavedModel (a timestamped directory in export_dir).
     """
     model_fn = model_fn_builder(
-        bert_config=bert_config, num_labels=num_labels, init_checkpoint=None,
-        learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
-        use_one_hot_embeddings=False, is_regression=is_regression, multi_label=multi_label)
-
-    def serving_input_receiver_fn():
-        features = {
-            name: tf.placeholder(tf.int32, [None, max_seq_length], name=name)
-            for name in ("input_ids", "input_mask", "segment_ids")
-        }
-        return runtime.ServingInputReceiver(features, features)
-
-    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
-                                      checkpoint_path=checkpoint_path, model_dir=model_dir)
-    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
-    return path
+        bert_config=bert_config, num_labels=num_labels, is_regression=is_regression,
+        multi_label=multi_label, **run_common.export_builder_args(options))
+    return run_common.export_model(model_fn, export_dir, [None, max_seq_length],
+                                   checkpoint_path, model_dir=model_dir)
 
 
-def _checkpoint_to_export(best_checkpoint):
-    """The best checkpoint, else the latest in output_dir, else
-    --init_checkpoint if it is a fine-tuned classifier (as in the original
-    README's prediction command). Raises InputError if there is none."""
-    checkpoint = best_checkpoint or tf.train.latest_checkpoint(FLAGS.output_dir)
+def problem_type(processor):
+    """The run record's problem type of a task (run_common.PROBLEM_TYPES)."""
+    if processor.is_regression:
+        return "regression"
+    if processor.is_multi_label:
+        return "multi_label_classification"
+    return "single_label_classification"
+
+
+def write_run_record(bert_config, processor, label_list):
+    """Writes the run record of a training run (run_common.write_run_record):
+    the task, the labels and the flags that shape the model's inputs."""
+    names = ["task_name", "do_lower_case", "max_seq_length", "vocab_file"]
+    if isinstance(processor, XnliProcessor):
+        names.append("xnli_language")
+    if isinstance(processor, GenericProcessor):
+        names += ["regression", "multi_label", "multi_label_threshold", "label_separator"]
+    run_common.write_run_record(FLAGS.output_dir, problem_type(processor), bert_config,
+                                names, labels=label_list)
+
+
+def _checkpoint_to_export(init_checkpoint, best_checkpoint=None):
+    """The checkpoint --export_dir exports (`run_common.fine_tuned_checkpoint`
+    with the classifier's output layer). Raises InputError if there is
+    none."""
+    checkpoint = run_common.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
+                                                  "output_weights", best_checkpoint)
     if checkpoint:
         return checkpoint
-    if FLAGS.init_checkpoint:
-        names = [name for name, _ in tf.train.list_variables(FLAGS.init_checkpoint)]
-        if "output_weights" in names:
-            return FLAGS.init_checkpoint
+    if init_checkpoint:
         raise run_common.InputError(
             "--export_dir: --init_checkpoint=%s has no classifier layer (output_weights): "
-            "fine-tune it first with --do_train" % FLAGS.init_checkpoint)
+            "fine-tune it first with --do_train" % init_checkpoint)
     raise run_common.InputError(
         "--export_dir: no checkpoint in --output_dir=%s to export (train first with "
         "--do_train)" % FLAGS.output_dir)
@@ -1487,15 +1432,15 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    # Own data may name each file (--train_file etc.) instead of a --data_dir.
-    data_dir_flag = () if own_data.is_generic_task(FLAGS.task_name) else ("data_dir",)
-    run_common.require_flags(*data_dir_flag, "task_name", "vocab_file", "bert_config_file",
-                             "output_dir")
+    record = run_common.use_run_record()
+    # Own data may name each file (--train_file etc.) instead of a --data_dir;
+    # an export alone reads no data.
+    reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
+    data_dir_flag = ("data_dir",) if reads_data and not own_data.is_generic_task(
+        FLAGS.task_name) else ()
+    run_common.require_model_flags(record, *data_dir_flag, "task_name")
     own_data.check_flags_unused(FLAGS.task_name)
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
-        raise run_common.InputError(
-            "At least one of `do_train`, `do_eval`, `do_predict` or `export_dir` must "
-            "be set.")
+    run_common.check_run_flags(min_seq_length=3)
     processor = get_processor(FLAGS.task_name, FLAGS.xnli_language)
     processor.skip_malformed_rows = FLAGS.skip_malformed_rows
     if FLAGS.diagnostic_file:
@@ -1503,22 +1448,10 @@ def main(_):
             raise run_common.InputError("--diagnostic_file is for --task_name=MNLI only")
         run_common.require_file("diagnostic_file", FLAGS.diagnostic_file)
         processor.diagnostic_file = FLAGS.diagnostic_file
-    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
-        raise run_common.InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
 
-    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                          FLAGS.init_checkpoint)
-    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
-    bert_config = run_common.load_bert_config(
-        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
-        vocab_file=FLAGS.vocab_file)
-    run_common.check_output_dir(FLAGS.output_dir)
-    if init_checkpoint:
-        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                         FLAGS.bert_config_file)
-    if FLAGS.max_seq_length < 3:
-        raise run_common.InputError("--max_seq_length must be at least 3, got %d"
-                                    % FLAGS.max_seq_length)
+    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
+        record, FLAGS.max_seq_length)
+    options = run_common.training_options_from_flags()
 
     periodic_eval = FLAGS.eval_every_n_steps > 0 or FLAGS.keep_best_checkpoint
     if periodic_eval and not (FLAGS.do_train and FLAGS.do_eval):
@@ -1540,40 +1473,30 @@ def main(_):
     eval_sets = processor.get_eval_sets(FLAGS.data_dir) if FLAGS.do_eval else []
     predict_sets = processor.get_predict_sets(FLAGS.data_dir) if FLAGS.do_predict else []
 
-    num_train_steps = None
-    num_warmup_steps = None
+    num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
-        num_train_steps = run_common.num_train_steps(
-            len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs)
-        if num_train_steps < 1:
-            raise run_common.InputError(
-                "%d training examples, --train_batch_size=%d and --num_train_epochs=%s "
-                "make 0 training steps" % (len(train_examples), FLAGS.train_batch_size,
-                                           FLAGS.num_train_epochs))
-        num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+        num_train_steps, num_warmup_steps = run_common.train_schedule(
+            len(train_examples), options)
+    if FLAGS.export_dir and not FLAGS.do_train:
+        _checkpoint_to_export(init_checkpoint)
 
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if isinstance(processor, GenericProcessor):
         # The label order of the model's outputs, for later runs and for users.
         processor.write_labels(FLAGS.output_dir)
-
-    run_config = run_common.make_run_config(
-        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
-        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
-        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
+    if FLAGS.do_train:
+        write_run_record(bert_config, processor, label_list)
 
     model_fn = model_fn_builder(
         bert_config, num_labels, init_checkpoint=init_checkpoint,
         learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
         use_one_hot_embeddings=FLAGS.use_tpu, is_regression=processor.is_regression,
-        multi_label=processor.is_multi_label)
+        multi_label=processor.is_multi_label, options=options)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-    estimator = run_common.make_estimator(
-        model_fn, run_config, FLAGS.use_tpu,
-        train_batch_size=FLAGS.train_batch_size,
-        eval_batch_size=FLAGS.eval_batch_size,
-        predict_batch_size=FLAGS.predict_batch_size)
+    estimator = run_common.estimator_from_flags(
+        model_fn, options, train_batch_size=FLAGS.train_batch_size,
+        eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
 
     eval_sets = [_EvalSet(suffix, examples, label_list, tokenizer, processor)
                  for suffix, examples in eval_sets]
@@ -1598,11 +1521,11 @@ def main(_):
 
         if periodic_eval:
             every = FLAGS.eval_every_n_steps or FLAGS.save_checkpoints_steps
-            accumulation = FLAGS.gradient_accumulation_steps or 1
             last_result, best_checkpoint = train_and_evaluate(
                 estimator, train_input_fn_for, num_train_steps, eval_sets, processor,
                 every, FLAGS.keep_best_checkpoint, best_metric,
-                FLAGS.train_batch_size * accumulation, len(train_examples))
+                FLAGS.train_batch_size * options.gradient_accumulation_steps,
+                len(train_examples))
         else:
             estimator.train(input_fn=train_input_fn_for(0), max_steps=num_train_steps)
 
@@ -1621,10 +1544,11 @@ def main(_):
                           tokenizer, processor, checkpoint_path=best_checkpoint)
 
     if FLAGS.export_dir:
-        checkpoint = _checkpoint_to_export(best_checkpoint)
+        checkpoint = _checkpoint_to_export(init_checkpoint, best_checkpoint)
         export_model(bert_config, num_labels, processor.is_regression, checkpoint,
                      FLAGS.export_dir, max_seq_length=FLAGS.max_seq_length,
-                     model_dir=FLAGS.output_dir, multi_label=processor.is_multi_label)
+                     model_dir=FLAGS.output_dir, multi_label=processor.is_multi_label,
+                     options=options)
 
 
 if __name__ == "__main__":

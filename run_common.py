@@ -1,32 +1,37 @@
-"""What every BERT script repeats: shared flags, run configuration, estimator
-construction, checkpoint initialisation, training options, logging and file
-output.
+"""What every BERT script repeats: loading and checking the model's files,
+the run record, the training options, the estimator, checkpoint
+initialisation, the train op and its progress lines, exports and result
+files.
 
-The parts that need no TensorFlow (the shared flags, `run_script`, input and
-output checks, progress lines, atomic output files) live in run_base.py and
-are re-exported here, so a script needs this one module. This module
-imports TensorFlow, modeling and optimization; scripts that must start
-without TensorFlow import run_base instead.
+The parts that need no TensorFlow (the shared flag registry, `run_script`,
+file access, input and output checks, progress lines, atomic output files)
+live in run_base.py and are re-exported here, so a script needs this one
+module. This module imports TensorFlow, modeling and optimization; scripts
+that must start without TensorFlow import run_base instead.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
-import struct
+import sys
 import time
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
+from absl import flags
 
+import kernels
 import modeling
 import optimization
-import pretraining_records
+import run_base
 import runtime
 from run_base import (  # noqa: F401  (re-exported: the scripts use them from here)
     InputError,
     TPU_FLAGS,
     TRAINING_OPTION_FLAGS,
+    FINE_TUNING_FLAGS,
     define_flags,
     run_script,
     check_output_dir,
@@ -39,6 +44,10 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
     OPTIONAL_CONFIG_KEYS,
     check_bert_config_values,
     read_file_bytes,
+    read_text,
+    read_json,
+    read_json_object,
+    json_lines,
     utf8_lines,
     non_utf8_error,
     format_duration,
@@ -51,31 +60,31 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
     atomic_path,
     atomic_output,
     AtomicFile,
+    AtomicWriter,
+    limit_memory_fragmentation,
+    exists,
+    isdir,
 )
-from run_base import _flag, _open_binary
+
+FLAGS = flags.FLAGS
 
 
 # ---------------------------------------------------------------------------
 # Config, vocabulary and checkpoints, checked before any work.
 
-def require_checkpoint(flag_name, path):
-    """Raises InputError if `path` (the value of --flag_name) is set but no
-    checkpoint exists there (an unset flag is fine: random initialisation)."""
-    if path and not tf.train.checkpoint_exists(path):
-        raise InputError("--%s: no checkpoint at %s" % (flag_name, path))
-
-
 def load_bert_config(bert_config_file, max_seq_length=None, vocab=None,
-                     vocab_file=None):
+                     vocab_file=None, record=None):
     """Reads and checks a BERT config against the other inputs.
 
     Args:
-      bert_config_file: path of bert_config.json.
+      bert_config_file: path of bert_config.json; may be None when `record`
+        holds the config.
       max_seq_length: if given, must not exceed max_position_embeddings.
       vocab: if given (token -> id), its size must not exceed vocab_size (a
         smaller one is logged as a warning: the embedding rows past it are
         never used).
       vocab_file: its path, for the message.
+      record: the `RunRecord` of the training run, or None.
 
     Returns:
       modeling.BertConfig; training settings missing from the file
@@ -84,17 +93,13 @@ def load_bert_config(bert_config_file, max_seq_length=None, vocab=None,
     Raises:
       InputError: naming the flag at fault (see check_bert_config_values).
     """
-    require_file("bert_config_file", bert_config_file)
-    where = "--bert_config_file %s" % bert_config_file
-    data = read_file_bytes(bert_config_file)
-    try:
-        values = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise non_utf8_error("bert_config_file", bert_config_file)
-    except ValueError as e:
-        raise InputError("%s is not valid JSON: %s" % (where, e))
-    if not isinstance(values, dict):
-        raise InputError("%s must hold a JSON object" % where)
+    if not bert_config_file and record is not None and record.bert_config:
+        where = "the config in %s" % record.path
+        values = dict(record.bert_config)
+    else:
+        require_file("bert_config_file", bert_config_file)
+        where = "--bert_config_file %s" % bert_config_file
+        values = read_json_object(bert_config_file, "bert_config_file")
     check_bert_config_values(values, where)
     try:
         modeling.get_activation(values["hidden_act"])
@@ -113,18 +118,17 @@ def load_bert_config(bert_config_file, max_seq_length=None, vocab=None,
         raise InputError(
             "Cannot use sequence length %d because the BERT model was only trained "
             "up to sequence length %d (--max_seq_length vs max_position_embeddings "
-            "in %s)" % (max_seq_length, config.max_position_embeddings, bert_config_file))
+            "in %s)" % (max_seq_length, config.max_position_embeddings, where))
     if vocab is not None and len(vocab) > config.vocab_size:
         raise InputError(
-            "--vocab_file %s has %d tokens but vocab_size in --bert_config_file %s is "
-            "%d: the vocabulary does not belong to this model"
-            % (vocab_file, len(vocab), bert_config_file, config.vocab_size))
+            "--vocab_file %s has %d tokens but vocab_size in %s is %d: the vocabulary "
+            "does not belong to this model" % (vocab_file, len(vocab), where, config.vocab_size))
     if vocab is not None and len(vocab) < config.vocab_size:
         tf.logging.warning(
-            "--vocab_file %s has %d tokens, fewer than vocab_size %d in --bert_config_file "
-            "%s: embedding rows %d..%d are never used. Fine for a padded table; otherwise "
-            "check that the vocabulary belongs to this model.", vocab_file, len(vocab),
-            config.vocab_size, bert_config_file, len(vocab), config.vocab_size - 1)
+            "--vocab_file %s has %d tokens, fewer than vocab_size %d in %s: embedding rows "
+            "%d..%d are never used. Fine for a padded table; otherwise check that the "
+            "vocabulary belongs to this model.", vocab_file, len(vocab), config.vocab_size,
+            where, len(vocab), config.vocab_size - 1)
     return config
 
 
@@ -357,68 +361,365 @@ def log_checkpoint_used(what, checkpoint_path, model_dir):
 
 
 # ---------------------------------------------------------------------------
-# TFRecord input files.
+# What a fine-tuning run leaves for later runs: the run record, the label
+# files, the checkpoint to predict and export with.
 
-def check_tfrecord_file(flag_name, path):
-    """Walks the framing of a TFRecord file without reading its records.
+RUN_RECORD_FILE = "run_config.json"
 
-    Each record is an 8-byte length, a 4-byte checksum of that length, the
-    data and a 4-byte checksum of the data. The length checksums are
-    verified and the file must end exactly after its last record, so a
-    truncated or overwritten file is found here rather than by a
-    DataLossError in the middle of training. (The data checksums are left to
-    the reader: checking them means reading everything.)
+# The kinds of task a run record names (Hugging Face's problem_type names for
+# the classifiers).
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression",
+                 "token_classification", "multiple_choice", "question_answering")
+
+
+def find_run_file(name, output_dir, init_checkpoint=None):
+    """The file `name` (run_config.json, labels.txt, ...) that a training run
+    wrote: in `output_dir`, else next to `init_checkpoint` (inside it, if it
+    is a directory of checkpoints). None where neither has it."""
+    folders = [output_dir] if output_dir else []
+    if init_checkpoint:
+        folders.append(init_checkpoint if isdir(init_checkpoint)
+                       else os.path.dirname(init_checkpoint))
+    for folder in folders:
+        path = os.path.join(folder, name)
+        if exists(path):
+            return path
+    return None
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """The run record of a fine-tuning run (its run_config.json).
+
+    Attributes:
+      path: the file.
+      script: the script that wrote it ("run_classifier.py", ...).
+      problem_type: one of PROBLEM_TYPES.
+      labels: the label list in the order of the model's outputs (NER: the
+        tags), or None (regression, multiple choice, question answering).
+      flags: name -> value of the flags that define the model's task and
+        inputs (task, casing, sequence length, vocabulary, ...).
+      bert_config: the model's bert_config.json object.
+    """
+
+    path: str
+    script: str
+    problem_type: str
+    labels: list
+    flags: dict
+    bert_config: dict
+
+
+def write_run_record(output_dir, problem_type, bert_config, flag_names, labels=None):
+    """Writes <output_dir>/run_config.json for the runs that come after a
+    fine-tuning run: predictions, evaluations and exports without
+    --do_train read it (`use_run_record`), and so can conversions.
 
     Args:
-      flag_name: the flag that named the file.
-      path: the file (local or gs://).
+      output_dir: the run's --output_dir.
+      problem_type: one of PROBLEM_TYPES.
+      bert_config: the modeling.BertConfig trained.
+      flag_names: the flags to record, with their values in this run
+        (--vocab_file as an absolute path).
+      labels: the label list, or None.
 
     Returns:
-      The number of records.
+      The path written.
+    """
+    values = {}
+    for name in flag_names:
+        value = FLAGS[name].value
+        if name == "vocab_file" and value and not run_base.is_remote(value):
+            value = os.path.abspath(value)
+        values[name] = value
+    record = {"script": os.path.basename(sys.argv[0]), "problem_type": problem_type,
+              "labels": labels, "flags": values, "bert_config": bert_config.to_dict()}
+    path = os.path.join(output_dir, RUN_RECORD_FILE)
+    with atomic_output(path) as writer:
+        writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def read_run_record(output_dir, init_checkpoint=None):
+    """The `RunRecord` of an earlier training run (see `find_run_file`), or
+    None. InputError naming the file if it is not a run record."""
+    path = find_run_file(RUN_RECORD_FILE, output_dir, init_checkpoint)
+    if path is None:
+        return None
+    values = read_json_object(path, None)
+    try:
+        return RunRecord(path, values["script"], values["problem_type"], values["labels"],
+                         dict(values["flags"]), dict(values["bert_config"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError("%s is not a run record of this project (%s): move it away or "
+                         "train again" % (path, e))
+
+
+def use_run_record():
+    """The `RunRecord` that a run without --do_train follows, or None.
+
+    It is found in --output_dir, else next to --init_checkpoint. Each flag it
+    records that the command line does not give takes the recorded value
+    (one line names them all); a flag given with another value keeps the
+    command line's value, with a warning. A training run reads none: it
+    writes its own.
+    """
+    if FLAGS.do_train:
+        return None
+    record = read_run_record(FLAGS.output_dir, FLAGS.init_checkpoint)
+    if record is None:
+        return None
+    taken = []
+    for name, value in sorted(record.flags.items()):
+        if name not in FLAGS or value is None:
+            continue
+        flag = FLAGS[name]
+        if flag.using_default_value:
+            if name == "vocab_file" and not exists(value):
+                tf.logging.warning("%s names --vocab_file=%s, which does not exist (any more)",
+                                   record.path, value)
+                continue
+            flag.value = value
+            taken.append("--%s=%s" % (name, value))
+        elif flag.value != value:
+            tf.logging.warning("--%s=%s differs from the training run's %s in %s; using %s",
+                               name, flag.value, value, record.path, flag.value)
+    if taken:
+        tf.logging.info("Settings of the training run, from %s: %s", record.path,
+                        " ".join(taken))
+    return record
+
+
+def check_run_flags(min_seq_length):
+    """The first checks of a fine-tuning script's flags: something to do
+    (--do_train, --do_eval, --do_predict or --export_dir), an existing
+    --data_dir if one is given, and a --max_seq_length of at least
+    `min_seq_length` ([CLS], [SEP]s and one piece of text)."""
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
+        raise InputError("At least one of `do_train`, `do_eval`, `do_predict` or "
+                         "`export_dir` must be set.")
+    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
+        raise InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
+    if FLAGS.max_seq_length < min_seq_length:
+        raise InputError("--max_seq_length must be at least %d, got %d"
+                         % (min_seq_length, FLAGS.max_seq_length))
+
+
+def data_file(flag_name, names, required_for):
+    """A data file: its flag (--train_file, ...), else the first of `names`
+    found in --data_dir.
+
+    Returns:
+      The path, or None if there is none and `required_for` is None.
 
     Raises:
-      InputError: naming the file, the byte offset and what is wrong there.
+      InputError: there is none and `required_for` ("--do_train", ...) needs
+        it; the message names what was tried.
     """
-    size = tf.io.gfile.stat(path).length
-    where = "--%s %s" % (flag_name, path)
-    count = 0
-    offset = 0
-    with _open_binary(path) as f:
-        while offset < size:
-            f.seek(offset)
-            header = f.read(12)
-            if len(header) < 12:
-                raise InputError(
-                    "%s is truncated: it ends inside the header of record %d at byte offset "
-                    "%d (file size %d); write the file again" % (where, count + 1, offset, size))
-            (length,) = struct.unpack("<Q", header[:8])
-            (stored_crc,) = struct.unpack("<I", header[8:])
-            if pretraining_records.masked_crc32c(header[:8]) != stored_crc:
-                raise InputError(
-                    "%s cannot be read as TFRecord: the header of record %d at byte offset "
-                    "%d fails its checksum (not a TFRecord file, or damaged there); write "
-                    "the file again" % (where, count + 1, offset))
-            end = offset + 12 + length + 4
-            if end > size:
-                raise InputError(
-                    "%s is truncated: record %d at byte offset %d needs %d bytes but the "
-                    "file ends after %d; write the file again"
-                    % (where, count + 1, offset, end - offset, size - offset))
-            offset = end
-            count += 1
-    return count
+    path = getattr(FLAGS, flag_name)
+    if path:
+        return path
+    for name in names if FLAGS.data_dir else ():
+        path = os.path.join(FLAGS.data_dir, name)
+        if exists(path):
+            return path
+    if required_for:
+        where = ("in --data_dir=%s (%s)" % (FLAGS.data_dir, ", ".join(names))
+                 if FLAGS.data_dir else "(no --data_dir)")
+        raise InputError("%s needs --%s or a data file %s" % (required_for, flag_name, where))
+    return None
+
+
+def require_model_flags(record, *names):
+    """`require_flags` for the flags `names`, then --vocab_file,
+    --bert_config_file (unless the `RunRecord` `record` holds the config) and
+    --output_dir, in one message."""
+    config_flag = () if record is not None and record.bert_config else ("bert_config_file",)
+    require_flags(*names, "vocab_file", *config_flag, "output_dir")
+
+
+def load_model_inputs(record=None, max_seq_length=None):
+    """What a fine-tuning script loads and checks before any work (after
+    `require_model_flags`): the tokenizer (--vocab_file, --do_lower_case),
+    the BERT config (--bert_config_file, else the `RunRecord` `record`'s),
+    --init_checkpoint resolved (`resolve_checkpoint`) and checked against
+    the config, and --output_dir checked.
+
+    Args:
+      record: the run's `RunRecord`, or None.
+      max_seq_length: checked against the config's max_position_embeddings.
+
+    Returns:
+      (tokenizer, bert_config, init_checkpoint).
+    """
+    tokenizer = load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.init_checkpoint)
+    init_checkpoint = resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    bert_config = load_bert_config(FLAGS.bert_config_file, max_seq_length=max_seq_length,
+                                   vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file,
+                                   record=record)
+    check_output_dir(FLAGS.output_dir)
+    if init_checkpoint:
+        check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                              FLAGS.bert_config_file or record.path)
+    return tokenizer, bert_config, init_checkpoint
+
+
+def fine_tuned_checkpoint(output_dir, init_checkpoint, head_variable, preferred=None):
+    """The checkpoint that evaluation, prediction and export use: `preferred`
+    (the best one kept), else the latest in `output_dir`, else
+    `init_checkpoint` (resolved) if it holds the task head `head_variable`,
+    a fine-tuned model as in the original README's prediction commands;
+    None if there is none."""
+    if preferred:
+        return preferred
+    checkpoint = tf.train.latest_checkpoint(output_dir) if output_dir else None
+    if checkpoint:
+        return checkpoint
+    if init_checkpoint and head_variable in dict(tf.train.list_variables(init_checkpoint)):
+        return init_checkpoint
+    return None
+
+
+def export_builder_args(options):
+    """The arguments of a script's model_fn builder for an export: no
+    checkpoint to start from (the export's own restores it), no training,
+    no TPU, and the `TrainingOptions` `options` made fit for serving
+    (`TrainingOptions.for_export`)."""
+    return dict(init_checkpoint=None, learning_rate=0.0, num_train_steps=None,
+                num_warmup_steps=None, use_tpu=False, use_one_hot_embeddings=False,
+                options=(options or TrainingOptions()).for_export())
+
+
+def export_model(model_fn, export_dir, feature_shape, checkpoint_path, model_dir=None,
+                 assets_extra=()):
+    """Exports a SavedModel for serving (see `runtime.export_saved_model`)
+    whose serving_default signature takes int32 input_ids, input_mask and
+    segment_ids of `feature_shape` ([None, max_seq_length]; None for the
+    batch and any other free dimension), and logs where it went.
+
+    Args:
+      model_fn: the script's model_fn, built with `export_builder_args`.
+      export_dir: the SavedModel goes into a timestamped directory under it.
+      checkpoint_path: the weights.
+      model_dir: the run's --output_dir, for the Estimator's logs.
+      assets_extra: files copied to the SavedModel's assets.extra/.
+
+    Returns:
+      The SavedModel's directory.
+    """
+    def serving_input_receiver_fn():
+        features = {name: tf.placeholder(tf.int32, feature_shape, name=name)
+                    for name in ("input_ids", "input_mask", "segment_ids")}
+        return runtime.ServingInputReceiver(features, features)
+
+    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
+                                      checkpoint_path=checkpoint_path, model_dir=model_dir)
+    if assets_extra:
+        extra = os.path.join(path, "assets.extra")
+        tf.io.gfile.makedirs(extra)
+        for asset in assets_extra:
+            tf.io.gfile.copy(asset, os.path.join(extra, os.path.basename(asset)),
+                             overwrite=True)
+    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
+    return path
 
 
 # ---------------------------------------------------------------------------
-# Model options (the training-option flags) and initialisation.
+# Training options (the training-option flags), the model and its
+# initialisation.
 
-def model_options():
-    """Keyword arguments for `modeling.BertModel` from the option flags
-    (compute_type from --precision, recompute_grad)."""
-    compute_type = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}[
-        _flag("precision", "fp32")]
-    return {"compute_type": compute_type,
-            "recompute_grad": bool(_flag("recompute_grad", False))}
+_COMPUTE_TYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """The memory, speed and device options of a run (the flags of
+    TRAINING_OPTION_FLAGS), as one value that a script's main hands to its
+    model_fn builder and to the runner. The defaults are the original's
+    behaviour, which a library call gets without flags.
+
+    Attributes:
+      precision: "fp32", "fp16" or "bf16", the encoder's compute type
+        (fp16 trains with dynamic loss scaling).
+      recompute_grad: recompute each Transformer layer in the backward pass.
+      fused_ops: kernels.FusedOps, or None for kernels' "auto".
+      gradient_accumulation_steps: micro-batches per optimizer update.
+      use_xla: XLA auto-clustering of the whole graph.
+      distribution_strategy: "none", "mirrored" or "multi_worker_mirrored".
+      num_gpus: GPUs for "mirrored" (0: all).
+    """
+
+    precision: str = "fp32"
+    recompute_grad: bool = False
+    fused_ops: kernels.FusedOps = None
+    gradient_accumulation_steps: int = 1
+    use_xla: bool = False
+    distribution_strategy: str = "none"
+    num_gpus: int = 0
+
+    def model_kwargs(self):
+        """The keyword arguments of `modeling.BertModel` these options set."""
+        return {"compute_type": _COMPUTE_TYPES[self.precision],
+                "recompute_grad": self.recompute_grad, "fused_ops": self.fused_ops}
+
+    def for_export(self):
+        """These options for a SavedModel's graph: no recomputation, and every
+        kernel written out (a model server may lack XLA)."""
+        return dataclasses.replace(self, recompute_grad=False, fused_ops=kernels.FusedOps())
+
+
+def training_options_from_flags():
+    """The `TrainingOptions` of the parsed flags (every training script
+    defines TRAINING_OPTION_FLAGS). Applies the process-wide ones now, before
+    any session: --limit_memory_fragmentation, and XLA's start for fused
+    kernels (`choose_fused_ops`)."""
+    if FLAGS.limit_memory_fragmentation:
+        limit_memory_fragmentation()
+    # A multi-worker strategy must configure TensorFlow's collective ops
+    # before anything starts TensorFlow's runtime, as XLA's start would.
+    multi_worker = FLAGS.distribution_strategy == "multi_worker_mirrored"
+    return TrainingOptions(
+        precision=FLAGS.precision, recompute_grad=FLAGS.recompute_grad,
+        fused_ops=choose_fused_ops(FLAGS.fused_ops, start_xla=not multi_worker),
+        gradient_accumulation_steps=max(1, FLAGS.gradient_accumulation_steps or 1),
+        use_xla=FLAGS.use_xla, distribution_strategy=FLAGS.distribution_strategy,
+        num_gpus=FLAGS.num_gpus)
+
+
+def choose_fused_ops(setting, start_xla=True):
+    """The kernels.FusedOps of --fused_ops=`setting`. Where any kernel is
+    fused, XLA is started here with `start_xla` (`quiet_tf.start_xla_quietly`:
+    its start-up lines caught now rather than at the first step); where XLA
+    does not work, every kernel is written out.
+
+    Raises:
+      InputError: an unknown value, naming --fused_ops.
+    """
+    try:
+        fused_ops = kernels.choose_fused_ops(setting)
+    except ValueError as e:
+        raise InputError("--fused_ops: %s" % e)
+    if start_xla and fused_ops != kernels.FusedOps() and not quiet_tf.start_xla_quietly():
+        return kernels.FusedOps()
+    return fused_ops
+
+
+def bert_model(bert_config, is_training, input_ids, input_mask, segment_ids,
+               use_one_hot_embeddings, options=None):
+    """`modeling.BertModel` with the `TrainingOptions` `options` (None: the
+    defaults), for the scripts' create_model functions.
+
+    Args:
+      input_ids, input_mask, segment_ids: int32 [batch, seq_length].
+
+    Returns:
+      The modeling.BertModel.
+    """
+    return modeling.BertModel(
+        config=bert_config, is_training=is_training, input_ids=input_ids,
+        input_mask=input_mask, token_type_ids=segment_ids,
+        use_one_hot_embeddings=use_one_hot_embeddings,
+        **(options or TrainingOptions()).model_kwargs())
 
 
 def init_from_checkpoint(init_checkpoint, use_tpu):
@@ -529,6 +830,34 @@ def decode_record(record, name_to_features):
             for name, t in example.items()}
 
 
+def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
+                      shuffle_buffer=100, skip_records=0):
+    """The runner's input_fn(params) for a TFRecord file of tf.train.Examples
+    (decoded by `decode_record`), in batches of params["batch_size"].
+
+    Args:
+      input_file: the file.
+      name_to_features: name -> tf.io.FixedLenFeature.
+      is_training: read the file over and over, from `skip_records` records
+        in (to continue where an earlier `train` call stopped), shuffled
+        `shuffle_buffer` records at a time; otherwise once, in order.
+      drop_remainder: drop a last, smaller batch (TPU).
+    """
+    def input_fn(params):
+        d = tf.data.TFRecordDataset(input_file)
+        if is_training:
+            d = d.repeat()
+            if skip_records:
+                d = d.skip(skip_records)
+            d = d.shuffle(buffer_size=shuffle_buffer)
+        d = d.map(lambda record: decode_record(record, name_to_features),
+                  num_parallel_calls=tf.data.AUTOTUNE)
+        d = d.batch(params["batch_size"], drop_remainder=drop_remainder)
+        return d.prefetch(tf.data.AUTOTUNE)
+
+    return input_fn
+
+
 def log_features(features):
     """Logs the name and shape of every input feature (each model_fn
     starts with it)."""
@@ -540,29 +869,69 @@ def log_features(features):
 # ---------------------------------------------------------------------------
 # Training: the train op, the step count and the progress hook.
 
-def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu):
-    """`optimization.create_optimizer` with the option flags applied
-    (--gradient_accumulation_steps, dynamic loss scaling for --precision=fp16).
-    """
+def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
+                    options=None):
+    """`optimization.create_optimizer` with the `TrainingOptions` `options`
+    applied (gradient accumulation, dynamic loss scaling for fp16)."""
+    options = options or TrainingOptions()
     loss_scale = None
-    if _flag("precision", "fp32") == "fp16":
+    if options.precision == "fp16":
         import mixed_precision
         loss_scale = mixed_precision.DynamicLossScale()
     return optimization.create_optimizer(
         loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
-        gradient_accumulation_steps=_flag("gradient_accumulation_steps", 1),
+        gradient_accumulation_steps=options.gradient_accumulation_steps,
         loss_scale_manager=loss_scale)
 
 
-def num_train_steps(num_examples, train_batch_size, num_train_epochs):
+def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
+               examples_per_step, tokens_per_step=None, scaffold_fn=None):
+    """The TRAIN spec of the scripts' model_fns: `create_train_op` and the
+    progress hooks (`training_hooks`).
+
+    Args:
+      loss: the scalar loss.
+      learning_rate, num_train_steps, num_warmup_steps: the schedule.
+      use_tpu: built for TPUEstimator.
+      options: `TrainingOptions` (None: the defaults).
+      examples_per_step, tokens_per_step: what one batch holds.
+      scaffold_fn: from `init_from_checkpoint`.
+    """
+    return runtime.TPUEstimatorSpec(
+        mode=runtime.ModeKeys.TRAIN, loss=loss,
+        train_op=create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps,
+                                 use_tpu, options),
+        training_hooks=training_hooks(loss, examples_per_step, tokens_per_step,
+                                      use_tpu=use_tpu, num_train_steps=num_train_steps),
+        scaffold_fn=scaffold_fn)
+
+
+def num_train_steps(num_examples, train_batch_size, num_train_epochs,
+                    gradient_accumulation_steps=1):
     """Number of optimizer updates for `num_train_epochs` over `num_examples`.
 
-    One update consumes `train_batch_size * --gradient_accumulation_steps`
+    One update consumes `train_batch_size * gradient_accumulation_steps`
     examples, so with accumulation the schedule (warm-up, decay, max_steps)
     stays in optimizer updates while covering the same epochs.
     """
-    accumulation = max(1, _flag("gradient_accumulation_steps", 1) or 1)
+    accumulation = max(1, gradient_accumulation_steps or 1)
     return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
+
+
+def train_schedule(num_examples, options, what="training examples"):
+    """(num_train_steps, num_warmup_steps) for `num_examples` with
+    --train_batch_size, --num_train_epochs and --warmup_proportion.
+
+    Raises:
+      InputError: the flags make no training step.
+    """
+    steps = num_train_steps(num_examples, FLAGS.train_batch_size, FLAGS.num_train_epochs,
+                            options.gradient_accumulation_steps)
+    if steps < 1:
+        raise InputError(
+            "%d %s, --train_batch_size=%d and --num_train_epochs=%s make 0 training steps"
+            % (num_examples, what, FLAGS.train_batch_size, FLAGS.num_train_epochs))
+    return steps, int(steps * FLAGS.warmup_proportion)
 
 
 class ThroughputHook(tf.train.SessionRunHook):
@@ -670,19 +1039,19 @@ def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
 def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000,
                     use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
                     master=None, num_tpu_cores=8, keep_checkpoint_max=5,
-                    tpu_job_name=None):
-    """`runtime.make_run_config` with the option flags applied (--use_xla,
-    --distribution_strategy, --num_gpus); on the Estimator without a TPU, its
-    own step logging off (ThroughputHook's lines replace it)."""
+                    tpu_job_name=None, options=None):
+    """`runtime.make_run_config` with the `TrainingOptions` `options` applied
+    (XLA, the distribution strategy, GPUs); on the Estimator without a TPU,
+    its own step logging off (ThroughputHook's lines replace it)."""
+    options = options or TrainingOptions()
     with _config_errors_as_input_errors():
         config = runtime.make_run_config(
             output_dir, save_checkpoints_steps, iterations_per_loop=iterations_per_loop,
             use_tpu=use_tpu, tpu_name=tpu_name, tpu_zone=tpu_zone, gcp_project=gcp_project,
             master=master, num_tpu_cores=num_tpu_cores,
             keep_checkpoint_max=keep_checkpoint_max, tpu_job_name=tpu_job_name,
-            use_xla=_flag("use_xla", False),
-            distribution_strategy=_flag("distribution_strategy", "none"),
-            num_gpus=_flag("num_gpus", 0))
+            use_xla=options.use_xla, distribution_strategy=options.distribution_strategy,
+            num_gpus=options.num_gpus)
     if runtime.USE_ESTIMATOR and not use_tpu:
         # The Estimator's own "loss = ..., step = ..." and "global_step/sec"
         # lines every 100 steps repeat what ThroughputHook logs.
@@ -698,6 +1067,21 @@ def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
                                       train_batch_size=train_batch_size,
                                       eval_batch_size=eval_batch_size,
                                       predict_batch_size=predict_batch_size)
+
+
+def estimator_from_flags(model_fn, options, **batch_sizes):
+    """The runner of a training script's model_fn, configured by its flags
+    (--output_dir, --save_checkpoints_steps, --iterations_per_loop, the TPU
+    flags) and the `TrainingOptions` `options`.
+
+    Args:
+      **batch_sizes: train_batch_size, eval_batch_size, predict_batch_size.
+    """
+    run_config = make_run_config(
+        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
+        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
+        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name, options=options)
+    return make_estimator(model_fn, run_config, FLAGS.use_tpu, **batch_sizes)
 
 
 @contextlib.contextmanager

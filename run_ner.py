@@ -1,4 +1,3 @@
-# coding=utf-8
 """BERT fine-tuning for named-entity recognition (token classification).
 
 The method of the BERT paper's CoNLL-2003 experiment:
@@ -49,49 +48,17 @@ FLAGS = flags.FLAGS
 # Flags.
 
 run_common.define_flags(
-    "bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
-    "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
-    "train_batch_size", "eval_batch_size", "predict_batch_size", "learning_rate",
-    "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
-    "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
-    max_seq_length=128)
-
-# Names that other scripts define too. Whichever script is imported first in
-# a process defines them (allow_override lets a later script's own definition
-# replace ours, so importing several scripts side by side never fails); from
-# the shell each script gets its own.
-if "data_dir" not in FLAGS:
-    flags.DEFINE_string(
-        "data_dir", None,
-        "Folder with the data files, found by their usual names (train.txt or "
-        "eng.train; valid.txt, dev.txt or eng.testa; test.txt or eng.testb).",
-        allow_override=True)
-if "train_file" not in FLAGS:
-    flags.DEFINE_string(
-        "train_file", None, "Training data file (instead of the one in --data_dir).",
-        allow_override=True)
-if "dev_file" not in FLAGS:
-    flags.DEFINE_string(
-        "dev_file", None, "Dev (evaluation) data file (instead of the one in --data_dir).",
-        allow_override=True)
-if "test_file" not in FLAGS:
-    flags.DEFINE_string(
-        "test_file", None, "Test data file for --do_predict (instead of the one in "
-        "--data_dir).", allow_override=True)
-if "doc_stride" not in FLAGS:
-    flags.DEFINE_integer(
-        "doc_stride", 64,
-        "Documents are read in windows of max_seq_length - 2 word pieces; each "
-        "window starts this many pieces after the previous one.", allow_override=True)
-if "export_dir" not in FLAGS:
-    flags.DEFINE_string(
-        "export_dir", None,
-        "If set, export a SavedModel for serving under this directory (in a "
-        "timestamped subdirectory).", allow_override=True)
-if "tpu_job_name" not in FLAGS:
-    flags.DEFINE_string("tpu_job_name", None,
-                        "Name of TPU worker, if anything other than 'tpu_worker'",
-                        allow_override=True)
+    run_common.FINE_TUNING_FLAGS, "labels", "doc_stride", max_seq_length=128, doc_stride=64,
+    helps={
+        "data_dir": "Folder with the data files, found by their usual names (train.txt or "
+                    "eng.train; valid.txt, dev.txt or eng.testa; test.txt or eng.testb).",
+        "labels": "Comma-separated entity types (PER,LOC,ORG,MISC) or tags "
+                  "(O,B-PER,I-PER,...): the model's label set. Default: the types in the "
+                  "training data (or the ner_labels.json of an earlier training run in "
+                  "--output_dir or next to --init_checkpoint).",
+        "doc_stride": "Documents are read in windows of max_seq_length - 2 word pieces; "
+                      "each window starts this many pieces after the previous one.",
+    })
 
 flags.DEFINE_string(
     "predict_text_file", None,
@@ -106,13 +73,6 @@ flags.DEFINE_enum(
     "between two adjacent entities of one type), iob2 or bio (every entity "
     "starts with B-), bioes (also E- ends and S- single-word entities). auto: "
     "detected from the data.")
-
-flags.DEFINE_string(
-    "labels", None,
-    "Comma-separated entity types (PER,LOC,ORG,MISC) or tags (O,B-PER,I-PER,...): "
-    "the model's label set. Default: the types in the training data (or the "
-    "ner_labels.json of an earlier training run in --output_dir or next to "
-    "--init_checkpoint).")
 
 flags.DEFINE_bool(
     "document_context", True,
@@ -147,22 +107,6 @@ Sentence = collections.namedtuple("Sentence", ["words", "tags", "lines"])
 NerFile = collections.namedtuple("NerFile", ["path", "documents", "has_docstart", "tagged"])
 
 
-def _read_text(path, flag_name):
-    """The file's text (UTF-8). Raises InputError if missing or undecodable."""
-    if not tf.io.gfile.exists(path):
-        raise InputError("--%s: file not found: %s" % (flag_name, path))
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise InputError("%s, line %d: not valid UTF-8" % (path, line))
-    if text.startswith("\ufeff"):  # A byte order mark is not a token.
-        text = text[1:]
-    return text
-
-
 def _group(sentences, size):
     """Consecutive runs of `size` sentences (at least 1)."""
     size = max(1, size)
@@ -191,7 +135,7 @@ def read_conll_file(path, sentences_per_document=1, flag_name="data_dir"):
       InputError: missing or empty file, or a line with the wrong number of
         columns (naming the file and line).
     """
-    text = _read_text(path, flag_name)
+    text = run_common.read_text(path, flag_name)
     documents = []  # Lists of sentences.
     current_document = []
     words, tags, lines = [], [], []
@@ -250,7 +194,7 @@ def read_text_file(path, basic_tokenizer, sentences_per_document=1):
     Returns:
       NerFile (untagged).
     """
-    text = _read_text(path, "predict_text_file")
+    text = run_common.read_text(path, "predict_text_file")
     blocks = [[]]
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -273,17 +217,6 @@ def iter_sentences(ner_file):
     for document in ner_file.documents:
         for sentence in document:
             yield sentence
-
-
-def find_data_file(data_dir, names):
-    """The first of `names` that exists in `data_dir`, or None."""
-    if not data_dir:
-        return None
-    for name in names:
-        path = os.path.join(data_dir, name)
-        if tf.io.gfile.exists(path):
-            return path
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -744,18 +677,10 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
     name_to_features = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
                         for name in FEATURE_NAMES}
 
-    def input_fn(params):
-        d = tf.data.TFRecordDataset(input_file)
-        if is_training:
-            d = d.repeat()
-            # Windows of a document are adjacent in the file: mix them.
-            d = d.shuffle(buffer_size=1000)
-        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
-                  num_parallel_calls=tf.data.AUTOTUNE)
-        d = d.batch(batch_size=params["batch_size"], drop_remainder=drop_remainder)
-        return d.prefetch(tf.data.AUTOTUNE)
-
-    return input_fn
+    # Windows of a document are adjacent in the file: a larger buffer mixes
+    # them.
+    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                        drop_remainder, shuffle_buffer=1000)
 
 
 def word_predictions(windows, probabilities, num_words):
@@ -790,25 +715,20 @@ def word_predictions(windows, probabilities, num_words):
 # Model.
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
-                 num_labels, use_one_hot_embeddings):
+                 num_labels, use_one_hot_embeddings, options=None):
     """A softmax over the labels on each position's final hidden state.
 
     Args:
       input_ids, input_mask, segment_ids: int32 [batch, seq_length].
       num_labels: size of the label set.
+      options: run_common.TrainingOptions (None: the defaults).
 
     Returns:
       (logits, probabilities): float32 [batch, seq_length, num_labels], from
       `ner/output_weights` [num_labels, hidden] and `ner/output_bias`.
     """
-    model = modeling.BertModel(
-        config=bert_config,
-        is_training=is_training,
-        input_ids=input_ids,
-        input_mask=input_mask,
-        token_type_ids=segment_ids,
-        use_one_hot_embeddings=use_one_hot_embeddings,
-        **run_common.model_options())
+    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
+                                  segment_ids, use_one_hot_embeddings, options)
     sequence = model.get_sequence_output()
     batch_size, seq_length, hidden_size = modeling.get_shape_list(sequence, expected_rank=3)
 
@@ -846,8 +766,10 @@ def masked_loss(logits, label_ids, label_mask):
 
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, use_tpu, use_one_hot_embeddings):
-    """Returns the `model_fn` for the runner.
+                     num_train_steps, num_warmup_steps, use_tpu, use_one_hot_embeddings,
+                     options=None):
+    """Returns the `model_fn` for the runner (`options`: as for
+    `create_model`).
 
     TRAIN reads input_ids, input_mask, segment_ids, label_ids and label_mask;
     PREDICT reads the first three and returns {"probabilities": [batch,
@@ -860,19 +782,16 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         is_training = mode == runtime.ModeKeys.TRAIN
         logits, probabilities = create_model(
             bert_config, is_training, input_ids, features["input_mask"],
-            features["segment_ids"], num_labels, use_one_hot_embeddings)
+            features["segment_ids"], num_labels, use_one_hot_embeddings, options)
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
             loss = masked_loss(logits, features["label_ids"], features["label_mask"])
-            train_op = run_common.create_train_op(
-                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
             seq_length = modeling.get_shape_list(input_ids)[1]
-            return runtime.TPUEstimatorSpec(
-                mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn,
-                training_hooks=run_common.training_hooks(
-                    loss, examples_per_step=params["batch_size"],
-                    tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu))
+            return run_common.train_spec(
+                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
+                examples_per_step=params["batch_size"],
+                tokens_per_step=params["batch_size"] * seq_length, scaffold_fn=scaffold_fn)
         if mode == runtime.ModeKeys.PREDICT:
             return runtime.TPUEstimatorSpec(
                 mode=mode, predictions={"probabilities": probabilities},
@@ -913,35 +832,6 @@ def read_labels(path):
     if scheme not in SCHEMES:
         raise InputError("%s: unknown scheme %r" % (path, scheme))
     return scheme, types
-
-
-def _saved_labels_path(output_dir, init_checkpoint):
-    """ner_labels.json of an earlier run: in output_dir, else next to
-    init_checkpoint; None if neither has one."""
-    candidates = [os.path.join(output_dir, LABELS_FILE)]
-    if init_checkpoint:
-        candidates.append(os.path.join(os.path.dirname(init_checkpoint), LABELS_FILE))
-    for path in candidates:
-        if tf.io.gfile.exists(path):
-            return path
-    return None
-
-
-def _resolve_file(flag_name, data_dir, names, required_for):
-    """A data file from its flag, else from data_dir by its usual names.
-
-    Returns the path, or None if neither gives one and `required_for` is
-    None; otherwise raises InputError naming what was tried.
-    """
-    path = getattr(FLAGS, flag_name)
-    if path:
-        return path
-    path = find_data_file(data_dir, names)
-    if path is None and required_for:
-        where = ("in --data_dir=%s (%s)" % (data_dir, ", ".join(names)) if data_dir
-                 else "(no --data_dir)")
-        raise InputError("%s needs --%s or a data file %s" % (required_for, flag_name, where))
-    return path
 
 
 def predict_windows(estimator, windows, record_file, max_seq_length, batch_size, fixed,
@@ -1035,52 +925,25 @@ def score_file(ner_file, probabilities, predicted, label_map, scheme):
 
 
 def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_path,
-                 max_seq_length=128, model_dir=None):
-    """Exports a SavedModel for serving from `checkpoint_path`.
-
-    The serving_default signature takes int32 input_ids, input_mask and
-    segment_ids [batch, max_seq_length] and returns probabilities [batch,
-    max_seq_length, num_labels]; `labels_path` (ner_labels.json, the label
-    names) is copied to assets.extra/ inside the SavedModel.
-
-    Args:
-      model_dir: the run's --output_dir, for the Estimator's logs (optional).
-
-    Returns:
-      The SavedModel's directory.
-    """
-    model_fn = model_fn_builder(
-        bert_config=bert_config, num_labels=num_labels, init_checkpoint=None,
-        learning_rate=0.0, num_train_steps=None, num_warmup_steps=None, use_tpu=False,
-        use_one_hot_embeddings=False)
-    seq_length = max_seq_length
-
-    def serving_input_receiver_fn():
-        features = {name: tf.placeholder(tf.int32, [None, seq_length], name=name)
-                    for name in ("input_ids", "input_mask", "segment_ids")}
-        return runtime.ServingInputReceiver(features, features)
-
-    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
-                                      checkpoint_path=checkpoint_path,
-                                      model_dir=model_dir)
-    extra = os.path.join(path, "assets.extra")
-    tf.io.gfile.makedirs(extra)
-    tf.io.gfile.copy(labels_path, os.path.join(extra, LABELS_FILE), overwrite=True)
-    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
-    return path
+                 max_seq_length=128, model_dir=None, options=None):
+    """Exports a SavedModel for serving from `checkpoint_path` (see
+    run_common.export_model) and returns its directory. Its serving_default
+    signature takes int32 input_ids, input_mask and segment_ids [batch,
+    max_seq_length] and returns probabilities [batch, max_seq_length,
+    num_labels]; `labels_path` (ner_labels.json, the label names) is copied
+    to assets.extra/ inside the SavedModel."""
+    model_fn = model_fn_builder(bert_config=bert_config, num_labels=num_labels,
+                                **run_common.export_builder_args(options))
+    return run_common.export_model(model_fn, export_dir, [None, max_seq_length],
+                                   checkpoint_path, model_dir=model_dir,
+                                   assets_extra=[labels_path])
 
 
-def _checkpoint_to_use(init_checkpoint):
-    """The latest checkpoint in output_dir, else --init_checkpoint if it is a
-    fine-tuned NER model; None if there is neither."""
-    checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
-    if checkpoint:
-        return checkpoint
-    if init_checkpoint:
-        names = [name for name, _ in tf.train.list_variables(init_checkpoint)]
-        if "ner/output_weights" in names:
-            return init_checkpoint
-    return None
+def _fine_tuned(init_checkpoint):
+    """The fine-tuned checkpoint to tag with and export (see
+    `run_common.fine_tuned_checkpoint`), or None."""
+    return run_common.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
+                                            "ner/output_weights")
 
 
 def _choose_labels(train, others, labels_path_for_reading):
@@ -1119,43 +982,31 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
-        raise InputError("At least one of `do_train`, `do_eval`, `do_predict` or "
-                         "`export_dir` must be set.")
-    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
-        raise InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
-    if FLAGS.max_seq_length < 3:
-        raise InputError("--max_seq_length must be at least 3, got %d" % FLAGS.max_seq_length)
+    record = run_common.use_run_record()
+    run_common.require_model_flags(record)
+    run_common.check_run_flags(min_seq_length=3)
     if FLAGS.doc_stride < 1:
         raise InputError("--doc_stride must be at least 1, got %d" % FLAGS.doc_stride)
     if FLAGS.predict_text_file and not FLAGS.do_predict:
         raise InputError("--predict_text_file needs --do_predict")
 
-    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                          FLAGS.init_checkpoint)
-    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
-    bert_config = run_common.load_bert_config(
-        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
-        vocab_file=FLAGS.vocab_file)
-    run_common.check_output_dir(FLAGS.output_dir)
-    if init_checkpoint:
-        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                         FLAGS.bert_config_file)
+    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
+        record, FLAGS.max_seq_length)
+    options = run_common.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.
     group = FLAGS.sentences_per_document
     train = dev = test = text = None
     if FLAGS.do_train:
-        train = read_conll_file(_resolve_file("train_file", FLAGS.data_dir, TRAIN_NAMES,
+        train = read_conll_file(run_common.data_file("train_file", TRAIN_NAMES,
                                               "--do_train"), group, "train_file")
     if FLAGS.do_eval:
-        dev = read_conll_file(_resolve_file("dev_file", FLAGS.data_dir, DEV_NAMES,
+        dev = read_conll_file(run_common.data_file("dev_file", DEV_NAMES,
                                             "--do_eval"), group, "dev_file")
         if not dev.tagged:
             raise InputError("%s: --do_eval needs tags (a second column at least)" % dev.path)
     if FLAGS.do_predict:
-        test_path = _resolve_file("test_file", FLAGS.data_dir, TEST_NAMES,
+        test_path = run_common.data_file("test_file", TEST_NAMES,
                                   None if FLAGS.predict_text_file else "--do_predict")
         if test_path:
             test = read_conll_file(test_path, group, "test_file")
@@ -1170,10 +1021,10 @@ def main(_):
             check_well_formed(ner_file)
 
     labels_path = os.path.join(FLAGS.output_dir, LABELS_FILE)
-    saved_path = _saved_labels_path(FLAGS.output_dir, init_checkpoint)
+    saved_path = run_common.find_run_file(LABELS_FILE, FLAGS.output_dir, init_checkpoint)
     if train is None and not FLAGS.labels and saved_path is None:
         # A later run on a trained model: its training data give the labels.
-        train_path = FLAGS.train_file or find_data_file(FLAGS.data_dir, TRAIN_NAMES)
+        train_path = run_common.data_file("train_file", TRAIN_NAMES, None)
         if train_path:
             label_source = read_conll_file(train_path, group, "train_file")
             scheme, entity_types = _choose_labels(label_source, [dev, test], None)
@@ -1202,16 +1053,10 @@ def main(_):
                                         is_training=True,
                                         document_context=FLAGS.document_context,
                                         label_map=label_map, scheme=scheme)
-        num_train_steps = run_common.num_train_steps(
-            len(train_windows), FLAGS.train_batch_size, FLAGS.num_train_epochs)
-        if num_train_steps < 1:
-            raise InputError(
-                "%d training windows, --train_batch_size=%d and --num_train_epochs=%s "
-                "make 0 training steps" % (len(train_windows), FLAGS.train_batch_size,
-                                           FLAGS.num_train_epochs))
-        num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+        num_train_steps, num_warmup_steps = run_common.train_schedule(
+            len(train_windows), options, what="training windows")
 
-    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use(init_checkpoint) is None:
+    if FLAGS.export_dir and not FLAGS.do_train and _fine_tuned(init_checkpoint) is None:
         raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
@@ -1219,18 +1064,19 @@ def main(_):
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if FLAGS.do_train or not tf.io.gfile.exists(labels_path):
         write_labels(labels_path, scheme, entity_types)
+    if FLAGS.do_train:
+        run_common.write_run_record(
+            FLAGS.output_dir, "token_classification", bert_config,
+            ["do_lower_case", "max_seq_length", "doc_stride", "document_context",
+             "vocab_file"], labels=label_list)
 
-    run_config = run_common.make_run_config(
-        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
-        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
-        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
     model_fn = model_fn_builder(
         bert_config=bert_config, num_labels=len(label_list),
         init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
         num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
-        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
-    estimator = run_common.make_estimator(
-        model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
+        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
+    estimator = run_common.estimator_from_flags(
+        model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
 
     if FLAGS.do_train:
@@ -1250,7 +1096,7 @@ def main(_):
             train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True),
             max_steps=num_train_steps)
 
-    checkpoint = _checkpoint_to_use(init_checkpoint)
+    checkpoint = _fine_tuned(init_checkpoint)
     if (FLAGS.do_eval or FLAGS.do_predict) and checkpoint is None:
         tf.logging.warning("No fine-tuned checkpoint in --output_dir: predicting with an "
                            "untrained output layer")
@@ -1290,7 +1136,8 @@ def main(_):
 
     if FLAGS.export_dir:
         export_model(bert_config, len(label_list), checkpoint, FLAGS.export_dir, labels_path,
-                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir)
+                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir,
+                     options=options)
 
 
 if __name__ == "__main__":

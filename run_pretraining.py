@@ -59,7 +59,7 @@ START_RESULTS_FILE = "eval_results_at_start.txt"
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
-                     use_one_hot_embeddings):
+                     use_one_hot_embeddings, options=None):
     """Builds the pre-training `model_fn` for the runner (TPUEstimator API).
 
     Args:
@@ -69,6 +69,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         schedule (see optimization.create_optimizer).
       use_tpu: build for TPUEstimator (restore through a scaffold).
       use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
+      options: run_common.TrainingOptions (None: the defaults).
 
     Returns:
       model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec,
@@ -86,18 +87,14 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         masked_lm_weights = features["masked_lm_weights"]
         next_sentence_labels = features["next_sentence_labels"]
 
-        model = modeling.BertModel(
-            config=bert_config,
-            is_training=(mode == runtime.ModeKeys.TRAIN),
-            input_ids=features["input_ids"],
-            input_mask=features["input_mask"],
-            token_type_ids=features["segment_ids"],
-            use_one_hot_embeddings=use_one_hot_embeddings,
-            **run_common.model_options())
+        model = run_common.bert_model(
+            bert_config, mode == runtime.ModeKeys.TRAIN, features["input_ids"],
+            features["input_mask"], features["segment_ids"], use_one_hot_embeddings, options)
 
         masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs = get_masked_lm_output(
             bert_config, model.get_sequence_output(), model.get_embedding_table(),
-            features["masked_lm_positions"], masked_lm_ids, masked_lm_weights)
+            features["masked_lm_positions"], masked_lm_ids, masked_lm_weights,
+            fused_ops=model.fused_ops)
         (next_sentence_loss, next_sentence_example_loss,
          next_sentence_log_probs) = get_next_sentence_output(
             bert_config, model.get_pooled_output(), next_sentence_labels)
@@ -108,16 +105,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         if mode == runtime.ModeKeys.TRAIN:
             batch_size = params["batch_size"]
             seq_length = modeling.get_shape_list(features["input_ids"], expected_rank=2)[1]
-            return runtime.TPUEstimatorSpec(
-                mode=mode,
-                loss=total_loss,
-                train_op=run_common.create_train_op(
-                    total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu),
-                training_hooks=run_common.training_hooks(
-                    total_loss, examples_per_step=batch_size,
-                    tokens_per_step=batch_size * seq_length, use_tpu=use_tpu,
-                    num_train_steps=num_train_steps),
-                scaffold_fn=scaffold_fn)
+            return run_common.train_spec(
+                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
+                options, examples_per_step=batch_size,
+                tokens_per_step=batch_size * seq_length, scaffold_fn=scaffold_fn)
 
         if mode == runtime.ModeKeys.EVAL:
             metric_inputs = [masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
@@ -173,7 +164,7 @@ def metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
 
 
 def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
-                         label_ids, label_weights):
+                         label_ids, label_weights, fused_ops=None):
     """The masked-LM head: predicts the original token at each masked
     position.
 
@@ -189,6 +180,8 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
       label_ids: int32 [batch, max_predictions_per_seq].
       label_weights: float [batch, max_predictions_per_seq]: 1.0 for a real
         prediction, 0.0 for padding.
+      fused_ops: the encoder's kernels.FusedOps, for the transform's GELU
+        and LayerNorm (None: kernels' "auto").
 
     Returns:
       (loss, per_example_loss [batch * max_predictions_per_seq],
@@ -204,10 +197,10 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
             hidden = modeling.dense(
                 hidden,
                 units=bert_config.hidden_size,
-                activation=modeling.get_activation(bert_config.hidden_act),
+                activation=modeling.get_activation(bert_config.hidden_act, fused_ops),
                 kernel_initializer=modeling.create_initializer(bert_config.initializer_range),
                 name="dense")
-            hidden = modeling.layer_norm(hidden)
+            hidden = modeling.layer_norm(hidden, fused_ops=fused_ops)
 
         # Tied weights: scores against every word embedding, plus a bias of
         # the head's own per vocabulary entry.
@@ -332,9 +325,10 @@ def input_fn_builder(input_files,
 
 
 def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size):
-    """Checks the framing of every input file (`run_common.check_tfrecord_file`)
-    and the first record of the first one (`check_input_file`), logging the
-    number of records (progress about every --log_every_seconds).
+    """Checks the framing of every input file
+    (`pretraining_records.check_tfrecord_file`) and the first record of the
+    first one (`check_input_file`), logging the number of records (progress
+    about every --log_every_seconds).
 
     Raises:
       InputError: naming the file at fault.
@@ -342,7 +336,7 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
     progress = run_common.Progress("Checking the input files", len(input_files), "files")
     num_records = 0
     for path in input_files:
-        num_records += run_common.check_tfrecord_file("input_file", path)
+        num_records += pretraining_records.check_tfrecord_file("input_file", path)
         progress.update()
     tf.logging.info("%d input file(s), %d records", len(input_files), num_records)
     check_input_file(input_files[0], max_seq_length, max_predictions_per_seq, vocab_size)
@@ -495,19 +489,15 @@ def main(_):
     check_input_files(input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
                       bert_config.vocab_size)
 
+    options = run_common.training_options_from_flags()
     tf.io.gfile.makedirs(FLAGS.output_dir)
-    run_config = run_common.make_run_config(
-        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
-        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project,
-        FLAGS.master, FLAGS.num_tpu_cores)
     model_fn = model_fn_builder(
         bert_config, init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
         num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
-        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
+        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-    estimator = run_common.make_estimator(
-        model_fn, run_config, FLAGS.use_tpu,
-        train_batch_size=FLAGS.train_batch_size,
+    estimator = run_common.estimator_from_flags(
+        model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size)
 
     def input_fn(is_training):

@@ -29,7 +29,6 @@ the flags, and those fall back to their defaults there.
 
 import collections
 import dataclasses
-import json
 import math
 import os
 import random
@@ -63,21 +62,13 @@ run_common.define_flags(
     "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
     "learning_rate", "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
     "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
-    max_seq_length=384)
-
-flags.DEFINE_string(
-    "train_file", None,
-    "SQuAD JSON file to fine-tune on (such as train-v1.1.json).")
+    "train_file", "doc_stride", max_seq_length=384, doc_stride=128,
+    helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json)."})
 
 flags.DEFINE_string(
     "predict_file", None,
     "SQuAD JSON file whose questions are answered (such as dev-v1.1.json). If its "
     "questions carry answers, the predictions are also scored.")
-
-flags.DEFINE_integer(
-    "doc_stride", 128,
-    "A context too long for one input is read in overlapping windows; each window "
-    "starts this many word pieces after the previous one.")
 
 flags.DEFINE_integer(
     "max_query_length", 64,
@@ -256,14 +247,7 @@ def load_squad_json(input_file, flag_name):
       InputError: missing file, not JSON, or no top-level "data" list.
     """
     run_common.require_file(flag_name, input_file)
-    try:
-        text = run_common.read_file_bytes(input_file).decode("utf-8")
-    except UnicodeDecodeError:
-        raise run_common.non_utf8_error(flag_name, input_file)
-    try:
-        dataset = json.loads(text)
-    except ValueError as e:
-        raise InputError("--%s %s is not a JSON file: %s" % (flag_name, input_file, e))
+    dataset = run_common.read_json(input_file, flag_name)
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
         raise InputError(
             "--%s %s is not a SQuAD file: it needs a top-level \"data\" list of "
@@ -436,13 +420,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
             input_ids = tokenizer.convert_tokens_to_ids(tokens)
             padding = [0] * (max_seq_length - len(tokens))
             feature = InputFeatures(
-                unique_id=unique_id,
-                example_index=example_index,
-                doc_span_index=window_index,
-                tokens=tokens,
-                token_to_orig_map=token_to_orig_map,
-                token_is_max_context=token_is_max_context,
-                input_ids=input_ids + padding,
+                unique_id=unique_id, example_index=example_index, doc_span_index=window_index,
+                tokens=tokens, token_to_orig_map=token_to_orig_map,
+                token_is_max_context=token_is_max_context, input_ids=input_ids + padding,
                 input_mask=[1] * len(tokens) + padding,
                 segment_ids=[0] * doc_offset + [1] * (window.length + 1) + padding,
                 is_impossible=example.is_impossible)
@@ -613,7 +593,7 @@ def _check_is_max_context(doc_spans, cur_span_index, position):
     return best_index == cur_span_index
 
 
-class FeatureWriter:
+class FeatureWriter(run_common.AtomicWriter):
     """Writes InputFeatures to a TFRecord file as tf.train.Examples.
 
     Records go to a temporary file renamed to `filename` by `close()`, so an
@@ -621,11 +601,10 @@ class FeatureWriter:
     """
 
     def __init__(self, filename, is_training):
+        super().__init__(filename, tf.io.TFRecordWriter)
         self.filename = filename
         self.is_training = is_training
         self.num_features = 0
-        self._target = run_common.AtomicFile(filename)
-        self._writer = tf.io.TFRecordWriter(self._target.tmp_path)
 
     def process_feature(self, feature):
         """Appends one InputFeatures: unique_ids, input_ids, input_mask,
@@ -643,16 +622,6 @@ class FeatureWriter:
             name: run_common.int64_feature(value) for name, value in values}))
         self._writer.write(record.SerializeToString())
         self.num_features += 1
-
-    def close(self):
-        """Finishes the file and moves it to `filename`."""
-        self._writer.close()
-        self._target.commit()
-
-    def abort(self):
-        """Closes and deletes the unfinished file."""
-        self._writer.close()
-        self._target.abort()
 
 
 def _write_features(writer, examples, tokenizer, is_training, max_seq_length, doc_stride,
@@ -685,7 +654,7 @@ def head_variable_shapes(bert_config):
 
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
-                 use_one_hot_embeddings):
+                 use_one_hot_embeddings, options=None):
     """BERT with a span-prediction head: two scores for every token.
 
     Args:
@@ -693,6 +662,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       is_training: enables dropout.
       input_ids, input_mask, segment_ids: int32 [batch_size, seq_length].
       use_one_hot_embeddings: embedding lookup by one-hot matmul (TPUs).
+      options: run_common.TrainingOptions (None: the defaults).
 
     Returns:
       (start_logits, end_logits): float32 [batch_size, seq_length] each, the
@@ -700,14 +670,8 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       variables are `cls/squad/output_weights` [2, hidden_size] and
       `cls/squad/output_bias` [2].
     """
-    model = modeling.BertModel(
-        config=bert_config,
-        is_training=is_training,
-        input_ids=input_ids,
-        input_mask=input_mask,
-        token_type_ids=segment_ids,
-        use_one_hot_embeddings=use_one_hot_embeddings,
-        **run_common.model_options())
+    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
+                                  segment_ids, use_one_hot_embeddings, options)
     sequence_output = model.get_sequence_output()
     batch_size, seq_length, hidden_size = modeling.get_shape_list(
         sequence_output, expected_rank=3)
@@ -741,16 +705,11 @@ def _position_loss(logits, positions):
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
-                     use_one_hot_embeddings):
-    """Makes the model_fn for the runner (TPUEstimator contract).
-
-    Args:
-      bert_config: modeling.BertConfig.
-      init_checkpoint: checkpoint to start from, or None.
-      learning_rate, num_train_steps, num_warmup_steps: the optimizer's
-        schedule (training only).
-      use_tpu: build for TPU (scaffold_fn, no host hooks).
-      use_one_hot_embeddings: see `create_model`.
+                     use_one_hot_embeddings, options=None):
+    """Makes the model_fn for the runner (TPUEstimator contract), with the
+    arguments of run_pretraining.model_fn_builder: the model, the checkpoint
+    to start from, the optimizer's schedule (training only), TPU or not,
+    the embedding lookup and the run_common.TrainingOptions.
 
     Returns:
       model_fn(features, labels, mode, params). TRAIN: the loss is the mean
@@ -771,21 +730,18 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             input_ids=features["input_ids"],
             input_mask=features["input_mask"],
             segment_ids=features["segment_ids"],
-            use_one_hot_embeddings=use_one_hot_embeddings)
+            use_one_hot_embeddings=use_one_hot_embeddings,
+            options=options)
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
             loss = (_position_loss(start_logits, features["start_positions"]) +
                     _position_loss(end_logits, features["end_positions"])) / 2.0
-            train_op = run_common.create_train_op(
-                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
             seq_length = modeling.get_shape_list(features["input_ids"])[1]
-            hooks = run_common.training_hooks(
-                loss, examples_per_step=params["batch_size"],
-                tokens_per_step=params["batch_size"] * seq_length, use_tpu=use_tpu,
-                num_train_steps=num_train_steps)
-            return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op,
-                                            scaffold_fn=scaffold_fn, training_hooks=hooks)
+            return run_common.train_spec(
+                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
+                examples_per_step=params["batch_size"],
+                tokens_per_step=params["batch_size"] * seq_length, scaffold_fn=scaffold_fn)
         if mode == runtime.ModeKeys.PREDICT:
             predictions = {"unique_ids": features["unique_ids"],
                            "start_logits": start_logits,
@@ -825,18 +781,10 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
         for name in ("start_positions", "end_positions"):
             name_to_features[name] = tf.io.FixedLenFeature([], tf.int64)
 
-    def input_fn(params):
-        """params: batch_size."""
-        dataset = tf.data.TFRecordDataset(input_file)
-        if is_training:
-            # The examples were shuffled before writing; this only mixes
-            # neighbours between epochs.
-            dataset = dataset.repeat().shuffle(buffer_size=100)
-        dataset = dataset.map(
-            lambda record: run_common.decode_record(record, name_to_features))
-        return dataset.batch(params["batch_size"], drop_remainder=drop_remainder)
-
-    return input_fn
+    # The examples were shuffled before writing; the shuffle buffer only
+    # mixes neighbours between epochs.
+    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                        drop_remainder)
 
 
 # ---------------------------------------------------------------------------
@@ -1201,11 +1149,8 @@ def validate_flags_or_throw(bert_config):
       bert_config: modeling.BertConfig of --bert_config_file.
 
     Raises:
-      InputError: naming the flags at fault (also a --do_lower_case that
-        contradicts a Google checkpoint's name, and missing data files).
+      InputError: naming the flags at fault (also missing data files).
     """
-    tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-
     if not FLAGS.do_train and not FLAGS.do_predict:
         raise InputError("Nothing to do: set --do_train, --do_predict or both.")
     for action, file_flag in (("do_train", "train_file"), ("do_predict", "predict_file")):
@@ -1263,28 +1208,17 @@ def main(_):
         evaluate_only()
         return
 
-    run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
-    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                          FLAGS.init_checkpoint)
-    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
-    bert_config = run_common.load_bert_config(
-        FLAGS.bert_config_file, vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
+    record = run_common.use_run_record()
+    run_common.require_model_flags(record)
+    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(record)
     validate_flags_or_throw(bert_config)
-    run_common.check_output_dir(FLAGS.output_dir)
-    if init_checkpoint:
-        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                         FLAGS.bert_config_file)
+    options = run_common.training_options_from_flags()
     run_common.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
                                            head_variable_shapes(bert_config))
     # Every input file is read before training: a broken --predict_file
     # stops the run now, not after hours of training.
     predict_input = _read_predict_file() if FLAGS.do_predict else (None, None)
     tf.io.gfile.makedirs(FLAGS.output_dir)
-
-    run_config = run_common.make_run_config(
-        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
-        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
-        FLAGS.num_tpu_cores)
 
     train_examples = None
     num_train_steps = num_warmup_steps = None
@@ -1296,9 +1230,12 @@ def main(_):
         if not train_examples:
             raise InputError("--train_file %s has no usable training questions"
                              % FLAGS.train_file)
-        num_train_steps = run_common.num_train_steps(
-            len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs)
-        num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+        num_train_steps, num_warmup_steps = run_common.train_schedule(
+            len(train_examples), options, what="training questions")
+        run_common.write_run_record(
+            FLAGS.output_dir, "question_answering", bert_config,
+            ["do_lower_case", "max_seq_length", "doc_stride", "max_query_length",
+             "version_2_with_negative", "vocab_file"])
         # Shuffled here, with a fixed seed, so that input_fn's small shuffle
         # buffer is enough.
         random.Random(12345).shuffle(train_examples)
@@ -1306,9 +1243,10 @@ def main(_):
     # One-hot embedding lookups are faster on TPUs, gathers elsewhere.
     model_fn = model_fn_builder(
         bert_config, init_checkpoint, FLAGS.learning_rate, num_train_steps,
-        num_warmup_steps, use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu)
-    estimator = run_common.make_estimator(
-        model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
+        num_warmup_steps, use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu,
+        options=options)
+    estimator = run_common.estimator_from_flags(
+        model_fn, options, train_batch_size=FLAGS.train_batch_size,
         predict_batch_size=FLAGS.predict_batch_size)
 
     if FLAGS.do_train:

@@ -1,4 +1,3 @@
-# coding=utf-8
 """BERT fine-tuning for multiple choice: SWAG, and any task that picks one of
 a fixed number of endings for a context.
 
@@ -29,7 +28,6 @@ See docs/swag.md.
 import collections
 import csv
 import io
-import json
 import os
 
 import numpy as np
@@ -48,42 +46,10 @@ FLAGS = flags.FLAGS
 # Flags.
 
 run_common.define_flags(
-    "bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
-    "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
-    "train_batch_size", "eval_batch_size", "predict_batch_size", "learning_rate",
-    "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
-    "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
-    max_seq_length=128)
-
-# Names that other scripts define too (see run_ner.py): the first script
-# imported in a process defines them; from the shell each script gets its own.
-if "data_dir" not in FLAGS:
-    flags.DEFINE_string(
-        "data_dir", None,
-        "Folder with the data files, found by their usual names (train.csv, "
-        "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, test.jsonl).",
-        allow_override=True)
-if "train_file" not in FLAGS:
-    flags.DEFINE_string(
-        "train_file", None, "Training data file (instead of the one in --data_dir).",
-        allow_override=True)
-if "dev_file" not in FLAGS:
-    flags.DEFINE_string(
-        "dev_file", None, "Dev (evaluation) data file (instead of the one in --data_dir).",
-        allow_override=True)
-if "test_file" not in FLAGS:
-    flags.DEFINE_string(
-        "test_file", None, "Test data file for --do_predict (instead of the one in "
-        "--data_dir).", allow_override=True)
-if "export_dir" not in FLAGS:
-    flags.DEFINE_string(
-        "export_dir", None,
-        "If set, export a SavedModel for serving under this directory (in a "
-        "timestamped subdirectory).", allow_override=True)
-if "tpu_job_name" not in FLAGS:
-    flags.DEFINE_string("tpu_job_name", None,
-                        "Name of TPU worker, if anything other than 'tpu_worker'",
-                        allow_override=True)
+    run_common.FINE_TUNING_FLAGS, max_seq_length=128,
+    helps={"data_dir": "Folder with the data files, found by their usual names (train.csv, "
+                       "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, "
+                       "test.jsonl)."})
 
 flags.DEFINE_enum(
     "input_format", "auto", ["auto", "swag_csv", "jsonl"],
@@ -107,19 +73,6 @@ SWAG_COLUMNS = ("", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "go
 # of str; label: index of the right ending, or None (unlabelled).
 MultipleChoiceExample = collections.namedtuple(
     "MultipleChoiceExample", ["example_id", "context", "question", "endings", "label"])
-
-
-def _read_text(path, flag_name):
-    if not tf.io.gfile.exists(path):
-        raise InputError("--%s: file not found: %s" % (flag_name, path))
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError("%s, line %d: not valid UTF-8"
-                         % (path, data[:e.start].count(b"\n") + 1))
-    return text[1:] if text.startswith("\ufeff") else text
 
 
 def _parse_label(value, num_choices, path, line):
@@ -148,7 +101,7 @@ def read_swag_csv(path, flag_name="data_dir"):
       InputError: missing or empty file, a header that is not SWAG's, a row
         with the wrong number of columns or a bad label (naming the line).
     """
-    text = _read_text(path, flag_name)
+    text = run_common.read_text(path, flag_name)
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
@@ -201,18 +154,10 @@ def read_jsonl(path, flag_name="data_dir"):
     Raises:
       InputError: naming the file and line of the first bad one.
     """
-    text = _read_text(path, flag_name)
+    text = run_common.read_text(path, flag_name)
     examples = []
     first = None  # (line, number of endings, has a label)
-    for line, raw in enumerate(text.split("\n"), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            raise InputError("%s, line %d: not valid JSON (%s)" % (path, line, e))
-        if not isinstance(obj, dict):
-            raise InputError("%s, line %d: expected a JSON object" % (path, line))
+    for line, obj in run_common.json_lines(text, path):
         context, endings = obj.get("context"), obj.get("endings")
         question = obj.get("question") or ""
         if not isinstance(context, str):
@@ -250,16 +195,6 @@ def read_examples(path, input_format="auto", flag_name="data_dir"):
     if input_format == "swag_csv":
         return read_swag_csv(path, flag_name)
     return read_jsonl(path, flag_name)
-
-
-def _find_data_file(data_dir, names):
-    if not data_dir:
-        return None
-    for name in names:
-        path = os.path.join(data_dir, name)
-        if tf.io.gfile.exists(path):
-            return path
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -351,24 +286,15 @@ def file_based_input_fn_builder(input_file, num_choices, seq_length, is_training
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
     }
 
-    def input_fn(params):
-        d = tf.data.TFRecordDataset(input_file)
-        if is_training:
-            d = d.repeat()
-            d = d.shuffle(buffer_size=1000)
-        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
-                  num_parallel_calls=tf.data.AUTOTUNE)
-        d = d.batch(batch_size=params["batch_size"], drop_remainder=drop_remainder)
-        return d.prefetch(tf.data.AUTOTUNE)
-
-    return input_fn
+    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                        drop_remainder, shuffle_buffer=1000)
 
 
 # ---------------------------------------------------------------------------
 # Model.
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
-                 use_one_hot_embeddings):
+                 use_one_hot_embeddings, options=None):
     """Scores every choice from its pooled [CLS] output with one shared
     weight vector, and a softmax over the choices.
 
@@ -376,6 +302,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
       input_ids, input_mask, segment_ids: int32 [batch, num_choices,
         seq_length] (num_choices may be unknown until run time).
       labels: int32 [batch], the right choice.
+      options: run_common.TrainingOptions (None: the defaults).
 
     Returns:
       (loss scalar, per_example_loss [batch], logits [batch, num_choices],
@@ -387,14 +314,8 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     def flat(t):
         return tf.reshape(t, [-1, seq_length])
 
-    model = modeling.BertModel(
-        config=bert_config,
-        is_training=is_training,
-        input_ids=flat(input_ids),
-        input_mask=flat(input_mask),
-        token_type_ids=flat(segment_ids),
-        use_one_hot_embeddings=use_one_hot_embeddings,
-        **run_common.model_options())
+    model = run_common.bert_model(bert_config, is_training, flat(input_ids), flat(input_mask),
+                                  flat(segment_ids), use_one_hot_embeddings, options)
     pooled = model.get_pooled_output()  # [batch * num_choices, hidden]
     hidden_size = modeling.get_shape_list(pooled)[-1]
     output_weights = tf.get_variable(
@@ -414,8 +335,9 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, use_tpu, use_one_hot_embeddings):
-    """Returns the `model_fn` for the runner.
+                     num_warmup_steps, use_tpu, use_one_hot_embeddings, options=None):
+    """Returns the `model_fn` for the runner (`options`: as for
+    `create_model`).
 
     TRAIN and EVAL (eval_accuracy, eval_loss over the real examples) read
     label_ids too; PREDICT returns {"probabilities": [batch, num_choices]}
@@ -437,19 +359,16 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
         is_training = mode == runtime.ModeKeys.TRAIN
         total_loss, per_example_loss, logits, probabilities = create_model(
             bert_config, is_training, input_ids, features["input_mask"],
-            features["segment_ids"], label_ids, use_one_hot_embeddings)
+            features["segment_ids"], label_ids, use_one_hot_embeddings, options)
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
-            train_op = run_common.create_train_op(
-                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
             num_choices, seq_length = modeling.get_shape_list(input_ids)[1:]
-            return runtime.TPUEstimatorSpec(
-                mode=mode, loss=total_loss, train_op=train_op, scaffold_fn=scaffold_fn,
-                training_hooks=run_common.training_hooks(
-                    total_loss, examples_per_step=params["batch_size"],
-                    tokens_per_step=params["batch_size"] * num_choices * seq_length,
-                    use_tpu=use_tpu))
+            return run_common.train_spec(
+                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
+                options, examples_per_step=params["batch_size"],
+                tokens_per_step=params["batch_size"] * num_choices * seq_length,
+                scaffold_fn=scaffold_fn)
         if mode == runtime.ModeKeys.EVAL:
 
             def metric_fn(per_example_loss, label_ids, logits, is_real_example):
@@ -497,90 +416,46 @@ def write_test_results(path, examples, probabilities):
 
 
 def export_model(bert_config, checkpoint_path, export_dir, max_seq_length=128,
-                 model_dir=None):
-    """Exports a SavedModel for serving from `checkpoint_path`.
-
-    The serving_default signature takes int32 input_ids, input_mask and
-    segment_ids [batch, num_choices, max_seq_length] (any number of
-    choices) and returns probabilities [batch, num_choices].
-
-    Args:
-      model_dir: the run's --output_dir, for the Estimator's logs (optional).
-
-    Returns:
-      The SavedModel's directory.
-    """
-    model_fn = model_fn_builder(
-        bert_config=bert_config, init_checkpoint=None, learning_rate=0.0,
-        num_train_steps=None, num_warmup_steps=None, use_tpu=False,
-        use_one_hot_embeddings=False)
-
-    def serving_input_receiver_fn():
-        features = {name: tf.placeholder(tf.int32, [None, None, max_seq_length], name=name)
-                    for name in ("input_ids", "input_mask", "segment_ids")}
-        return runtime.ServingInputReceiver(features, features)
-
-    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
-                                      checkpoint_path=checkpoint_path, model_dir=model_dir)
-    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
-    return path
+                 model_dir=None, options=None):
+    """Exports a SavedModel for serving from `checkpoint_path` (see
+    run_common.export_model) and returns its directory. Its serving_default
+    signature takes int32 input_ids, input_mask and segment_ids [batch,
+    num_choices, max_seq_length] (any number of choices) and returns
+    probabilities [batch, num_choices]."""
+    model_fn = model_fn_builder(bert_config=bert_config,
+                                **run_common.export_builder_args(options))
+    return run_common.export_model(model_fn, export_dir, [None, None, max_seq_length],
+                                   checkpoint_path, model_dir=model_dir)
 
 
-def _resolve_file(flag_name, names, required_for):
-    path = getattr(FLAGS, flag_name) or _find_data_file(FLAGS.data_dir, names)
-    if path is None:
-        where = ("in --data_dir=%s (%s)" % (FLAGS.data_dir, ", ".join(names))
-                 if FLAGS.data_dir else "(no --data_dir)")
-        raise InputError("%s needs --%s or a data file %s" % (required_for, flag_name, where))
-    return path
-
-
-def _checkpoint_to_use(init_checkpoint):
-    """The latest checkpoint in output_dir, else --init_checkpoint if it is a
-    fine-tuned multiple-choice model, else None."""
-    checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
-    if checkpoint:
-        return checkpoint
-    if init_checkpoint:
-        names = [name for name, _ in tf.train.list_variables(init_checkpoint)]
-        if "swag/output_weights" in names:
-            return init_checkpoint
-    return None
+def _fine_tuned(init_checkpoint):
+    """The fine-tuned checkpoint to evaluate, predict and export with (see
+    `run_common.fine_tuned_checkpoint`), or None."""
+    return run_common.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
+                                            "swag/output_weights")
 
 
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    run_common.require_flags("vocab_file", "bert_config_file", "output_dir")
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
-        raise InputError("At least one of `do_train`, `do_eval`, `do_predict` or "
-                         "`export_dir` must be set.")
-    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
-        raise InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
-    if FLAGS.max_seq_length < 4:
-        raise InputError("--max_seq_length must be at least 4, got %d" % FLAGS.max_seq_length)
-    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                          FLAGS.init_checkpoint)
-    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
-    bert_config = run_common.load_bert_config(
-        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length, vocab=tokenizer.vocab,
-        vocab_file=FLAGS.vocab_file)
-    run_common.check_output_dir(FLAGS.output_dir)
-    if init_checkpoint:
-        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                         FLAGS.bert_config_file)
+    record = run_common.use_run_record()
+    run_common.require_model_flags(record)
+    run_common.check_run_flags(min_seq_length=4)
+    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
+        record, FLAGS.max_seq_length)
+    options = run_common.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.
     train = dev = test = None
     if FLAGS.do_train:
-        train = read_examples(_resolve_file("train_file", TRAIN_NAMES, "--do_train"),
+        train = read_examples(run_common.data_file("train_file", TRAIN_NAMES, "--do_train"),
                               FLAGS.input_format, "train_file")
     if FLAGS.do_eval:
-        dev = read_examples(_resolve_file("dev_file", DEV_NAMES, "--do_eval"),
+        dev = read_examples(run_common.data_file("dev_file", DEV_NAMES, "--do_eval"),
                             FLAGS.input_format, "dev_file")
     if FLAGS.do_predict:
-        test_path = _resolve_file("test_file", TEST_NAMES, "--do_predict")
+        test_path = run_common.data_file("test_file", TEST_NAMES, "--do_predict")
         test = read_examples(test_path, FLAGS.input_format, "test_file")
     for name, examples in (("training", train), ("dev", dev)):
         if examples is not None and examples[0].label is None:
@@ -593,31 +468,23 @@ def main(_):
 
     num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
-        num_train_steps = run_common.num_train_steps(len(train), FLAGS.train_batch_size,
-                                                     FLAGS.num_train_epochs)
-        if num_train_steps < 1:
-            raise InputError(
-                "%d training examples, --train_batch_size=%d and --num_train_epochs=%s "
-                "make 0 training steps" % (len(train), FLAGS.train_batch_size,
-                                           FLAGS.num_train_epochs))
-        num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
-    if FLAGS.export_dir and not FLAGS.do_train and _checkpoint_to_use(init_checkpoint) is None:
+        num_train_steps, num_warmup_steps = run_common.train_schedule(len(train), options)
+    if FLAGS.export_dir and not FLAGS.do_train and _fine_tuned(init_checkpoint) is None:
         raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
 
     tf.io.gfile.makedirs(FLAGS.output_dir)
-    run_config = run_common.make_run_config(
-        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
-        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
-        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name)
+    if FLAGS.do_train:
+        run_common.write_run_record(FLAGS.output_dir, "multiple_choice", bert_config,
+                                    ["do_lower_case", "max_seq_length", "vocab_file"])
     model_fn = model_fn_builder(
         bert_config=bert_config, init_checkpoint=init_checkpoint,
         learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
-        use_one_hot_embeddings=FLAGS.use_tpu)
-    estimator = run_common.make_estimator(
-        model_fn, run_config, FLAGS.use_tpu, train_batch_size=FLAGS.train_batch_size,
+        use_one_hot_embeddings=FLAGS.use_tpu, options=options)
+    estimator = run_common.estimator_from_flags(
+        model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
     # TPU: eval and predict batches must all be full; padding examples fill
     # them and count nowhere.
@@ -633,36 +500,34 @@ def main(_):
             train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
             drop_remainder=True), max_steps=num_train_steps)
 
-    checkpoint = _checkpoint_to_use(init_checkpoint)
+    def eval_input(examples, name, phase, batch_size):
+        """Writes the features of `examples` (padded to whole batches on a
+        TPU) and logs the phase; returns (number of records, input_fn)."""
+        path = os.path.join(FLAGS.output_dir, name)
+        num_records = write_features(examples, FLAGS.max_seq_length, tokenizer, path,
+                                     pad_to_multiple=batch_size if fixed else 1)
+        run_common.log_phase(phase, [
+            ("Num examples", "%d (%d actual)" % (num_records, len(examples))),
+            ("Batch size", batch_size)])
+        return num_records, file_based_input_fn_builder(
+            path, len(examples[0].endings), FLAGS.max_seq_length, is_training=False,
+            drop_remainder=fixed)
+
+    checkpoint = _fine_tuned(init_checkpoint)
     if FLAGS.do_eval:
-        eval_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
-        num_records = write_features(dev, FLAGS.max_seq_length, tokenizer, eval_file,
-                                     pad_to_multiple=FLAGS.eval_batch_size if fixed else 1)
-        run_common.log_phase("Running evaluation", [
-            ("Num examples", "%d (%d actual)" % (num_records, len(dev))),
-            ("Batch size", FLAGS.eval_batch_size)])
+        num_records, input_fn = eval_input(dev, "eval.tf_record", "Running evaluation",
+                                           FLAGS.eval_batch_size)
         result = estimator.evaluate(
-            input_fn=file_based_input_fn_builder(eval_file, len(dev[0].endings),
-                                                 FLAGS.max_seq_length, is_training=False,
-                                                 drop_remainder=fixed),
-            steps=num_records // FLAGS.eval_batch_size if fixed else None,
+            input_fn=input_fn, steps=num_records // FLAGS.eval_batch_size if fixed else None,
             checkpoint_path=checkpoint)
         run_common.write_eval_results(result, FLAGS.output_dir)
 
     if FLAGS.do_predict:
-        predict_file = os.path.join(FLAGS.output_dir, "predict.tf_record")
-        num_records = write_features(test, FLAGS.max_seq_length, tokenizer, predict_file,
-                                     pad_to_multiple=FLAGS.predict_batch_size if fixed else 1)
-        run_common.log_phase("Running prediction", [
-            ("Num examples", "%d (%d actual)" % (num_records, len(test))),
-            ("Batch size", FLAGS.predict_batch_size)])
+        _, input_fn = eval_input(test, "predict.tf_record", "Running prediction",
+                                 FLAGS.predict_batch_size)
         probabilities = []
         run_common.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir)
-        for prediction in estimator.predict(
-                input_fn=file_based_input_fn_builder(
-                    predict_file, len(test[0].endings), FLAGS.max_seq_length,
-                    is_training=False, drop_remainder=fixed),
-                checkpoint_path=checkpoint):
+        for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint):
             if len(probabilities) == len(test):
                 break
             probabilities.append(prediction["probabilities"])
@@ -675,7 +540,8 @@ def main(_):
 
     if FLAGS.export_dir:
         export_model(bert_config, checkpoint, FLAGS.export_dir,
-                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir)
+                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir,
+                     options=options)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,6 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import modeling
-
 
 class ConfigError(ValueError):
     """A run configuration that cannot work (the scripts report it as bad
@@ -159,16 +157,11 @@ def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000
         tpu_cluster_resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
             tpu_name, zone=tpu_zone, project=gcp_project)
     return tf.estimator.tpu.RunConfig(
-        cluster=tpu_cluster_resolver,
-        master=master,
-        model_dir=output_dir,
-        save_checkpoints_steps=save_checkpoints_steps,
-        keep_checkpoint_max=keep_checkpoint_max,
-        session_config=session_config,
-        train_distribute=strategy,
+        cluster=tpu_cluster_resolver, master=master, model_dir=output_dir,
+        save_checkpoints_steps=save_checkpoints_steps, keep_checkpoint_max=keep_checkpoint_max,
+        session_config=session_config, train_distribute=strategy,
         tpu_config=tf.estimator.tpu.TPUConfig(
-            tpu_job_name=tpu_job_name,
-            iterations_per_loop=iterations_per_loop,
+            tpu_job_name=tpu_job_name, iterations_per_loop=iterations_per_loop,
             num_shards=num_tpu_cores,
             per_host_input_for_training=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2))
 
@@ -192,11 +185,8 @@ def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
                              predict_batch_size=predict_batch_size)
     if run_config.train_distribute is None:
         return tf.estimator.tpu.TPUEstimator(
-            use_tpu=use_tpu,
-            model_fn=model_fn,
-            config=run_config,
-            train_batch_size=train_batch_size,
-            eval_batch_size=eval_batch_size,
+            use_tpu=use_tpu, model_fn=model_fn, config=run_config,
+            train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
             predict_batch_size=predict_batch_size)
     return _DistributedEstimator(model_fn, run_config, train_batch_size,
                                  eval_batch_size, predict_batch_size)
@@ -313,7 +303,9 @@ def export_saved_model(model_fn, export_dir_base, serving_input_receiver_fn,
 
     Args:
       model_fn: a TPUEstimator-style model_fn; its spec's `export_outputs`
-        become the SavedModel's signatures.
+        become the SavedModel's signatures. Build its model with the kernels
+        written out (`run_common.TrainingOptions.for_export`): a model
+        server may lack XLA.
       export_dir_base: the SavedModel goes into a new timestamped directory
         under it.
       serving_input_receiver_fn: () -> ServingInputReceiver.
@@ -323,13 +315,6 @@ def export_saved_model(model_fn, export_dir_base, serving_input_receiver_fn,
     Returns:
       The SavedModel's directory, as a str.
     """
-    with modeling.portable_ops():  # A model server may lack XLA.
-        return _export(model_fn, export_dir_base, serving_input_receiver_fn,
-                       checkpoint_path, model_dir)
-
-
-def _export(model_fn, export_dir_base, serving_input_receiver_fn, checkpoint_path,
-            model_dir):
     if USE_ESTIMATOR:
         def estimator_model_fn(features, labels, mode, params):
             return model_fn(features, labels, mode, params).as_estimator_spec()

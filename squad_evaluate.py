@@ -24,8 +24,8 @@ Beyond the official scripts: malformed files raise `run_base.InputError`
 naming the field and question id, SQuAD 2.0 predictions must cover every
 question, and SQuAD 1.1 needs every question to have an answer.
 
-Importing this module does not import TensorFlow; `run_evaluation` does, to
-read and write through tf.io.gfile (gs:// paths), as the scripts do. It also
+It needs no TensorFlow: files go through run_base's file functions, which
+import TensorFlow only for a remote (gs://) path, as the scripts do. It also
 runs from the shell like the official scripts (SQuAD 1.1 or 2.0 from the
 file's "version" and "is_impossible" fields, or --squad-version), printing
 the results as JSON:
@@ -441,23 +441,11 @@ def tune_null_threshold(dataset, all_nbest_json, null_odds, where="dataset"):
 # ---------------------------------------------------------------------------
 # A run's output directory.
 
-def _gfile():
-    """tf.io.gfile (which reads gs:// paths too); TensorFlow is imported on
-    the first call only."""
-    import quiet_tf  # noqa: F401  (imports TensorFlow without its start-up noise)
-    import tensorflow.compat.v1 as tf
-    return tf.io.gfile
-
-
 def _read_json(path, what):
     """The parsed JSON file `path`; InputError if it is missing (`what` names
     it) or not JSON."""
     run_base.require_file(what, path)
-    with _gfile().GFile(path, "r") as reader:
-        try:
-            return json.load(reader)
-        except ValueError as e:
-            raise InputError("%s is not a JSON file: %s" % (path, e))
+    return run_base.read_json(path)
 
 
 def _log_results(header, result):
@@ -495,7 +483,7 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
         all_predictions = _read_json(os.path.join(output_dir, "predictions.json"),
                                      "predictions.json in --output_dir")
     null_odds_file = os.path.join(output_dir, "null_odds.json")
-    if version_2_with_negative and null_odds is None and _gfile().exists(null_odds_file):
+    if version_2_with_negative and null_odds is None and run_base.exists(null_odds_file):
         null_odds = _read_json(null_odds_file, "null_odds.json in --output_dir")
 
     if version_2_with_negative:

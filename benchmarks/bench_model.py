@@ -41,10 +41,11 @@ TF_ENABLE_ONEDNN_OPTS is set), `original` gets TensorFlow's own default, as
 Google's scripts do. `NAME+onednn` or `NAME-onednn` sets
 TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
-back-end each row ran on. `ours-fusedgelu` sets BERT_FUSED_GELU=0: this
-repository's GELU as separate ops instead of XLA-compiled loops;
-`ours-fuseddropout` sets BERT_FUSED_DROPOUT=0: dropout with tf.nn.dropout's
-draw and separate ops; `ours-fusedlayernorm` sets BERT_FUSED_LAYER_NORM=0.
+back-end each row ran on. `ours-fusedgelu` builds this repository's GELU as
+separate ops instead of XLA-compiled loops (the scripts' --fused_ops without
+gelu); `ours-fuseddropout` builds dropout with tf.nn.dropout's draw and
+separate ops; `ours-fusedlayernorm` LayerNorm as separate ops; the suffixes
+combine.
 `before` is `ours` with the code of another checkout, `--compare_code_dir`
 (for example a `git worktree` of an earlier commit), so that one run
 compares a change with what came before it.
@@ -61,7 +62,6 @@ types of the rest (the original's optimizer is written out in element-wise
 ops, which land in "other").
 """
 
-import json
 import os
 import resource
 import statistics
@@ -79,15 +79,9 @@ import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
+bench_common.define_model_flags(threads=1)
 flags.DEFINE_integer("forward_batch_size", 32, "Batch size of the forward pass.")
 flags.DEFINE_integer("train_batch_size", 16, "Batch size of the training step.")
-flags.DEFINE_integer("seq_length", 128, "Sequence length.")
-flags.DEFINE_integer("layers", 12, "Transformer layers (12 = BERT-Base).")
-flags.DEFINE_integer("hidden_size", 768, "Hidden size.")
-flags.DEFINE_integer("num_attention_heads", 12, "Attention heads.")
-flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
-flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
 flags.DEFINE_integer("steps", 3, "Timed steps per measurement (after the warm-up steps).")
 flags.DEFINE_integer("warmup_steps", 3,
                      "Untimed steps first. A training step's memory settles over the first "
@@ -113,6 +107,8 @@ flags.DEFINE_string("compare_code_dir", None,
                     "implementation measures.")
 flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
                   "Internal: the compute type a child measures (the +bf16 suffix).")
+flags.DEFINE_string("fused_ops", "auto",
+                    "Internal: the kernels a child fuses (the -fused... suffixes).")
 
 
 def _session_config():
@@ -262,10 +258,7 @@ def measure_model(mode):
 
     batch = FLAGS.forward_batch_size if mode == "forward" else FLAGS.train_batch_size
     seq = FLAGS.seq_length
-    config = modeling.BertConfig(
-        vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,
-        num_hidden_layers=FLAGS.layers, num_attention_heads=FLAGS.num_attention_heads,
-        intermediate_size=FLAGS.intermediate_size, type_vocab_size=2)
+    config = bench_common.model_config(modeling)
     rng = np.random.RandomState(0)
     feed_values = [rng.randint(0, FLAGS.vocab_size, (batch, seq)).astype(np.int32),
                    np.ones((batch, seq), np.int32), np.zeros((batch, seq), np.int32)]
@@ -274,6 +267,8 @@ def measure_model(mode):
         options = {}
         if FLAGS.precision != "fp32":
             options["compute_type"] = _compute_type()
+        if FLAGS.fused_ops != "auto":
+            options["fused_ops"] = FLAGS.fused_ops
         model = modeling.BertModel(config, is_training=(mode == "train"),
                                    input_ids=placeholders[0], input_mask=placeholders[1],
                                    token_type_ids=placeholders[2], **options)
@@ -305,12 +300,8 @@ def measure_model(mode):
     result["runtime"] = "TF %s, %s" % (tf.__version__, "oneDNN" if _pywrap_util_port.IsMklEnabled()
                                        else "Eigen")
     if FLAGS.implementation == "ours":
-        result["runtime"] += ", GELU %s" % ("XLA" if modeling.fused_gelu_enabled() else "ops")
-        for part in ("layer_norm", "dropout"):  # Absent from older checkouts.
-            enabled = getattr(modeling, "fused_%s_enabled" % part, None)
-            if enabled is not None:
-                result["runtime"] += ", %s %s" % (part.replace("_", ""),
-                                                   "XLA" if enabled() else "ops")
+        # A checkout from before kernels.py has no model.fused_ops.
+        result["runtime"] += ", fused %s" % getattr(model, "fused_ops", "(older code)")
     if FLAGS.precision != "fp32":
         result["runtime"] += ", " + FLAGS.precision
     return result
@@ -410,7 +401,7 @@ def run_child(mode):
     result["cpu_fraction_of_matmul"] = result["cpu_gflops"] / result["matmul_cpu_gflops"]
     # Linux reports ru_maxrss in KiB.
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print("RESULT " + json.dumps(result))
+    bench_common.print_result(result)
 
 
 def _load():
@@ -430,10 +421,10 @@ def _spread(values, fmt):
 
 # Implementation suffixes: the environment variable each sets for its children.
 _SUFFIXES = [("+onednn", "TF_ENABLE_ONEDNN_OPTS", "1"),
-             ("-onednn", "TF_ENABLE_ONEDNN_OPTS", "0"),
-             ("-fusedgelu", "BERT_FUSED_GELU", "0"),
-             ("-fuseddropout", "BERT_FUSED_DROPOUT", "0"),
-             ("-fusedlayernorm", "BERT_FUSED_LAYER_NORM", "0")]
+             ("-onednn", "TF_ENABLE_ONEDNN_OPTS", "0")]
+# Suffixes that leave one kernel of --fused_ops out.
+_UNFUSED_SUFFIXES = {"-fusedgelu": "gelu", "-fuseddropout": "dropout",
+                     "-fusedlayernorm": "layer_norm"}
 
 
 def main(argv):
@@ -446,6 +437,7 @@ def main(argv):
         name, _, python = spec.partition("@")
         env = dict(os.environ)
         child_flags = []
+        unfused = set()
         stripped = True
         while stripped:
             stripped = False
@@ -458,6 +450,14 @@ def main(argv):
                     name = name[:-len(suffix)]
                     env[variable] = value
                     stripped = True
+            for suffix, kernel in _UNFUSED_SUFFIXES.items():
+                if name.endswith(suffix):
+                    name = name[:-len(suffix)]
+                    unfused.add(kernel)
+                    stripped = True
+        if unfused:
+            kept = [k for k in ("gelu", "layer_norm", "dropout") if k not in unfused]
+            child_flags.append("--fused_ops=" + (",".join(kept) or "none"))
         if name not in ("ours", "before", "original", "hf"):
             raise SystemExit("--implementations: unknown %r (ours, before, original, hf, "
                              "each optionally +onednn, -onednn, -fusedgelu, -fuseddropout, "
@@ -465,12 +465,12 @@ def main(argv):
         if name == "before" and not FLAGS.compare_code_dir:
             raise SystemExit("--implementations: 'before' needs --compare_code_dir")
         if child_flags and name not in ("ours", "before"):
-            raise SystemExit("--implementations: %r: +bf16 is for ours only (the original "
-                             "has no compute type)" % spec)
+            raise SystemExit("--implementations: %r: +bf16 and -fused... are for ours only "
+                             "(the original has neither)" % spec)
         implementations.append((spec, name, python or sys.executable, env, child_flags))
     flag_args = [arg for arg in sys.argv[1:]
                  if not arg.startswith(("--mode", "--implementation=", "--implementations",
-                                        "--precision"))]
+                                        "--precision", "--fused_ops"))]
     print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps "
           "after %d warm-up per child, %d child(ren) per row, interleaved; reference "
           "matmul %dx%dx%d" %
@@ -490,14 +490,12 @@ def main(argv):
                     [python, os.path.abspath(__file__), "--mode=" + mode,
                      "--implementation=" + name] + flag_args + child_flags,
                     capture_output=True, text=True, check=False, env=env)
-                lines = [line for line in out.stdout.splitlines()
-                         if line.startswith("RESULT ")]
-                if out.returncode != 0 or not lines:
+                result = bench_common.child_result(out)
+                if "error" in result:
                     sys.stderr.write(out.stderr[-4000:])
-                    raise SystemExit("measurement %r of %s failed (exit %d)"
-                                     % (mode, spec, out.returncode))
-                runs.setdefault((mode, spec), []).append(
-                    json.loads(lines[-1][len("RESULT "):]))
+                    raise SystemExit("measurement %r of %s failed: %s"
+                                     % (mode, spec, result["error"]))
+                runs.setdefault((mode, spec), []).append(result)
     print("load average at end %s" % _load())
     print("%-8s %-50s %5s %21s %24s %8s %12s %10s %22s" % (
         "mode", "code", "batch", "s/step (wall)", "CPU s/example", "ex/s", "CPU fraction",

@@ -51,17 +51,14 @@ flags.DEFINE_string("input_file", None, "CoNLL-style file (default: synthetic da
 flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary (default: see above).")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the input.")
 flags.DEFINE_integer("num_sentences", 20000, "Synthetic sentences.")
-flags.DEFINE_integer("max_seq_length", 128, "Window / sequence length.")
 flags.DEFINE_integer("doc_stride", 64, "Pieces between window starts.")
 flags.DEFINE_integer("runs", 3, "Timed conversion runs (median reported).")
 flags.DEFINE_bool("train", True, "Also time training steps.")
 flags.DEFINE_integer("train_steps", 10, "Timed training updates per script.")
 flags.DEFINE_integer("train_batch_size", 16, "Examples per update.")
-flags.DEFINE_integer("threads", 2, "intra_op and inter_op threads for training.")
-flags.DEFINE_integer("layers", 4, "Transformer layers of the timed model.")
-flags.DEFINE_integer("hidden_size", 256, "Hidden size of the timed model.")
-flags.DEFINE_integer("heads", 4, "Attention heads of the timed model.")
-flags.DEFINE_integer("intermediate_size", 1024, "Feed-forward size of the timed model.")
+# The timed model: --seq_length is also the window length.
+bench_common.define_model_flags(threads=2, layers=4, hidden_size=256, num_attention_heads=4,
+                                intermediate_size=1024)
 flags.DEFINE_integer("num_labels", 9, "NER labels (CoNLL-2003: O + B/I x 4 types).")
 
 
@@ -131,7 +128,7 @@ def time_conversion(input_file, vocab_file, work_dir):
         # Fresh caches: every word form is tokenized once per run.
         pieces = run_ner.WordPieceCache(tokenization.FullTokenizer(
             vocab_file, do_lower_case=FLAGS.do_lower_case))
-        return run_ner.convert_file(ner_file, pieces, FLAGS.max_seq_length, FLAGS.doc_stride,
+        return run_ner.convert_file(ner_file, pieces, FLAGS.seq_length, FLAGS.doc_stride,
                                     is_training=True, label_map=label_map, scheme=scheme)[0]
 
     record = os.path.join(work_dir, "train.tf_record")
@@ -143,7 +140,7 @@ def time_conversion(input_file, vocab_file, work_dir):
     results["write"] = _median_time(lambda: run_ner.write_windows(windows, record),
                                     FLAGS.runs)
     print("%d sentences, %d words, %d documents; %d windows of %d pieces (stride %d)"
-          % (sentences, words, len(ner_file.documents), len(windows), FLAGS.max_seq_length,
+          % (sentences, words, len(ner_file.documents), len(windows), FLAGS.seq_length,
              FLAGS.doc_stride))
     print()
     print("%-22s %10s %14s %14s" % ("stage", "seconds", "sentences/s", "sentences/CPU-s"))
@@ -169,11 +166,9 @@ def time_training():
     import runtime
 
     tf.logging.set_verbosity(tf.logging.WARN)
-    config = modeling.BertConfig(
-        vocab_size=30522, hidden_size=FLAGS.hidden_size, num_hidden_layers=FLAGS.layers,
-        num_attention_heads=FLAGS.heads, intermediate_size=FLAGS.intermediate_size,
-        max_position_embeddings=max(512, FLAGS.max_seq_length))
-    batch, length = FLAGS.train_batch_size, FLAGS.max_seq_length
+    config = bench_common.model_config(
+        modeling, type_vocab_size=16, max_position_embeddings=max(512, FLAGS.seq_length))
+    batch, length = FLAGS.train_batch_size, FLAGS.seq_length
     rng = np.random.RandomState(0)
     ids = rng.randint(1000, 30000, size=(batch, length)).astype(np.int32)
     common = {"input_ids": ids, "input_mask": np.ones_like(ids),
@@ -193,8 +188,9 @@ def time_training():
                                     inter_op_parallelism_threads=FLAGS.threads)
     print()
     print("Training: %d layers, hidden %d, %d heads, batch %d x %d pieces, %d threads, "
-          "median of %d updates" % (FLAGS.layers, FLAGS.hidden_size, FLAGS.heads, batch,
-                                    length, FLAGS.threads, FLAGS.train_steps))
+          "median of %d updates" % (FLAGS.layers, FLAGS.hidden_size,
+                                    FLAGS.num_attention_heads, batch, length, FLAGS.threads,
+                                    FLAGS.train_steps))
     print("%-36s %12s %12s" % ("script", "s/update", "examples/s"))
     for name, model_fn, arrays in setups:
         with tf.Graph().as_default():

@@ -15,7 +15,6 @@ first), and reports its peak resident memory (ru_maxrss). The table gives
 the median and min-max over the repeats, per example.
 """
 
-import json
 import os
 import resource
 import statistics
@@ -36,13 +35,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("runtimes", None, "Runners to compare (default: estimator,session where "
                   "TensorFlow has the Estimator, else session).")
 flags.DEFINE_integer("repeats", 3, "Children per runner (alternating).")
-flags.DEFINE_integer("threads", 2, "intra_op and inter_op parallelism threads.")
-flags.DEFINE_integer("layers", 4, "Transformer layers (12 = BERT-Base).")
-flags.DEFINE_integer("hidden_size", 768, "Hidden size.")
-flags.DEFINE_integer("num_attention_heads", 12, "Attention heads.")
-flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
-flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
-flags.DEFINE_integer("seq_length", 128, "Sequence length.")
+bench_common.define_model_flags(threads=2, layers=4)
 flags.DEFINE_integer("train_batch_size", 16, "Training batch size.")
 flags.DEFINE_integer("predict_batch_size", 32, "Prediction batch size.")
 flags.DEFINE_integer("warmup_steps", 2, "Untimed training updates first.")
@@ -119,13 +112,13 @@ def _child(runtime_name):
         predict_wall = marks[-1][0] - marks[0][0]
         predict_cpu = marks[-1][1] - marks[0][1]
     timed_examples = FLAGS.predict_batch_size * (len(marks) - 1)
-    print("RESULT " + json.dumps({
+    bench_common.print_result({
         "train_wall": statistics.median(train_wall) / FLAGS.train_batch_size,
         "train_cpu": statistics.median(train_cpu) / FLAGS.train_batch_size,
         "predict_wall": predict_wall / timed_examples,
         "predict_cpu": predict_cpu / timed_examples,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "tensorflow": tf.__version__, "runtime": runtime.RUNTIME}))
+        "tensorflow": tf.__version__, "runtime": runtime.RUNTIME})
 
 
 def _fmt(values, scale=1.0, digits=4):
@@ -152,10 +145,10 @@ def main(argv):
         for name in runtimes:
             proc = subprocess.run([sys.executable, __file__, "--child=" + name] + flag_args,
                                   capture_output=True, text=True)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            if proc.returncode or not lines:
+            result = bench_common.child_result(proc)
+            if "error" in result:
                 sys.exit("child %s failed:\n%s" % (name, proc.stderr[-3000:]))
-            results[name].append(json.loads(lines[0][len("RESULT "):]))
+            results[name].append(result)
     load_after = os.getloadavg()
     print("CPU: %s, %d cores; load average %.1f before, %.1f after; %d threads" % (
         bench_common.cpu_model(), os.cpu_count(), load_before[0], load_after[0], FLAGS.threads))

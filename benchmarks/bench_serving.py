@@ -29,7 +29,6 @@ the table shows, per variant, the median of the rounds' figures.
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
+
+import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -123,13 +124,8 @@ def _run_hf_child(requests):
     torch.set_num_interop_threads(FLAGS.threads)
     torch.manual_seed(0)
     base = _base_config(FLAGS.layers)
-    config = transformers.BertConfig(
-        vocab_size=base["vocab_size"], hidden_size=base["hidden_size"],
-        num_hidden_layers=base["num_hidden_layers"],
-        num_attention_heads=base["num_attention_heads"],
-        intermediate_size=base["intermediate_size"], hidden_act="gelu_new",
-        max_position_embeddings=base["max_position_embeddings"],
-        type_vocab_size=base["type_vocab_size"], num_labels=2)
+    # The same shape, and Google's (tanh) GELU.
+    config = transformers.BertConfig(num_labels=2, **dict(base, hidden_act="gelu_new"))
     model = transformers.BertForSequenceClassification(config).eval()
 
     def call(request):
@@ -182,20 +178,16 @@ def _report(latencies):
     """Prints the RESULT line of a child."""
     latencies = sorted(latencies)
     p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
-    print("RESULT " + json.dumps({"p50": statistics.median(latencies), "p99": p99,
-                                  "mean": statistics.mean(latencies)}))
+    bench_common.print_result({"p50": statistics.median(latencies), "p99": p99,
+                               "mean": statistics.mean(latencies)})
 
 
 def _measure(variant, export_dir):
     flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
     python = FLAGS.hf_python if variant == "hf" else sys.executable
-    out = subprocess.run([python, os.path.abspath(__file__),
-                          "--child=%s:%s" % (variant, export_dir)] + flag_args,
-                         capture_output=True, text=True, check=False)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        return {"error": " | ".join(out.stderr.strip().splitlines()[-3:])[:300]}
-    return json.loads(lines[-1][len("RESULT "):])
+    return bench_common.run_child(
+        [os.path.abspath(__file__), "--child=%s:%s" % (variant, export_dir)] + flag_args,
+        python=python)
 
 
 def main(argv):

@@ -45,11 +45,9 @@ before/after comparison can run in the same invocation with
 `--compare_code_dir`.
 """
 
-import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -58,16 +56,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags  # noqa: E402
 
+import bench_common  # noqa: E402
+
 FLAGS = flags.FLAGS
 
-flags.DEFINE_integer("threads", 2, "intra_op and inter_op parallelism threads.")
+bench_common.define_model_flags(threads=2)
 flags.DEFINE_integer("batch_size", 16, "Examples per optimizer update.")
-flags.DEFINE_integer("seq_length", 128, "Sequence length.")
-flags.DEFINE_integer("layers", 12, "Transformer layers (12 = BERT-Base).")
-flags.DEFINE_integer("hidden_size", 768, "Hidden size.")
-flags.DEFINE_integer("num_attention_heads", 12, "Attention heads.")
-flags.DEFINE_integer("intermediate_size", 3072, "Feed-forward size.")
-flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size.")
 flags.DEFINE_integer("max_predictions", 20, "Masked LM predictions per sequence.")
 flags.DEFINE_integer("steps", 3, "Timed updates per measurement (after 1 warm-up).")
 flags.DEFINE_list("configs", "fp32,recompute,bf16,fp16,xla,accum2",
@@ -80,7 +74,7 @@ flags.DEFINE_string("compare_code_dir", None,
 flags.DEFINE_integer("malloc_mmap_threshold", 131072,
                      "If > 0, glibc mallopt(M_MMAP_THRESHOLD) and "
                      "TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 in each child before TensorFlow "
-                     "starts, as recompute.limit_memory_fragmentation() does; 0 keeps "
+                     "starts, as run_base.limit_memory_fragmentation() does; 0 keeps "
                      "glibc's default (dynamic) threshold and TensorFlow's allocator.")
 flags.DEFINE_integer("child_timeout", 900, "Seconds allowed per measurement.")
 flags.DEFINE_string("child", None, "Internal: 'head:config' to measure in this process.")
@@ -127,10 +121,7 @@ def _build(head, config_name, batch):
 
     dtype_name, recompute, accum, loss_scale, _ = CONFIGS[config_name]
     seq = FLAGS.seq_length
-    config = modeling.BertConfig(
-        vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,
-        num_hidden_layers=FLAGS.layers, num_attention_heads=FLAGS.num_attention_heads,
-        intermediate_size=FLAGS.intermediate_size, type_vocab_size=2)
+    config = bench_common.model_config(modeling)
     rng = np.random.RandomState(0)
     ids = tf.placeholder(tf.int32, [batch, seq])
     mask = tf.placeholder(tf.int32, [batch, seq])
@@ -269,24 +260,15 @@ def run_child(spec):
               "cpu_examples_per_second": FLAGS.batch_size / cpu,
               "walls": walls, "peak_rss_mib": _peak_rss_mib(),
               "backend": "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"}
-    print("RESULT " + json.dumps(result))
+    bench_common.print_result(result)
 
 
 def _measure(spec, code_dir):
     flag_args = [arg for arg in sys.argv[1:]
                  if not arg.startswith(("--child", "--code_dir", "--compare_code_dir"))]
-    try:
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child=" + spec,
-                              "--code_dir=" + code_dir] + flag_args,
-                             capture_output=True, text=True, check=False,
-                             timeout=FLAGS.child_timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": "no result within --child_timeout=%d s" % FLAGS.child_timeout}
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        tail = out.stderr.strip().splitlines()[-3:]
-        return {"error": "exit %d: %s" % (out.returncode, " | ".join(tail))[:300]}
-    return json.loads(lines[-1][len("RESULT "):])
+    return bench_common.run_child(
+        [os.path.abspath(__file__), "--child=" + spec, "--code_dir=" + code_dir] + flag_args,
+        timeout=FLAGS.child_timeout)
 
 
 def main(argv):

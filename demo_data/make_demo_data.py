@@ -1,4 +1,3 @@
-# coding=utf-8
 """Generates the demo's shipped data from templates (deterministic).
 
 Everything here is synthetic: invented people in invented towns, written from

@@ -40,9 +40,10 @@ if ! py_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2
 fi
 if [ "$tf_choice" = "2.15" ]; then
   case "$py_version" in
-    3.9|3.10|3.11) ;;
-    *) echo "ERROR: BERT_TF=2.15 needs Python 3.9-3.11 (TensorFlow 2.15 has no wheels for" \
-            "Python $py_version); set PYTHON to such an interpreter or use BERT_TF=latest" >&2
+    3.10|3.11) ;;
+    *) echo "ERROR: BERT_TF=2.15 needs Python 3.10-3.11 (the project needs 3.10 or later," \
+            "TensorFlow 2.15 has no wheels after 3.11; this is $py_version); set PYTHON" \
+            "to such an interpreter or use BERT_TF=latest" >&2
        exit 2 ;;
   esac
 else

@@ -46,6 +46,7 @@ def main():
     strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
                 "worker": "multi_worker_mirrored"}[mode]
     flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name])
+    options = run_common.training_options_from_flags()
 
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=32,
@@ -78,14 +79,15 @@ def main():
     def model_fn(features, labels, mode, params):  # noqa: ARG001 (names required)
         loss = build_loss(features["input_ids"], features["label"])
         run_common.init_from_checkpoint(init_checkpoint, False)
-        train_op = run_common.create_train_op(loss, 1e-2, 10, 0, False)
+        train_op = run_common.create_train_op(loss, 1e-2, 10, 0, False, options)
         return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
     def input_fn(params):
         dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "label": label_values})
         return dataset.batch(params["batch_size"], drop_remainder=True)
 
-    run_config = run_common.make_run_config(model_dir, save_checkpoints_steps=STEPS)
+    run_config = run_common.make_run_config(model_dir, save_checkpoints_steps=STEPS,
+                                            options=options)
     estimator = run_common.make_estimator(model_fn, run_config, False,
                                           train_batch_size=GLOBAL_BATCH)
     if mode in ("mirrored", "worker"):

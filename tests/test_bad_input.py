@@ -28,6 +28,7 @@ import tensorflow.compat.v1 as tf
 import convert_checkpoint
 import create_pretraining_data
 import modeling
+import pretraining_records as records
 import run_classifier
 import run_common
 import test_convert_checkpoint as convert_tests
@@ -611,7 +612,7 @@ def _record_offsets(path):
 
 def test_tfrecord_check_counts_an_intact_file(pretraining_inputs):
     """An intact file passes, with its number of records."""
-    assert run_common.check_tfrecord_file("input_file", pretraining_inputs["input_file"]) == 3
+    assert records.check_tfrecord_file("input_file", pretraining_inputs["input_file"]) == 3
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped_byte"])
@@ -785,14 +786,39 @@ def _run_scripts(command_lines):
     return [tuple(r) for r in json.loads(proc.stdout.split("RESULTS", 1)[1])]
 
 
+# Flags each script's --help must list: its own and the shared ones it uses.
+_FINE_TUNING_HELP = ("data_dir", "train_file", "dev_file", "test_file", "export_dir",
+                     "bert_config_file", "vocab_file", "init_checkpoint", "do_lower_case",
+                     "max_seq_length", "train_batch_size", "learning_rate", "use_tpu",
+                     "tpu_job_name", "gradient_accumulation_steps", "precision", "fused_ops",
+                     "log_every_seconds")
+_HELP_FLAGS = {
+    "run_pretraining.py": ("input_file", "output_dir", "num_train_steps", "fused_ops",
+                           "max_predictions_per_seq", "log_every_seconds"),
+    "run_classifier.py": _FINE_TUNING_HELP + ("task_name", "labels", "text_column"),
+    "run_squad.py": ("train_file", "predict_file", "doc_stride", "output_dir", "fused_ops",
+                     "version_2_with_negative", "log_every_seconds"),
+    "extract_features.py": ("input_file", "output_file", "layers", "fused_ops", "precision"),
+    "create_pretraining_data.py": ("input_file", "output_file", "vocab_file", "dupe_factor",
+                                   "log_every_seconds"),
+    "convert_checkpoint.py": ("hf_model_dir", "output_dir", "log_every_seconds"),
+    "run_ner.py": _FINE_TUNING_HELP + ("predict_text_file", "tag_scheme", "labels",
+                                       "doc_stride", "document_context",
+                                       "sentences_per_document"),
+    "run_swag.py": _FINE_TUNING_HELP + ("input_format",),
+}
+
+
 @pytest.mark.slow
-def test_help_exits_zero_for_every_script():
-    """`<script> --help` prints the script's flags and exits with status 0
-    (absl's own status for --help is 1)."""
+def test_help_lists_every_flag_and_exits_zero():
+    """`<script> --help` lists the script's flags, the shared ones included,
+    and exits with status 0 (absl's own status for --help is 1)."""
     results = _run_scripts([[script, "--help"] for script in SCRIPTS])
     for script, (status, output) in zip(SCRIPTS, results):
         assert status == 0, (script, output[-2000:])
-        assert "--output_" in output and "Traceback" not in output, (script, output[-2000:])
+        assert "Traceback" not in output, (script, output[-2000:])
+        for name in _HELP_FLAGS[script]:
+            assert re.search(r"--(\[no\])?%s:" % name, output), (script, name)
 
 
 @pytest.mark.slow

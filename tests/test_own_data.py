@@ -21,6 +21,7 @@ import modeling
 import own_data
 import run_classifier
 import run_common
+import test_run_classifier
 import tiny
 import tokenization
 
@@ -366,35 +367,15 @@ def _model_files(directory):
 def _flag_values(**overrides):
     """Every flag main reads, set explicitly (shared flags' defaults depend
     on which script was imported first)."""
-    values = dict(
-        task_name="generic", data_dir=None, vocab_file=None, bert_config_file=None,
-        output_dir=None, init_checkpoint=None, do_lower_case=True, max_seq_length=16,
-        do_train=False, do_eval=False, do_predict=False, train_batch_size=16,
-        eval_batch_size=8, predict_batch_size=8, learning_rate=2e-3, num_train_epochs=10.0,
-        warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
-        use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8,
-        eval_every_n_steps=0, keep_best_checkpoint=False, best_checkpoint_metric=None,
-        export_dir=None, skip_malformed_rows=False, diagnostic_file=None,
-        xnli_language="zh", gradient_accumulation_steps=1, recompute_grad=False,
-        use_xla=False, precision="fp32", distribution_strategy="none",
-        train_file=None, dev_file=None, test_file=None, labels=None, data_format="auto",
-        has_header=True, text_column="text", text_b_column=None, label_column="label",
-        id_column=None, regression=False, multi_label=False, label_separator="|",
-        multi_label_threshold=0.5)
-    values.update(overrides)
-    return values
+    return tiny.fine_tuning_flags(**dict(
+        dict(test_run_classifier.CLASSIFIER_FLAGS, task_name="generic", max_seq_length=16,
+             learning_rate=2e-3, num_train_epochs=10.0), **overrides))
 
 
 def run_main(**overrides):
     """run_classifier.main with these flags (the rest at the tests' values), seeded
     (see tiny.run_main_seeded)."""
     tiny.run_main_seeded(run_classifier.main, _flag_values(**overrides))
-
-
-def _read_results(path):
-    with open(path) as f:
-        return {key: float(value) for key, value in
-                (line.strip().split(" = ") for line in f)}
 
 
 def _read_tsv(path):
@@ -443,7 +424,7 @@ def sentiment_run(tmp_path_factory):
 @pytest.mark.slow
 def test_three_classes_learned_far_above_majority(sentiment_run):
     output_dir = sentiment_run["output_dir"]
-    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
     assert result["global_step"] == 160
     with open(os.path.join(sentiment_run["data_dir"], "dev.csv")) as f:
@@ -510,7 +491,7 @@ def test_multi_label_end_to_end(tmp_path):
              output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
              multi_label=True, label_column="labels", id_column="id", export_dir=export_dir,
              num_train_epochs=64.0)
-    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_loss", "eval_micro_f1", "eval_macro_f1", "global_step",
                            "loss"}
     assert result["eval_micro_f1"] >= 0.9
@@ -556,7 +537,7 @@ def test_regression_end_to_end(tmp_path):
              regression=True, has_header=False, id_column="0", text_column="1",
              label_column="2", num_train_epochs=6.0, learning_rate=1e-3,
              export_dir=export_dir)
-    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_loss", "eval_pearson", "eval_spearman", "global_step", "loss"}
     assert result["eval_pearson"] > 0.8
     assert not os.path.exists(os.path.join(output_dir, "labels.txt"))
@@ -616,9 +597,7 @@ def _append(path, text, mode="a"):
 ])
 def test_bad_rows_stop_before_anything_is_written(good_inputs, change, message):
     change(good_inputs["data_dir"])
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 def test_bad_jsonl_and_regression_rows(good_inputs, tmp_path):
@@ -659,9 +638,7 @@ def test_bad_jsonl_and_regression_rows(good_inputs, tmp_path):
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 def test_one_label_in_training_file(good_inputs):
@@ -746,7 +723,7 @@ def test_documented_three_class_example_runs(tmp_path):
     out = tmp_path / "reviews_output"
     with open(out / "labels.txt") as f:
         assert f.read() == "negative\nneutral\npositive\n"
-    assert set(_read_results(str(out / "eval_results.txt"))) == {
+    assert set(tiny.read_eval_results(str(out / "eval_results.txt"))) == {
         "eval_accuracy", "eval_loss", "global_step", "loss"}
     rows = _read_tsv(str(out / "predictions.tsv"))
     assert rows[0] == ["id", "prediction"]

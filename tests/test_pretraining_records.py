@@ -314,10 +314,10 @@ def test_damaged_records_are_detected_by_tensorflow(tmp_path, damage):
 
 def test_file_cut_inside_a_header(tmp_path):
     """TensorFlow's reader takes a file that ends inside a record header as
-    ending before that record, without an error; run_common's check of the
-    input files catches it."""
-    import run_common
+    ending before that record, without an error; the check of the input
+    files catches it."""
+    import run_base
     path, examples = damaged_file(str(tmp_path / "records.tfrecord"), "truncated_header")
     assert read_with_tensorflow(path) == examples[:1]
-    with pytest.raises(run_common.InputError, match="truncated"):
-        run_common.check_tfrecord_file("input_file", path)
+    with pytest.raises(run_base.InputError, match="truncated"):
+        records.check_tfrecord_file("input_file", path)

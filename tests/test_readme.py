@@ -230,3 +230,43 @@ def test_links_resolve(page):
             continue
         if anchor:
             assert anchor in _anchors(linked), "%s links to a missing heading: %s" % (page, target)
+
+
+def _version_range(text):
+    """"3.10–3.13" or "3.10, 3.11" -> the set of minor versions it names."""
+    ends = [int(minor) for minor in re.findall(r"3\.(\d+)", text)]
+    if "–" in text or "-" in text:
+        return set(range(min(ends), max(ends) + 1))
+    return set(ends)
+
+
+def _setup_env_pythons():
+    """{"2.15": minors, "latest": minors} that scripts/setup_env.sh accepts."""
+    script = _read("scripts/setup_env.sh")
+    legacy, latest = re.findall(r"case \"\$py_version\" in\s*\n\s*([\d.|]+)\)", script)
+    return {"2.15": _version_range(legacy.replace("|", ", ")),
+            "latest": _version_range(latest.replace("|", ", "))}
+
+
+def test_python_versions_claimed_are_those_installed_and_tested():
+    """README's supported Python versions for each TensorFlow line are the
+    ones scripts/setup_env.sh installs, ruff's target is the oldest of
+    them, and the interpreter running this test is one of them."""
+    accepted = _setup_env_pythons()
+    table = dict(re.findall(r"^\| (2\.\d+)[^|]*\| ([\d., –]+) \|", _read("README.md"), flags=re.M))
+    assert set(table) == {"2.21", "2.15"}, table
+    rows = re.findall(r"^\| 2\.21[^|]*\| ([\d., –]+) \|", _read("README.md"), flags=re.M)
+    claimed_latest = set().union(*map(_version_range, rows))
+    assert claimed_latest == accepted["latest"]
+    assert _version_range(table["2.15"]) == accepted["2.15"]
+    summary = re.search(r"\*\*Python ([\d.–]+) with TensorFlow 2\.21.*?Python\s+([\d.–]+) with "
+                        r"TensorFlow 2\.15", _read("README.md"), flags=re.S)
+    assert _version_range(summary.group(1)) == accepted["latest"]
+    assert _version_range(summary.group(2)) == accepted["2.15"]
+    oldest = min(accepted["2.15"] | accepted["latest"])
+    assert re.search(r'^target-version = "py3%d"$' % oldest, _read("ruff.toml"), flags=re.M)
+    import sys
+
+    import tensorflow as tf
+    line = "2.15" if tf.__version__.startswith("2.15.") else "latest"
+    assert sys.version_info.major == 3 and sys.version_info.minor in accepted[line]

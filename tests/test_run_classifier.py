@@ -404,15 +404,10 @@ def test_convert_single_example_single_sentence_and_padding(tokenizer):
 # As a library, with the flags never parsed (the original's Colab and TF-Hub
 # recipes import run_classifier and call its functions).
 
-_LIBRARY_SCRIPT = r"""
-import json, sys
-import numpy as np
-import tensorflow.compat.v1 as tf
-from absl import flags
-import modeling, run_classifier, runtime, tokenization
+_LIBRARY_SCRIPT = tiny.LIBRARY_PRELUDE + r"""
+import run_classifier
 
 vocab_file, config_file, data_dir, checkpoint = sys.argv[1:5]
-assert not flags.FLAGS.is_parsed()
 processor = run_classifier.MrpcProcessor()
 examples = processor.get_train_examples(data_dir)
 tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
@@ -440,25 +435,10 @@ with tf.Graph().as_default():
         tf.train.Saver().save(sess, checkpoint, write_meta_graph=False)
 
 model_fn = run_classifier.model_fn_builder(config, 2, checkpoint, 1e-3, 10, 1, False, False)
-for mode in (runtime.ModeKeys.PREDICT, runtime.ModeKeys.EVAL, runtime.ModeKeys.TRAIN):
-    with tf.Graph().as_default():
-        global_step = tf.train.get_or_create_global_step()
-        spec = model_fn(first_batch(mode == runtime.ModeKeys.TRAIN), None, mode,
-                        {"batch_size": 2})
-        with tf.Session() as sess:
-            sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-            if mode == runtime.ModeKeys.PREDICT:
-                out["predict"] = sess.run(spec.predictions["probabilities"]).tolist()
-            elif mode == runtime.ModeKeys.EVAL:
-                metric_fn, tensors = spec.eval_metrics
-                metrics = metric_fn(*tensors)
-                sess.run(tf.local_variables_initializer())
-                sess.run({k: v[1] for k, v in metrics.items()})
-                out["eval"] = {k: float(v) for k, v in
-                               sess.run({k: v[0] for k, v in metrics.items()}).items()}
-            else:
-                losses = [float(sess.run([spec.train_op, spec.loss])[1]) for _ in range(2)]
-                out["train"] = {"losses": losses, "step": int(sess.run(global_step))}
+for name, mode in (("predict", runtime.ModeKeys.PREDICT), ("eval", runtime.ModeKeys.EVAL),
+                   ("train", runtime.ModeKeys.TRAIN)):
+    out[name] = tiny.run_spec(model_fn, lambda: first_batch(mode == runtime.ModeKeys.TRAIN),
+                              mode, {"batch_size": 2}, train_steps=2)
 out["parsed"] = flags.FLAGS.is_parsed()
 print("JSON" + json.dumps(out))
 """
@@ -504,7 +484,7 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
     # model_fn_builder restored create_model's weights: the same predictions,
     # and the metrics of those predictions.
-    np.testing.assert_allclose(out["predict"], probabilities, rtol=1e-5)
+    np.testing.assert_allclose(out["predict"]["probabilities"], probabilities, rtol=1e-5)
     labels = np.array([1, 0])
     assert out["eval"]["eval_loss"] == pytest.approx(
         -np.mean(np.log(probabilities[[0, 1], labels])), rel=1e-5)
@@ -618,37 +598,27 @@ def _write_stsb_task(data_dir, seed=1, num_train=256, num_dev=48, num_test=6):
         _write_tsv(os.path.join(data_dir, split + ".tsv"), rows)
 
 
+# run_classifier's own flags at the tests' values (own data's at their
+# defaults), and its shared ones that differ from tiny.fine_tuning_flags.
+CLASSIFIER_FLAGS = dict(
+    task_name="MRPC", max_seq_length=24, learning_rate=1e-3, eval_every_n_steps=0,
+    keep_best_checkpoint=False, best_checkpoint_metric=None, skip_malformed_rows=False,
+    diagnostic_file=None, xnli_language="zh", labels=None, data_format="auto",
+    has_header=True, text_column="text", text_b_column=None, label_column="label",
+    id_column=None, regression=False, multi_label=False, label_separator="|",
+    multi_label_threshold=0.5)
+
+
 def _flag_values(**overrides):
     """Every flag main reads, set explicitly (shared flags' defaults depend
     on which script was imported first)."""
-    values = dict(
-        task_name="MRPC", data_dir=None, vocab_file=None, bert_config_file=None,
-        output_dir=None, init_checkpoint=None, do_lower_case=True, max_seq_length=24,
-        do_train=False, do_eval=False, do_predict=False, train_batch_size=16,
-        eval_batch_size=8, predict_batch_size=8, learning_rate=1e-3, num_train_epochs=8.0,
-        warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
-        use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8,
-        eval_every_n_steps=0, keep_best_checkpoint=False, best_checkpoint_metric=None,
-        export_dir=None, skip_malformed_rows=False, diagnostic_file=None,
-        xnli_language="zh", gradient_accumulation_steps=1, recompute_grad=False,
-        use_xla=False, precision="fp32", distribution_strategy="none")
-    values.update(overrides)
-    return values
+    return tiny.fine_tuning_flags(**dict(CLASSIFIER_FLAGS, **overrides))
 
 
 def run_main(**overrides):
     """run_classifier.main with these flags (the rest at the tests' values), seeded
     (see tiny.run_main_seeded)."""
     tiny.run_main_seeded(run_classifier.main, _flag_values(**overrides))
-
-
-def _read_results(path):
-    result = {}
-    with open(path) as f:
-        for line in f:
-            key, value = line.strip().split(" = ")
-            result[key] = float(value)
-    return result
 
 
 def _model_files(tmp_path):
@@ -724,7 +694,7 @@ def _run_saved_model(export_dir, features, output_name):
 
 @pytest.mark.slow
 def test_fine_tuning_reaches_high_dev_accuracy(mrpc_run):
-    result = _read_results(os.path.join(mrpc_run["output_dir"], "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(mrpc_run["output_dir"], "eval_results.txt"))
     assert set(result) == {"eval_accuracy", "eval_f1", "eval_loss", "global_step", "loss"}
     assert result["eval_accuracy"] >= 0.9
     assert result["eval_f1"] >= 0.9
@@ -752,7 +722,7 @@ def test_bf16_fine_tuning_reaches_the_float32_dev_metric(tmp_path):
         run_main(task_name="mrpc", data_dir=data_dir, vocab_file=vocab,
                  bert_config_file=config, output_dir=output_dir, do_train=True,
                  do_eval=True, learning_rate=2e-3, precision=precision)
-        results[precision] = _read_results(os.path.join(output_dir, "eval_results.txt"))
+        results[precision] = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert results["fp32"]["global_step"] == results["bf16"]["global_step"] == 128
     assert results["fp32"]["eval_accuracy"] >= 0.9
     assert results["bf16"]["eval_accuracy"] >= results["fp32"]["eval_accuracy"] - 0.01
@@ -762,8 +732,8 @@ def test_bf16_fine_tuning_reaches_the_float32_dev_metric(tmp_path):
 @pytest.mark.slow
 def test_best_checkpoint_is_kept(mrpc_run):
     best_dir = os.path.join(mrpc_run["output_dir"], "best")
-    best = _read_results(os.path.join(best_dir, "eval_results.txt"))
-    final = _read_results(os.path.join(mrpc_run["output_dir"], "eval_results.txt"))
+    best = tiny.read_eval_results(os.path.join(best_dir, "eval_results.txt"))
+    final = tiny.read_eval_results(os.path.join(mrpc_run["output_dir"], "eval_results.txt"))
     assert best["eval_f1"] >= final["eval_f1"]
     step = int(best["global_step"])
     assert tf.train.latest_checkpoint(best_dir) == os.path.join(best_dir,
@@ -800,7 +770,7 @@ def test_saved_model_reproduces_estimator_predictions(mrpc_run):
     dev_predictions = np.argmax(_run_saved_model(mrpc_run["export_dir"], dev,
                                                  "probabilities"), axis=1)
     labels = [f.label_id for f in dev]
-    best = _read_results(os.path.join(mrpc_run["output_dir"], "best", "eval_results.txt"))
+    best = tiny.read_eval_results(os.path.join(mrpc_run["output_dir"], "best", "eval_results.txt"))
     assert run_classifier.accuracy(labels, dev_predictions) == pytest.approx(
         best["eval_accuracy"], abs=1e-6)
     assert run_classifier.f1_score(labels, dev_predictions) == pytest.approx(
@@ -848,23 +818,106 @@ def test_export_only_from_trained_classifier_checkpoint(mrpc_run, tmp_path):
                                                 "probabilities"), atol=1e-6)
 
 
+def _copy_best_checkpoint(mrpc_run, output_dir):
+    """Copies the best checkpoint of `mrpc_run` into `output_dir`; returns
+    the folder it came from."""
+    best_dir = os.path.join(mrpc_run["output_dir"], "best")
+    for name in os.listdir(best_dir):
+        if name.startswith("model.ckpt") or name == "checkpoint":
+            shutil.copy(os.path.join(best_dir, name), output_dir)
+    return best_dir
+
+
+@pytest.mark.slow
+def test_predict_only_run_follows_the_run_record(mrpc_run, tmp_path):
+    """The training run records its task, labels, model config and input
+    settings; a prediction run given only --output_dir (holding that
+    record and the checkpoint), --data_dir and --do_predict takes the rest
+    from it and predicts what the training run predicted."""
+    with open(os.path.join(mrpc_run["output_dir"], "run_config.json")) as f:
+        record = json.load(f)
+    with open(mrpc_run["config"]) as f:
+        assert record["bert_config"] == json.load(f)
+    assert record["problem_type"] == "single_label_classification"
+    assert record["labels"] == ["0", "1"]
+    assert record["flags"] == {"task_name": "mrpc", "do_lower_case": True,
+                               "max_seq_length": 24,
+                               "vocab_file": os.path.abspath(mrpc_run["vocab"])}
+    output_dir = str(tmp_path / "predict")
+    os.makedirs(output_dir)
+    _copy_best_checkpoint(mrpc_run, output_dir)
+    shutil.copy(os.path.join(mrpc_run["output_dir"], "run_config.json"), output_dir)
+    collector = _LogCollector()
+    logging.getLogger("tensorflow").addHandler(collector)
+    try:
+        tiny.run_main_seeded(run_classifier.main, dict(
+            output_dir=output_dir, data_dir=mrpc_run["data_dir"], do_predict=True))
+    finally:
+        logging.getLogger("tensorflow").removeHandler(collector)
+    taken = [m for m in collector.messages if m.startswith("Settings of the training run")]
+    assert taken == ["Settings of the training run, from %s: --do_lower_case=True "
+                     "--max_seq_length=24 --task_name=mrpc --vocab_file=%s"
+                     % (os.path.join(output_dir, "run_config.json"),
+                        os.path.abspath(mrpc_run["vocab"]))]
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        followed = np.array([[float(x) for x in line.split("\t")] for line in f])
+    with open(os.path.join(mrpc_run["output_dir"], "test_results.tsv")) as f:
+        trained = np.array([[float(x) for x in line.split("\t")] for line in f])
+    np.testing.assert_allclose(followed, trained, atol=1e-6)
+
+
+def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
+    """Without --do_train, flags the command line leaves unset take the
+    record's values; a given flag keeps its value, with one warning line;
+    a training run reads no record."""
+    record = {"script": "run_classifier.py", "problem_type": "single_label_classification",
+              "labels": ["0", "1"], "bert_config": {"vocab_size": 9},
+              "flags": {"task_name": "mrpc", "max_seq_length": 24, "do_lower_case": False,
+                        "vocab_file": str(tmp_path / "gone.txt")}}
+    (tmp_path / "run_config.json").write_text(json.dumps(record))
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    collector = _LogCollector()
+    logging.getLogger("tensorflow").addHandler(collector)
+    verbosity = tf.logging.get_verbosity()
+    tf.logging.set_verbosity(tf.logging.INFO)
+    try:
+        with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False, task_name="sst-2",
+                                 init_checkpoint=None):
+            read = run_common.use_run_record()
+            values = (FLAGS.task_name, FLAGS.max_seq_length, FLAGS.do_lower_case,
+                      FLAGS.vocab_file)
+        with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=True):
+            assert run_common.use_run_record() is None
+    finally:
+        tf.logging.set_verbosity(verbosity)
+        logging.getLogger("tensorflow").removeHandler(collector)
+    assert read.labels == ["0", "1"] and read.bert_config == {"vocab_size": 9}
+    # The missing vocabulary is not taken.
+    assert values == ("sst-2", 24, False, FLAGS["vocab_file"].default)
+    path = str(tmp_path / "run_config.json")
+    assert collector.messages == [
+        "--task_name=sst-2 differs from the training run's mrpc in %s; using sst-2" % path,
+        "%s names --vocab_file=%s, which does not exist (any more)"
+        % (path, tmp_path / "gone.txt"),
+        "Settings of the training run, from %s: --do_lower_case=False --max_seq_length=24"
+        % path]
+
+
 @pytest.mark.slow
 def test_tpu_style_padding_changes_nothing(mrpc_run, tmp_path, monkeypatch):
     """With fixed-size batches (as on TPU) the sets are padded with
     PaddingInputExamples; metrics and predictions exclude them."""
     output_dir = str(tmp_path / "padded")
     os.makedirs(output_dir)
-    best_dir = os.path.join(mrpc_run["output_dir"], "best")
-    for name in os.listdir(best_dir):
-        if name.startswith("model.ckpt") or name == "checkpoint":
-            shutil.copy(os.path.join(best_dir, name), output_dir)
+    best_dir = _copy_best_checkpoint(mrpc_run, output_dir)
     monkeypatch.setattr(run_classifier, "_use_fixed_size_batches", lambda: True)
     # 64 dev examples -> padded to lcm(5, 3) multiples = 75; 10 test -> 12.
     run_main(task_name="MRPC", data_dir=mrpc_run["data_dir"], vocab_file=mrpc_run["vocab"],
              bert_config_file=mrpc_run["config"], output_dir=output_dir, do_eval=True,
              do_predict=True, eval_batch_size=5, predict_batch_size=3)
-    padded = _read_results(os.path.join(output_dir, "eval_results.txt"))
-    best = _read_results(os.path.join(best_dir, "eval_results.txt"))
+    padded = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+    best = tiny.read_eval_results(os.path.join(best_dir, "eval_results.txt"))
     for key in ("eval_accuracy", "eval_f1", "eval_loss", "global_step"):
         assert padded[key] == pytest.approx(best[key], abs=1e-5), key
     with open(os.path.join(output_dir, "test_results.tsv")) as f:
@@ -886,7 +939,7 @@ def test_stsb_regression_end_to_end(tmp_path):
     run_main(task_name="sts-b", data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
              output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
              num_train_epochs=6.0, export_dir=export_dir)
-    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_loss", "eval_pearson", "eval_spearman", "global_step",
                            "loss"}
     assert result["global_step"] == 96
@@ -964,21 +1017,13 @@ def test_bad_data_stops_before_training(good_inputs, file_name, rows, message):
         os.remove(path)
     else:
         _write_tsv(path, rows)
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    # Nothing was written: the data is read before training starts.
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
     """From the shell (`run_common.run_script`), bad input gives one ERROR
     line and exit status 1, no traceback."""
-    args = ["--%s=%s" % (k, v) for k, v in good_inputs.items() if k != "task_name"]
-    monkeypatch.setattr(sys, "argv", ["run_classifier.py", "--task_name=nope"] + args)
-    with flagsaver.flagsaver():
-        with pytest.raises(SystemExit) as e:
-            run_common.run_script(run_classifier.main)
-    assert e.value.code == 1
-    err = capsys.readouterr().err
+    inputs = {k: v for k, v in good_inputs.items() if k != "task_name"}
+    err = tiny.shell_error(run_classifier.main, ["run_classifier.py", "--task_name=nope"],
+                           inputs, monkeypatch, capsys)
     assert "ERROR: --task_name: unknown task 'nope'; known tasks:" in err
-    assert "Traceback" not in err

@@ -7,7 +7,6 @@ only be solved from context), its outputs, SavedModel and bad input."""
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
-from absl.testing import flagsaver
 
 import run_common
 import run_ner
@@ -398,34 +396,15 @@ def _model_files(tmp_path):
 def _flag_values(**overrides):
     """Every flag main reads, set explicitly (shared flags' defaults depend
     on which script was imported first)."""
-    values = dict(
-        data_dir=None, train_file=None, dev_file=None, test_file=None,
-        predict_text_file=None, vocab_file=None, bert_config_file=None, output_dir=None,
-        init_checkpoint=None, do_lower_case=True, max_seq_length=24, doc_stride=8,
-        do_train=False, do_eval=False, do_predict=False, train_batch_size=16,
-        eval_batch_size=8, predict_batch_size=8, learning_rate=2e-3, num_train_epochs=8.0,
-        warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
-        use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8, export_dir=None,
-        tag_scheme="auto", labels=None, document_context=True, sentences_per_document=1,
-        gradient_accumulation_steps=1, recompute_grad=False, use_xla=False,
-        precision="fp32", distribution_strategy="none")
-    values.update(overrides)
-    return values
+    return tiny.fine_tuning_flags(**dict(
+        dict(predict_text_file=None, max_seq_length=24, doc_stride=8, tag_scheme="auto",
+             labels=None, document_context=True, sentences_per_document=1), **overrides))
 
 
 def run_main(**overrides):
     """run_ner.main with these flags (the rest at the tests' values), seeded
     (see tiny.run_main_seeded)."""
     tiny.run_main_seeded(run_ner.main, _flag_values(**overrides))
-
-
-def _read_results(path):
-    result = {}
-    with open(path) as f:
-        for line in f:
-            key, value = line.strip().split(" = ")
-            result[key] = float(value)
-    return result
 
 
 def _read_columns(path):
@@ -477,7 +456,7 @@ def ner_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_learns_tags_from_context(ner_run):
-    result = _read_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
     for key in ("eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "eval_loss",
                 "global_step", "eval_f1_PER", "eval_f1_LOC", "eval_precision_PER",
                 "eval_recall_LOC"):
@@ -487,6 +466,20 @@ def test_learns_tags_from_context(ner_run):
     # Majority tag per word (ignoring context) would be far worse: every
     # name is a person, a place or nothing equally often.
     assert result["eval_f1_PER"] >= 0.85 and result["eval_f1_LOC"] >= 0.85
+
+
+@pytest.mark.slow
+def test_run_record(ner_run):
+    """The training run's record: the tags the model outputs, in order, and
+    the settings that shape its windows."""
+    with open(os.path.join(ner_run["output_dir"], "run_config.json")) as f:
+        record = json.load(f)
+    with open(os.path.join(ner_run["output_dir"], run_ner.LABELS_FILE)) as f:
+        assert record["labels"] == json.load(f)["labels"]
+    assert record["problem_type"] == "token_classification"
+    assert record["flags"] == {"do_lower_case": True, "max_seq_length": 24,
+                               "doc_stride": 8, "document_context": True,
+                               "vocab_file": os.path.abspath(ner_run["vocab"])}
 
 
 @pytest.mark.slow
@@ -505,7 +498,7 @@ def test_eval_predictions_file_reproduces_the_scores(ner_run):
     assert run_ner.iob2_to_iob1(run_ner.iob1_to_iob2(predicted[0])) == predicted[0]
     assert all(run_ner.iob2_to_iob1(run_ner.iob1_to_iob2(p)) == p for p in predicted)
     gold = [[c[1] for c in columns] for columns in sentences]
-    result = _read_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
     ours = run_ner.evaluate_tags(gold, predicted)
     assert result["eval_f1"] == pytest.approx(ours["f1"])
     seqeval_metrics = pytest.importorskip("seqeval.metrics")
@@ -622,7 +615,7 @@ def test_two_column_bioes_files_end_to_end(tmp_path):
     dev = run_ner.read_conll_file(str(data_dir / "dev.txt"))
     assert [[c[:2] for c in s] for s in sentences] == [
         [[w, t] for w, t in zip(s.words, s.tags)] for s in run_ner.iter_sentences(dev)]
-    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     predicted = [[c[2] for c in s] for s in sentences]
     gold = [[c[1] for c in s] for s in sentences]
     assert result["eval_f1"] == pytest.approx(run_ner.evaluate_tags(gold, predicted)["f1"])
@@ -675,9 +668,7 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
             f.write(text)
     else:
         _write(path, text)
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -697,9 +688,7 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 def test_no_label_set_and_nothing_to_export(good_inputs):
@@ -715,44 +704,18 @@ def test_no_label_set_and_nothing_to_export(good_inputs):
 def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
     """From the shell, bad input gives one ERROR line and exit status 1."""
     os.remove(os.path.join(good_inputs["data_dir"], "valid.txt"))
-    args = ["--%s=%s" % (k, v) for k, v in good_inputs.items()]
-    monkeypatch.setattr(sys, "argv", ["run_ner.py", "--max_seq_length=24"] + args)
-    with flagsaver.flagsaver():
-        with pytest.raises(SystemExit) as e:
-            run_common.run_script(run_ner.main)
-    assert e.value.code == 1
-    err = capsys.readouterr().err
+    err = tiny.shell_error(run_ner.main, ["run_ner.py", "--max_seq_length=24"], good_inputs,
+                           monkeypatch, capsys)
     assert "ERROR: --do_eval needs --dev_file or a data file in --data_dir=" in err
-    assert "Traceback" not in err
-    assert not os.path.exists(good_inputs["output_dir"])
-
-
-@pytest.mark.slow
-def test_helpfull_lists_the_flags():
-    proc = subprocess.run([sys.executable, "run_ner.py", "--helpfull"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    # absl prints the help and exits with status 1.
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    for name in ("data_dir", "train_file", "dev_file", "test_file", "predict_text_file",
-                 "tag_scheme", "labels", "doc_stride", "document_context",
-                 "sentences_per_document", "export_dir", "bert_config_file", "vocab_file",
-                 "init_checkpoint", "do_lower_case", "max_seq_length", "learning_rate",
-                 "use_tpu", "gradient_accumulation_steps", "precision"):
-        assert re.search(r"--(\[no\])?%s:" % name, proc.stdout), name
 
 
 # ---------------------------------------------------------------------------
 # As a library, with the flags never parsed.
 
-_LIBRARY_SCRIPT = r"""
-import json, sys
-import numpy as np
-import tensorflow.compat.v1 as tf
-from absl import flags
-import modeling, run_ner, runtime, tokenization
+_LIBRARY_SCRIPT = tiny.LIBRARY_PRELUDE + r"""
+import run_ner
 
 vocab_file, config_file, data_file, record_file, checkpoint = sys.argv[1:6]
-assert not flags.FLAGS.is_parsed()
 ner_file = run_ner.read_conll_file(data_file)
 tags = [s.tags for s in run_ner.iter_sentences(ner_file)]
 scheme = run_ner.detect_scheme(tags)
@@ -764,7 +727,7 @@ train, num_words = run_ner.convert_file(ner_file, pieces, 12, 4, is_training=Tru
 run_ner.write_windows(train, record_file)
 config = modeling.BertConfig.from_json_file(config_file)
 out = {"scheme": scheme, "labels": labels, "num_words": num_words,
-       "train": [list(w[:5]) for w in train]}
+       "windows": [list(w[:5]) for w in train]}
 
 
 def batch(is_training):
@@ -773,25 +736,14 @@ def batch(is_training):
     return tf.data.make_one_shot_iterator(input_fn({"batch_size": len(train)})).get_next()
 
 
-with tf.Graph().as_default():
-    tf.train.get_or_create_global_step()
-    spec = run_ner.model_fn_builder(config, len(labels), None, 1e-3, 10, 1, False, False)(
-        batch(False), None, runtime.ModeKeys.PREDICT, {"batch_size": len(train)})
-    with tf.Session() as sess:
-        sess.run(tf.global_variables_initializer())
-        out["predict"] = sess.run(spec.predictions["probabilities"]).tolist()
-        tf.train.Saver().save(sess, checkpoint, write_meta_graph=False)
-
-with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
-    spec = run_ner.model_fn_builder(config, len(labels), checkpoint, 1e-3, 10, 1, False,
-                                    False)(batch(False), None, runtime.ModeKeys.TRAIN,
-                                           {"batch_size": len(train)})
-    with tf.Session() as sess:
-        sess.run(tf.global_variables_initializer())
-        # One batch: the loss of the forward pass before the update.
-        out["loss"] = float(sess.run([spec.loss, spec.train_op])[0])
-        out["step"] = int(sess.run(global_step))
+params = {"batch_size": len(train)}
+out["predict"] = tiny.run_spec(
+    run_ner.model_fn_builder(config, len(labels), None, 1e-3, 10, 1, False, False),
+    lambda: batch(False), runtime.ModeKeys.PREDICT, params, save_to=checkpoint)
+# One batch: the loss of the forward pass before the update.
+out["train"] = tiny.run_spec(
+    run_ner.model_fn_builder(config, len(labels), checkpoint, 1e-3, 10, 1, False, False),
+    lambda: batch(False), runtime.ModeKeys.TRAIN, params)
 out["parsed"] = flags.FLAGS.is_parsed()
 print("JSON" + json.dumps(out))
 """
@@ -822,7 +774,7 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
         tiny.SPECIAL_TOKENS + [line.strip() for line in open(vocab)][5:])}
     # Without -DOCSTART-, each sentence is a document: two windows.
     (first_ids, _, _, first_labels, first_mask), (second_ids, _, _, _, second_mask) = \
-        out["train"]
+        out["windows"]
     assert first_ids == [ids[t] for t in ["[CLS]", "mr", "jack", "##son", "went", "in",
                                           "alpha", ".", "[SEP]"]] + [0] * 3
     # IOB1 I-PER / I-LOC start entities: trained as B-PER (3) and B-LOC (1).
@@ -830,19 +782,18 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     assert first_mask == [0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0]
     assert second_ids[:4] == [ids["[CLS]"], ids["the"], ids["beta"], ids["[SEP]"]]
     assert second_mask[:4] == [0, 1, 1, 0]
-    probabilities = np.array(out["predict"])
+    probabilities = np.array(out["predict"]["probabilities"])
     assert probabilities.shape == (2, 12, 5)
     np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, rtol=1e-5)
     # The TRAIN loss, from the saved weights: mean cross-entropy over the
     # masked positions only.
     losses = []
-    for window, probs in zip(out["train"], probabilities):
+    for window, probs in zip(out["windows"], probabilities):
         for position, (label, mask) in enumerate(zip(window[3], window[4])):
             if mask:
                 losses.append(-np.log(probs[position][label]))
     assert len(losses) == 8
-    assert out["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
-    assert out["step"] == 1
+    assert out["train"] == {"losses": [pytest.approx(np.mean(losses), rel=1e-5)], "step": 1}
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 
@@ -16,7 +15,6 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
-from absl.testing import flagsaver
 
 import run_common
 import run_swag
@@ -204,32 +202,14 @@ def _model_files(tmp_path):
 def _flag_values(**overrides):
     """Every flag main reads, set explicitly (shared flags' defaults depend
     on which script was imported first)."""
-    values = dict(
-        data_dir=None, train_file=None, dev_file=None, test_file=None, input_format="auto",
-        vocab_file=None, bert_config_file=None, output_dir=None, init_checkpoint=None,
-        do_lower_case=True, max_seq_length=16, do_train=False, do_eval=False,
-        do_predict=False, train_batch_size=16, eval_batch_size=8, predict_batch_size=8,
-        learning_rate=1e-3, num_train_epochs=8.0, warmup_proportion=0.1,
-        save_checkpoints_steps=1000, iterations_per_loop=1000, use_tpu=False, tpu_name=None,
-        tpu_job_name=None, num_tpu_cores=8, export_dir=None, gradient_accumulation_steps=1,
-        recompute_grad=False, use_xla=False, precision="fp32", distribution_strategy="none")
-    values.update(overrides)
-    return values
+    return tiny.fine_tuning_flags(**dict(
+        dict(input_format="auto", max_seq_length=16, learning_rate=1e-3), **overrides))
 
 
 def run_main(**overrides):
     """run_swag.main with these flags (the rest at the tests' values), seeded
     (see tiny.run_main_seeded)."""
     tiny.run_main_seeded(run_swag.main, _flag_values(**overrides))
-
-
-def _read_results(path):
-    result = {}
-    with open(path) as f:
-        for line in f:
-            key, value = line.strip().split(" = ")
-            result[key] = float(value)
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +231,7 @@ def swag_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_learns_the_task(swag_run):
-    result = _read_results(os.path.join(swag_run["output_dir"], "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(swag_run["output_dir"], "eval_results.txt"))
     assert set(result) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
     # 640 examples / batch 16 * 8 epochs.
     assert result["global_step"] == 320
@@ -260,6 +240,15 @@ def test_learns_the_task(swag_run):
     assert majority < 0.4
     assert result["eval_accuracy"] >= 0.9
     assert result["eval_loss"] < 0.5
+
+
+@pytest.mark.slow
+def test_run_record(swag_run):
+    with open(os.path.join(swag_run["output_dir"], "run_config.json")) as f:
+        record = json.load(f)
+    assert (record["problem_type"], record["labels"]) == ("multiple_choice", None)
+    assert record["flags"] == {"do_lower_case": True, "max_seq_length": 16,
+                               "vocab_file": os.path.abspath(swag_run["vocab"])}
 
 
 def _read_test_results(output_dir):
@@ -328,7 +317,7 @@ def test_jsonl_with_three_choices_end_to_end(tmp_path):
     run_main(data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
              output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
              num_train_epochs=1.0)
-    result = _read_results(os.path.join(output_dir, "eval_results.txt"))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert result["global_step"] == 2
     header, rows = _read_test_results(output_dir)
     assert header == ["id", "prediction", "probability_0", "probability_1", "probability_2"]
@@ -369,9 +358,7 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
         _write(path, text, "wb")
     else:
         _write(path, text)
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -388,50 +375,23 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)
-    with pytest.raises(run_common.InputError, match=message):
-        run_main(**good_inputs)
-    assert not os.path.exists(good_inputs["output_dir"])
+    tiny.assert_input_error(run_main, good_inputs, message)
 
 
 def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
     os.remove(os.path.join(good_inputs["data_dir"], "test.csv"))
-    args = ["--%s=%s" % (k, v) for k, v in good_inputs.items()]
-    monkeypatch.setattr(sys, "argv", ["run_swag.py", "--max_seq_length=16"] + args)
-    with flagsaver.flagsaver():
-        with pytest.raises(SystemExit) as e:
-            run_common.run_script(run_swag.main)
-    assert e.value.code == 1
-    err = capsys.readouterr().err
+    err = tiny.shell_error(run_swag.main, ["run_swag.py", "--max_seq_length=16"], good_inputs,
+                           monkeypatch, capsys)
     assert "ERROR: --do_predict needs --test_file or a data file in --data_dir=" in err
-    assert "Traceback" not in err
-    assert not os.path.exists(good_inputs["output_dir"])
-
-
-@pytest.mark.slow
-def test_helpfull_lists_the_flags():
-    proc = subprocess.run([sys.executable, "run_swag.py", "--helpfull"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    # absl prints the help and exits with status 1.
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    for name in ("data_dir", "train_file", "dev_file", "test_file", "input_format",
-                 "export_dir", "bert_config_file", "vocab_file", "init_checkpoint",
-                 "do_lower_case", "max_seq_length", "train_batch_size", "learning_rate",
-                 "use_tpu", "gradient_accumulation_steps", "precision"):
-        assert re.search(r"--(\[no\])?%s:" % name, proc.stdout), name
 
 
 # ---------------------------------------------------------------------------
 # As a library, with the flags never parsed.
 
-_LIBRARY_SCRIPT = r"""
-import json, sys
-import numpy as np
-import tensorflow.compat.v1 as tf
-from absl import flags
-import modeling, run_swag, runtime, tokenization
+_LIBRARY_SCRIPT = tiny.LIBRARY_PRELUDE + r"""
+import run_swag
 
 vocab_file, config_file, data_file, record_file, checkpoint = sys.argv[1:6]
-assert not flags.FLAGS.is_parsed()
 examples = run_swag.read_examples(data_file)
 tokenizer = tokenization.FullTokenizer(vocab_file)
 run_swag.write_features(examples, 10, tokenizer, record_file)
@@ -445,28 +405,12 @@ def batch():
     return tf.data.make_one_shot_iterator(input_fn({"batch_size": 2})).get_next()
 
 
-for mode in (runtime.ModeKeys.PREDICT, runtime.ModeKeys.EVAL, runtime.ModeKeys.TRAIN):
-    with tf.Graph().as_default():
-        global_step = tf.train.get_or_create_global_step()
-        init = None if mode == runtime.ModeKeys.PREDICT else checkpoint
-        spec = run_swag.model_fn_builder(config, init, 1e-3, 10, 1, False, False)(
-            batch(), None, mode, {"batch_size": 2})
-        with tf.Session() as sess:
-            sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-            if mode == runtime.ModeKeys.PREDICT:
-                out["predict"] = sess.run(spec.predictions)
-                out["predict"] = {k: v.tolist() for k, v in out["predict"].items()}
-                tf.train.Saver().save(sess, checkpoint, write_meta_graph=False)
-            elif mode == runtime.ModeKeys.EVAL:
-                metric_fn, tensors = spec.eval_metrics
-                metrics = metric_fn(*tensors)
-                sess.run(tf.local_variables_initializer())
-                sess.run({k: v[1] for k, v in metrics.items()})
-                out["eval"] = {k: float(v) for k, v in
-                               sess.run({k: v[0] for k, v in metrics.items()}).items()}
-            else:
-                out["loss"] = float(sess.run([spec.loss, spec.train_op])[0])
-                out["step"] = int(sess.run(global_step))
+for name, mode in (("predict", runtime.ModeKeys.PREDICT), ("eval", runtime.ModeKeys.EVAL),
+                   ("train", runtime.ModeKeys.TRAIN)):
+    init = None if mode == runtime.ModeKeys.PREDICT else checkpoint
+    out[name] = tiny.run_spec(
+        run_swag.model_fn_builder(config, init, 1e-3, 10, 1, False, False), batch, mode,
+        {"batch_size": 2}, save_to=checkpoint if mode == runtime.ModeKeys.PREDICT else None)
 out["parsed"] = flags.FLAGS.is_parsed()
 print("JSON" + json.dumps(out))
 """
@@ -507,5 +451,4 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     correct = np.argmax(probabilities, axis=1) == labels
     assert (np.mean(correct & decisive) - 1e-6 <= out["eval"]["eval_accuracy"]
             <= np.mean(correct | ~decisive) + 1e-6)
-    assert out["loss"] == pytest.approx(expected_loss, rel=1e-5)
-    assert out["step"] == 1
+    assert out["train"] == {"losses": [pytest.approx(expected_loss, rel=1e-5)], "step": 1}

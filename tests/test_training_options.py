@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import kernels
 import mixed_precision
 import modeling
 import optimization
@@ -33,7 +34,7 @@ def _build(is_training, recompute=False, seed=None, compute_type=tf.float32):
     mask = tf.placeholder(tf.int32, [None, 8])
     labels = tf.placeholder(tf.int32, [None])
     if seed is not None:
-        with modeling.stateless_dropout_seed(tf.constant(seed, tf.int32)):
+        with kernels.stateless_dropout_seed(tf.constant(seed, tf.int32)):
             model = modeling.BertModel(CONFIG, is_training, ids, mask,
                                        recompute_grad=recompute, compute_type=compute_type)
     else:
@@ -276,18 +277,18 @@ def test_accumulation_resumes_exactly_from_a_mid_cycle_checkpoint(tmp_path):
 
 # Prints the bytes glibc has mapped with mmap after three runs that each
 # create and free a 64 MiB tensor, less those before the first run; with
-# "flag", after recompute.limit_memory_fragmentation().
+# "flag", after run_base.limit_memory_fragmentation().
 _FRAGMENTATION_CHILD = """
 import sys
 sys.path[:0] = [%r, %r]
 import quiet_tf
-import recompute
+import run_base
 import tensorflow.compat.v1 as tf
 from malloc_stats import mmapped_bytes
 tf.disable_eager_execution()
 
 if sys.argv[1] == "flag":
-    assert recompute.limit_memory_fragmentation()
+    assert run_base.limit_memory_fragmentation()
 with tf.Graph().as_default(), tf.Session() as sess:
     total = tf.reduce_sum(tf.random.normal([4096, 4096]) * 2.0)
     before = mmapped_bytes()

@@ -64,3 +64,113 @@ def run_main_seeded(main, flag_values, seed=1234):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(run_common, "make_run_config", seeded_run_config)
             main([])
+
+
+def fine_tuning_flags(**values):
+    """The flags the fine-tuning scripts (run_classifier, run_ner, run_swag)
+    share, at the tests' values, updated with `values`. Tests give every
+    flag a script reads explicitly: a shared flag's default depends on which
+    script a process imported first."""
+    shared = dict(
+        data_dir=None, train_file=None, dev_file=None, test_file=None, vocab_file=None,
+        bert_config_file=None, output_dir=None, init_checkpoint=None, do_lower_case=True,
+        do_train=False, do_eval=False, do_predict=False, train_batch_size=16,
+        eval_batch_size=8, predict_batch_size=8, learning_rate=2e-3, num_train_epochs=8.0,
+        warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
+        use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8, export_dir=None,
+        gradient_accumulation_steps=1, recompute_grad=False, use_xla=False, precision="fp32",
+        distribution_strategy="none")
+    shared.update(values)
+    return shared
+
+
+def shell_error(main, argv, flag_values, monkeypatch, capsys):
+    """Runs a script's main as the shell does (`run_common.run_script`),
+    with sys.argv `argv` followed by `flag_values` as --name=value; expects
+    exit status 1, no traceback and no --output_dir written, and returns
+    what it printed to standard error."""
+    import pytest
+    from absl.testing import flagsaver
+
+    import run_common
+    monkeypatch.setattr("sys.argv", argv + ["--%s=%s" % item for item in flag_values.items()])
+    with flagsaver.flagsaver():
+        with pytest.raises(SystemExit) as e:
+            run_common.run_script(main)
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert not os.path.exists(flag_values["output_dir"])
+    return err
+
+
+def assert_input_error(run_main, flag_values, message):
+    """run_main(**flag_values) stops with an InputError that matches
+    `message`, before it writes anything (no --output_dir)."""
+    import pytest
+
+    import run_common
+    with pytest.raises(run_common.InputError, match=message):
+        run_main(**flag_values)
+    assert not os.path.exists(flag_values["output_dir"])
+
+
+# The start of the scripts that tests run in a fresh Python, to use a script
+# as a library with its flags never parsed.
+LIBRARY_PRELUDE = """
+import json, sys
+sys.path.insert(0, "tests")
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import flags
+import modeling, runtime, tiny, tokenization
+assert not flags.FLAGS.is_parsed()
+"""
+
+
+def read_eval_results(path):
+    """An eval_results.txt ("key = value" lines) as a dict of floats."""
+    result = {}
+    with open(path) as f:
+        for line in f:
+            key, value = line.strip().split(" = ")
+            result[key] = float(value)
+    return result
+
+
+def run_spec(model_fn, make_features, mode, params, train_steps=1, save_to=None):
+    """Runs a script's model_fn as the runner would, for the tests that use
+    the scripts as libraries: builds the spec for `mode` in a new graph, on
+    the tensors `make_features()` builds there, and runs it in a session.
+
+    Returns:
+      PREDICT: the predictions, as lists; EVAL: each metric's value; TRAIN:
+      {"losses": the loss of each of `train_steps` steps, before its update,
+      "step": the global step after them}.
+
+    save_to: a checkpoint path to save the variables to, after the run.
+    """
+    import tensorflow.compat.v1 as tf
+
+    import runtime
+    with tf.Graph().as_default():
+        global_step = tf.train.get_or_create_global_step()
+        spec = model_fn(make_features(), None, mode, params)
+        with tf.Session() as sess:
+            sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+            if mode == runtime.ModeKeys.PREDICT:
+                result = {k: v.tolist() for k, v in sess.run(spec.predictions).items()}
+            elif mode == runtime.ModeKeys.EVAL:
+                metric_fn, tensors = spec.eval_metrics
+                metrics = metric_fn(*tensors)
+                sess.run(tf.local_variables_initializer())
+                sess.run({k: update for k, (_, update) in metrics.items()})
+                result = {k: float(v) for k, v in
+                          sess.run({k: value for k, (value, _) in metrics.items()}).items()}
+            else:
+                losses = [float(sess.run([spec.loss, spec.train_op])[0])
+                          for _ in range(train_steps)]
+                result = {"losses": losses, "step": int(sess.run(global_step))}
+            if save_to:
+                tf.train.Saver().save(sess, save_to, write_meta_graph=False)
+    return result

@@ -1,9 +1,10 @@
-"""BERT-Base with GELU compiled by XLA against GELU as separate ops, in one
-process: both graphs are built (BERT_FUSED_GELU=1 and =0) and their steps
-alternate, so both see the same machine, load and thread pools.
+"""BERT-Base with different kernels fused (the scripts' --fused_ops), in one
+process: a graph is built for each --variant and their steps alternate, so
+all see the same machine, load and thread pools.
 
-    python benchmarks/bench_fused_gelu.py --threads=1 --mode=train --steps=4
-    python benchmarks/bench_fused_gelu.py --threads=1 --mode=forward --layers=4
+    python benchmarks/bench_fused_ops.py --threads=1 --mode=train --steps=4
+    python benchmarks/bench_fused_ops.py --threads=1 --mode=forward --layers=4
+    python benchmarks/bench_fused_ops.py --variant=gelu --variant=none   # GELU alone
 
 Prints the process CPU time of each step, the medians, their ratio and the
 fraction of a dense float32 2048^3 matmul's rate timed in the same process
@@ -31,9 +32,12 @@ flags.DEFINE_enum("mode", "train", ["train", "forward"], "What one step is.")
 flags.DEFINE_integer("layers", 12, "Transformer layers (12 = BERT-Base).")
 flags.DEFINE_integer("seq_length", 128, "Sequence length.")
 flags.DEFINE_integer("steps", 4, "Timed steps per graph (alternating), after 1 warm-up.")
+flags.DEFINE_multi_string("variant", ["all", "none"],
+                          "A --fused_ops setting to measure (repeat the flag); the first "
+                          "is compared with the others.")
 
 
-def _build(mode):
+def _build(mode, fused_ops):
     """(fetch, feed) of one step of a BERT-Base-wide model in the default graph."""
     import numpy as np
     import tensorflow.compat.v1 as tf
@@ -49,11 +53,12 @@ def _build(mode):
     feed = dict(zip(inputs, [rng.randint(0, 30522, (batch, seq)), np.ones((batch, seq)),
                              np.zeros((batch, seq))]))
     model = modeling.BertModel(config, is_training=(mode == "train"), input_ids=inputs[0],
-                               input_mask=inputs[1], token_type_ids=inputs[2])
+                               input_mask=inputs[1], token_type_ids=inputs[2],
+                               fused_ops=fused_ops)
     if mode == "forward":
         return tf.reduce_sum(model.get_sequence_output()[:1, :1]), feed
     labels = tf.constant(rng.randint(0, 2, batch).astype(np.int32))
-    pooled = modeling.dropout(model.get_pooled_output(), 0.1)
+    pooled = modeling.dropout(model.get_pooled_output(), 0.1, model.fused_ops)
     weights = tf.get_variable("output_weights", [2, config.hidden_size],
                               initializer=tf.truncated_normal_initializer(stddev=0.02))
     logits = tf.matmul(pooled, weights, transpose_b=True)
@@ -93,11 +98,10 @@ def main(argv):
           % (FLAGS.layers, FLAGS.seq_length, FLAGS.mode, FLAGS.threads,
              bench_common.cpu_model(), " ".join("%.2f" % x for x in os.getloadavg())))
     steps = {}
-    for name, setting in (("compiled", "1"), ("ops", "0")):
-        os.environ["BERT_FUSED_GELU"] = setting
+    for name in FLAGS.variant:
         graph = tf.Graph()
         with graph.as_default():
-            fetch, feed = _build(FLAGS.mode)
+            fetch, feed = _build(FLAGS.mode, name)
             session = _session(tf, graph)
             session.run(tf.global_variables_initializer())
         session.run(fetch, feed)  # Warm-up: optimisation, compilation, allocations.
@@ -109,7 +113,7 @@ def main(argv):
             start = time.process_time()
             session.run(fetch, feed)
             times[name].append((time.process_time() - start) / FLAGS.threads)
-        print("step %d: %s" % (i, ", ".join("GELU %s %.2f CPU s" % (name, t[-1])
+        print("step %d: %s" % (i, ", ".join("fused %s %.2f CPU s" % (name, t[-1])
                                               for name, t in times.items())))
         sys.stdout.flush()
     matmul.append(_matmul_cpu_gflops(tf))
@@ -120,10 +124,13 @@ def main(argv):
     medians = {name: statistics.median(t) for name, t in times.items()}
     print("matmul %.1f / %.1f GFLOP/s per CPU-second (before / after)" % tuple(matmul))
     for name, median in medians.items():
-        print("GELU %-8s median %.3f CPU s/step [%.3f-%.3f], fraction of the matmul rate %.2f"
-              % (name, median, min(times[name]), max(times[name]),
-                 flops / median / 1e9 / max(matmul)))
-    print("compiled GELU: %.3fx the speed of GELU as ops" % (medians["ops"] / medians["compiled"]))
+        print("fused %-18s median %.3f CPU s/step [%.3f-%.3f], fraction of the matmul "
+              "rate %.2f" % (name, median, min(times[name]), max(times[name]),
+                             flops / median / 1e9 / max(matmul)))
+    first = FLAGS.variant[0]
+    for name in FLAGS.variant[1:]:
+        print("fused %s: %.3fx the speed of fused %s" % (first, medians[name] / medians[first],
+                                                         name))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""The memory-saving gradients of modeling.py: their values, against NumPy
-references, and what they keep of the forward pass.
+"""The kernels of kernels.py and their memory-saving gradients, fused and
+written out: their values, against NumPy references, and what they keep of
+the forward pass; and the choice of fused kernels.
 
-GELU, the feed-forward output projection and dropout carry gradient
-overrides (and recomputed layers an IdentityN whose gradient rebuilds the
-layer). Values are checked in float64 against finite differences and closed
+GELU, the feed-forward output projection, dropout and the fused LayerNorm
+carry gradient overrides (and recomputed layers an IdentityN whose gradient
+rebuilds the layer). Values are checked in float64 against finite differences and closed
 forms computed here. What a backward pass keeps alive is read off the graph:
 the forward tensors that the ops needed for the requested gradients consume
 (the ops a session would actually run for them, as it prunes the rest).
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import kernels
 import modeling
 
 # Ops that read only the metadata of their input: they run as soon as the
@@ -52,11 +54,9 @@ def _new_ops(graph, before):
     return set(graph.get_operations()) - before
 
 
-@pytest.fixture(params=["fused", "written_out"])
-def gelu_kind(request, monkeypatch):
-    """Runs a test with GELU as XLA-compiled loops and as separate ops."""
-    monkeypatch.setenv(modeling.FUSED_GELU_VARIABLE,
-                       "1" if request.param == "fused" else "0")
+@pytest.fixture(params=[True, False], ids=["fused", "written_out"])
+def fused(request):
+    """Runs a test with a kernel as XLA-compiled loops and as separate ops."""
     return request.param
 
 
@@ -65,12 +65,12 @@ def _compiled_calls(ops):
             and op.get_attr("_XlaMustCompile")]
 
 
-def test_gelu_gradient_matches_finite_differences(gelu_kind):
+def test_gelu_gradient_matches_finite_differences(fused):
     x = np.linspace(-6.0, 6.0, 241)
     weights = np.random.RandomState(0).randn(x.size)
     with tf.Graph().as_default():
         xt = tf.constant(x)
-        y = modeling.gelu(xt)
+        y = kernels.gelu(xt, fused)
         (grad,) = tf.gradients(tf.reduce_sum(y * weights), [xt])
         with tf.Session() as sess:
             y_value, grad_value = sess.run([y, grad])
@@ -78,19 +78,18 @@ def test_gelu_gradient_matches_finite_differences(gelu_kind):
     np.testing.assert_allclose(grad_value, weights * np_gelu_slope(x), rtol=0, atol=1e-8)
 
 
-def test_fused_bfloat16_gelu_and_gradient_round_the_exact_values(monkeypatch):
+def test_fused_bfloat16_gelu_and_gradient_round_the_exact_values():
     """In bfloat16 the compiled GELU and its input gradient are within two
     bfloat16 steps (2^-7 relative) of the float64 values at the same bfloat16
     inputs (they compute in float32 and round once, so within half a step);
     near zero, within float32's cancellation in 1 + tanh. (Written out in
     bfloat16 ops, 1 + tanh cancels at bfloat16's precision instead.)"""
-    monkeypatch.setenv(modeling.FUSED_GELU_VARIABLE, "1")
     x = np.linspace(-6.0, 6.0, 481)
     weights = np.random.RandomState(0).uniform(0.5, 2.0, x.size)
     with tf.Graph().as_default():
         xt = tf.cast(tf.constant(x, tf.float32), tf.bfloat16)
         wt = tf.cast(tf.constant(weights, tf.float32), tf.bfloat16)
-        y = modeling.gelu(xt)
+        y = kernels.gelu(xt, fused=True)
         (grad,) = tf.gradients(y, [xt], grad_ys=wt)
         with tf.Session() as sess:
             values = sess.run([tf.cast(t, tf.float64) for t in (xt, wt, y, grad)])
@@ -101,11 +100,11 @@ def test_fused_bfloat16_gelu_and_gradient_round_the_exact_values(monkeypatch):
                                rtol=2 * step, atol=2 * step)
 
 
-def test_gelu_backward_keeps_only_the_input(gelu_kind):
+def test_gelu_backward_keeps_only_the_input(fused):
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
         before = set(graph.get_operations())
-        y = modeling.gelu(x)
+        y = kernels.gelu(x, fused)
         forward = _new_ops(graph, before)
         (grad,) = tf.gradients(y, [x], grad_ys=tf.ones_like(y))
         assert forward_tensors_read_by([grad], forward) == set()
@@ -117,7 +116,7 @@ def test_gelu_backward_keeps_only_the_input(gelu_kind):
         assert len(forward_tensors_read_by([plain_grad], forward)) >= 3
 
 
-def test_fused_gelu_dense_gradients_match_closed_form(gelu_kind):
+def test_fused_gelu_dense_gradients_match_closed_form(fused):
     rng = np.random.RandomState(1)
     x = rng.randn(6, 5) * 2.0
     # The variables are float32: the reference uses the same rounded values.
@@ -126,7 +125,7 @@ def test_fused_gelu_dense_gradients_match_closed_form(gelu_kind):
     weights = rng.randn(6, 3)
     with tf.Graph().as_default():
         xt = tf.constant(x)
-        output = modeling._gelu_dense(xt, 3)
+        output = modeling._gelu_dense(xt, 3, fused_ops=kernels.FusedOps(gelu=fused))
         kernel_var, bias_var = tf.global_variables()
         loss = tf.reduce_sum(output * weights)
         grads = tf.gradients(loss, [xt, kernel_var, bias_var])
@@ -141,11 +140,11 @@ def test_fused_gelu_dense_gradients_match_closed_form(gelu_kind):
     np.testing.assert_allclose(d_x, (weights @ kernel.T) * np_gelu_slope(x), rtol=0, atol=1e-8)
 
 
-def test_fused_gelu_dense_backward_keeps_no_activation(gelu_kind):
+def test_fused_gelu_dense_backward_keeps_no_activation(fused):
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
         before = set(graph.get_operations())
-        output = modeling._gelu_dense(x, 4)
+        output = modeling._gelu_dense(x, 4, fused_ops=kernels.FusedOps(gelu=fused))
         forward = _new_ops(graph, before)
         grads = tf.gradients(output, [x] + tf.trainable_variables(),
                              grad_ys=tf.ones_like(output))
@@ -155,89 +154,111 @@ def test_fused_gelu_dense_backward_keeps_no_activation(gelu_kind):
         assert [t.shape.as_list() for t in read] == [[16, 4]]
 
 
-def test_gelu_as_compiled_loops_or_as_separate_ops(gelu_kind):
+def test_gelu_as_compiled_loops_or_as_separate_ops(fused):
     """Fused: the forward GELU is one XLA-compiled call and its backward
     another, with no tanh left outside them; written out: no calls."""
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
-        y = modeling.gelu(x)
+        y = kernels.gelu(x, fused)
         forward = set(graph.get_operations())
         tf.gradients(y, [x], grad_ys=tf.ones_like(y))
         backward = set(graph.get_operations()) - forward
-        if gelu_kind == "fused":
+        if fused:
             assert len(_compiled_calls(forward)) == len(_compiled_calls(backward)) == 1
             assert not [op for op in graph.get_operations() if op.type == "Tanh"]
         else:
             assert not _compiled_calls(graph.get_operations())
             assert [op.type for op in forward].count("Tanh") == 1
-        # Inside portable_ops, always separate ops.
-        with modeling.portable_ops():
-            before = set(graph.get_operations())
-            modeling.gelu(x)
-            assert not _compiled_calls(_new_ops(graph, before))
 
 
-def test_fused_gelu_never_inside_an_xla_context(monkeypatch):
+def test_kernels_never_fused_inside_an_xla_context():
     """In an XLA context (a TPU computation) the ops stay separate: XLA
     compiles them there anyway."""
     from tensorflow.python.ops import control_flow_ops
-    monkeypatch.setenv(modeling.FUSED_GELU_VARIABLE, "1")
     with tf.Graph().as_default() as graph:
-        x = tf.placeholder(tf.float32, [4])
+        x = tf.placeholder(tf.float32, [4, 8])
         context = control_flow_ops.XLAControlFlowContext()
         context.Enter()
         try:
-            assert not modeling.fused_gelu_enabled()
-            modeling.gelu(x)
+            kernels.gelu(x, fused=True)
+            kernels.dropout(x, 0.1, fused=True)
+            kernels.layer_norm(x, tf.ones([8]), tf.zeros([8]), fused=True)
         finally:
             context.Exit()
         assert not _compiled_calls(graph.get_operations())
-        assert modeling.fused_gelu_enabled()
+        kernels.gelu(x, fused=True)
+        assert _compiled_calls(graph.get_operations())
 
 
-def test_fused_gelu_by_default_where_no_gpu_is_visible(monkeypatch):
-    monkeypatch.delenv(modeling.FUSED_GELU_VARIABLE, raising=False)
-    with tf.Graph().as_default():
-        assert modeling.fused_gelu_enabled() == (not tf.config.list_physical_devices("GPU"))
+def test_choose_fused_ops():
+    everything = kernels.FusedOps(gelu=True, layer_norm=True, dropout=True)
+    no_gpu = not tf.config.list_physical_devices("GPU")
+    assert kernels.choose_fused_ops("auto") == (everything if no_gpu else kernels.FusedOps())
+    assert kernels.choose_fused_ops(None) == kernels.choose_fused_ops("auto")
+    assert kernels.choose_fused_ops("all") == everything
+    assert kernels.choose_fused_ops("none") == kernels.FusedOps()
+    assert kernels.choose_fused_ops(" GELU, dropout") == kernels.FusedOps(gelu=True,
+                                                                          dropout=True)
+    assert kernels.choose_fused_ops(everything) is everything
+    assert str(kernels.FusedOps(layer_norm=True, dropout=True)) == "layer_norm,dropout"
+    assert str(kernels.FusedOps()) == "none"
+    with pytest.raises(ValueError, match="softmax"):
+        kernels.choose_fused_ops("gelu,softmax")
+    import run_common
+    with pytest.raises(run_common.InputError, match="^--fused_ops: unknown fused op"):
+        run_common.choose_fused_ops("gelu,softmax")
+    assert run_common.choose_fused_ops("none", start_xla=False) == kernels.FusedOps()
 
 
-def test_compiled_and_written_out_models_train_alike(monkeypatch):
+def _model_graph_ops(fused_ops):
+    config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
+                                 num_attention_heads=2, intermediate_size=24)
+    with tf.Graph().as_default() as graph:
+        model = modeling.BertModel(config, is_training=True,
+                                   input_ids=tf.placeholder(tf.int32, [3, 5]),
+                                   fused_ops=fused_ops)
+        return model.fused_ops, graph.get_operations()
+
+
+def test_bert_model_builds_the_kernels_it_is_given():
+    """The choice reaches every kernel of the model: compiled calls under
+    the dropout scopes only with dropout fused, none with nothing fused."""
+    chosen, ops = _model_graph_ops("dropout")
+    assert chosen == kernels.FusedOps(dropout=True)
+    calls = _compiled_calls(ops)
+    assert calls and all("dropout" in op.name for op in calls)
+    chosen, ops = _model_graph_ops(kernels.FusedOps())
+    assert not _compiled_calls(ops)
+    assert [op.type for op in ops].count("Tanh") == 2  # The GELU and the pooler.
+
+
+def test_compiled_and_written_out_models_train_alike():
     """A small BERT's loss and gradients agree between GELU and LayerNorm as
     compiled loops and as separate ops, to float32 rounding."""
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=24)
     ids = np.random.RandomState(4).randint(0, 30, (3, 5))
     results = {}
-    for setting in ("1", "0"):
-        for variable in modeling.COMPILED_LOOP_VARIABLES:
-            monkeypatch.setenv(variable, setting)
+    for setting in ("all", "none"):
         with tf.Graph().as_default():
             tf.set_random_seed(5)
             ids_t = tf.placeholder(tf.int32, [3, 5])
-            model = modeling.BertModel(config, is_training=False, input_ids=ids_t)
+            model = modeling.BertModel(config, is_training=False, input_ids=ids_t,
+                                       fused_ops=setting)
             loss = tf.reduce_sum(tf.square(model.get_pooled_output()))
             grads = [tf.convert_to_tensor(g)
                      for g in tf.gradients(loss, tf.trainable_variables())]
             assert bool(_compiled_calls(tf.get_default_graph().get_operations())) == (
-                setting == "1")
+                setting == "all")
             with tf.Session() as sess:
                 sess.run(tf.global_variables_initializer())
                 results[setting] = sess.run([loss] + grads, {ids_t: ids})
-    for fused, written_out in zip(*results.values()):
-        np.testing.assert_allclose(fused, written_out, rtol=2e-5, atol=1e-7)
-
-
-@pytest.fixture(params=["fused", "written_out"])
-def dropout_kind(request, monkeypatch):
-    """Runs a test with dropout's 16-bit draws and compiled loops, and with
-    tf.nn.dropout's draw and separate ops."""
-    monkeypatch.setenv(modeling.FUSED_DROPOUT_VARIABLE,
-                       "1" if request.param == "fused" else "0")
-    return request.param
+    for fused_value, written_out in zip(*results.values()):
+        np.testing.assert_allclose(fused_value, written_out, rtol=2e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("seeded", [False, True])
-def test_dropout_values_gradient_and_what_it_keeps(seeded, dropout_kind):
+def test_dropout_values_gradient_and_what_it_keeps(seeded, fused):
     rate = 0.3
     x = np.random.RandomState(2).uniform(0.5, 1.5, (40, 50))  # No zeros.
     weights = np.random.RandomState(3).randn(40, 50)
@@ -245,10 +266,10 @@ def test_dropout_values_gradient_and_what_it_keeps(seeded, dropout_kind):
         xt = tf.placeholder(tf.float64, x.shape)
         before = set(graph.get_operations())
         if seeded:
-            with modeling.stateless_dropout_seed(tf.constant([7, 8])):
-                y = modeling.dropout(xt, rate)
+            with kernels.stateless_dropout_seed(tf.constant([7, 8])):
+                y = kernels.dropout(xt, rate, fused)
         else:
-            y = modeling.dropout(xt, rate)
+            y = kernels.dropout(xt, rate, fused)
         forward = _new_ops(graph, before)
         (grad,) = tf.gradients(tf.reduce_sum(y * weights), [xt])
         read = forward_tensors_read_by([grad], forward)
@@ -261,11 +282,11 @@ def test_dropout_values_gradient_and_what_it_keeps(seeded, dropout_kind):
                                rtol=1e-15)
     # The boolean mask, besides the scalar scale.
     assert [t.dtype for t in read if t.shape.ndims] == [tf.bool]
-    assert bool(_compiled_calls(forward)) == (dropout_kind == "fused")
+    assert bool(_compiled_calls(forward)) == fused
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
-def test_dropout_drops_at_the_rate_and_draws_anew(dtype, dropout_kind):
+def test_dropout_drops_at_the_rate_and_draws_anew(dtype, fused):
     """Over 2^20 values the dropped fraction is the rate within 5 standard
     deviations (1.5e-3 at rate 0.1, far below bfloat16's 2^-7 step); kept
     values are scaled by 1 / (1 - rate) in the input's dtype; each run draws
@@ -274,9 +295,9 @@ def test_dropout_drops_at_the_rate_and_draws_anew(dtype, dropout_kind):
     shape = (1024, 1024)
     with tf.Graph().as_default():
         x = tf.ones(shape, dtype)
-        unseeded = modeling.dropout(x, rate)
-        with modeling.stateless_dropout_seed(tf.constant([3, 9])):
-            seeded = modeling.dropout(x, rate)
+        unseeded = kernels.dropout(x, rate, fused)
+        with kernels.stateless_dropout_seed(tf.constant([3, 9])):
+            seeded = kernels.dropout(x, rate, fused)
         with tf.Session() as sess:
             first, first_seeded = sess.run([tf.cast(unseeded, tf.float32),
                                             tf.cast(seeded, tf.float32)])
@@ -290,14 +311,16 @@ def test_dropout_drops_at_the_rate_and_draws_anew(dtype, dropout_kind):
     np.testing.assert_array_equal(first_seeded, second_seeded)
 
 
-def _bert_backward_reads(recompute_grad):
-    """Forward tensors of a training BERT graph read by its gradients."""
+def _bert_backward_reads(recompute_grad, fused):
+    """Forward tensors of a training BERT graph read by its gradients, with
+    every kernel fused or none."""
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=24)
     with tf.Graph().as_default() as graph:
         ids = tf.placeholder(tf.int32, [3, 5])
         model = modeling.BertModel(config, is_training=True, input_ids=ids,
-                                   recompute_grad=recompute_grad)
+                                   recompute_grad=recompute_grad,
+                                   fused_ops="all" if fused else "none")
         forward = set(graph.get_operations())
         loss = tf.reduce_sum(tf.square(model.get_pooled_output()))
         grads = tf.gradients(loss, tf.trainable_variables())
@@ -305,19 +328,19 @@ def _bert_backward_reads(recompute_grad):
         return forward_tensors_read_by(grads, forward)
 
 
-def test_bert_backward_keeps_one_intermediate_tensor_per_layer(gelu_kind):
-    read = _bert_backward_reads(recompute_grad=False)
+def test_bert_backward_keeps_one_intermediate_tensor_per_layer(fused):
+    read = _bert_backward_reads(recompute_grad=False, fused=fused)
     intermediate = [t for t in read if t.shape.as_list() == [15, 24]]
     assert len(intermediate) == 2  # Each layer's pre-activation.
     assert all(t.op.name.endswith("intermediate/BiasAdd") for t in intermediate)
 
 
-def test_recomputed_bert_backward_keeps_no_intermediate_tensor(gelu_kind):
-    read = _bert_backward_reads(recompute_grad=True)
+def test_recomputed_bert_backward_keeps_no_intermediate_tensor(fused):
+    read = _bert_backward_reads(recompute_grad=True, fused=fused)
     assert not [t for t in read if 24 in t.shape.as_list()]
     assert not [t for t in read if t.shape.as_list() == [3, 2, 5, 5]]  # Attention.
     # Control: without recomputation the attention weights are kept.
-    plain = _bert_backward_reads(recompute_grad=False)
+    plain = _bert_backward_reads(recompute_grad=False, fused=fused)
     assert [t for t in plain if t.shape.as_list() == [3, 2, 5, 5]]
 
 
@@ -340,16 +363,8 @@ def np_layer_norm_gradients(x, gamma, grad):
     return grad_x, (grad * normalized).sum(rows), grad.sum(rows)
 
 
-@pytest.fixture(params=["fused", "written_out"])
-def layer_norm_kind(request, monkeypatch):
-    """Runs a test with LayerNorm as XLA-compiled loops and as separate ops."""
-    monkeypatch.setenv(modeling.FUSED_LAYER_NORM_VARIABLE,
-                       "1" if request.param == "fused" else "0")
-    return request.param
-
-
 @pytest.mark.parametrize("shape", [(6, 32), (2, 3, 32)])
-def test_layer_norm_values_and_gradients(shape, layer_norm_kind):
+def test_layer_norm_values_and_gradients(shape, fused):
     """Values and the gradients of input, gamma and beta against NumPy's
     float64 closed forms, for matrices and the embeddings' rank 3."""
     rng = np.random.RandomState(5)
@@ -360,9 +375,9 @@ def test_layer_norm_values_and_gradients(shape, layer_norm_kind):
     with tf.Graph().as_default() as graph:
         xt = tf.placeholder(tf.float32, shape)
         before = set(graph.get_operations())
-        y = modeling.layer_norm(xt, name="ln")
+        y = modeling.layer_norm(xt, name="ln", fused_ops=kernels.FusedOps(layer_norm=fused))
         forward = _new_ops(graph, before)
-        assert bool(_compiled_calls(forward)) == (layer_norm_kind == "fused")
+        assert bool(_compiled_calls(forward)) == fused
         gamma_var, beta_var = (tf.global_variables("ln/gamma")[0],
                                tf.global_variables("ln/beta")[0])
         grads = tf.gradients(y, [xt, gamma_var, beta_var], grad_ys=grad)
@@ -379,7 +394,7 @@ def test_layer_norm_values_and_gradients(shape, layer_norm_kind):
         np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-5)
 
 
-def test_bfloat16_layer_norm_backward_keeps_the_bfloat16_input(layer_norm_kind):
+def test_bfloat16_layer_norm_backward_keeps_the_bfloat16_input(fused):
     """bfloat16 LayerNorm: the values round the float32 ones; the fused
     backward pass keeps the bfloat16 input and two per-row statistics, the
     written-out one a float32 copy of the input."""
@@ -388,7 +403,7 @@ def test_bfloat16_layer_norm_backward_keeps_the_bfloat16_input(layer_norm_kind):
         xt = tf.placeholder(tf.float32, x.shape)
         x16 = tf.cast(xt, tf.bfloat16)
         before = set(graph.get_operations())
-        y = modeling.layer_norm(x16)
+        y = kernels.layer_norm(x16, tf.ones([64]), tf.zeros([64]), fused)
         forward = _new_ops(graph, before)
         assert y.dtype == tf.bfloat16
         (grad,) = tf.gradients(tf.reduce_sum(tf.cast(y, tf.float32) ** 2), [x16])
@@ -400,20 +415,9 @@ def test_bfloat16_layer_norm_backward_keeps_the_bfloat16_input(layer_norm_kind):
     np.testing.assert_allclose(y_value, np_layer_norm(x_rounded.astype(np.float64), 1.0, 0.0),
                                rtol=2.0 ** -7, atol=2.0 ** -7)
     full_size = {t.dtype for t in read | {x16} if t.shape.as_list() == [8, 64]}
-    if layer_norm_kind == "fused":
+    if fused:
         assert full_size == {tf.bfloat16}
         assert sorted(t.shape.as_list() for t in read if t.dtype == tf.float32
                       and t.shape.ndims == 2) == [[8, 1], [8, 1]]
     else:
         assert tf.float32 in full_size
-
-
-def test_layer_norm_separate_inside_portable_ops(monkeypatch):
-    monkeypatch.setenv(modeling.FUSED_LAYER_NORM_VARIABLE, "1")
-    with tf.Graph().as_default() as graph:
-        x = tf.placeholder(tf.float32, [4, 8])
-        with modeling.portable_ops():
-            modeling.layer_norm(x)
-        assert not _compiled_calls(graph.get_operations())
-        modeling.layer_norm(x)
-        assert _compiled_calls(graph.get_operations())
