@@ -115,18 +115,15 @@ def all_flags():
     return flags.FLAGS
 
 
-def _check_args(all_flags, sources, args, where):
-    """Every --flag in `args` is defined by one of `sources` (script source
-    texts) or a shared flag group they ask for, and typed values parse."""
-    import run_common
-    groups = [names for group, names in (("TPU_FLAGS", run_common.TPU_FLAGS),
-                                         ("TRAINING_OPTION_FLAGS",
-                                          run_common.TRAINING_OPTION_FLAGS))
-              if any("run_common." + group in source for source in sources)]
+def _check_args(all_flags, modules, args, where):
+    """Every --flag in `args` is a flag of one of the script modules
+    `modules` (one it defines, or a shared one it asks for: its key flags,
+    which its --help lists), and typed values parse."""
+    key_flags = {flag.name for module in modules
+                 for flag in all_flags.get_key_flags_for_module(module)}
 
     def defined(name):
-        return (any('"%s"' % name in source for source in sources)
-                or any(name in names for names in groups))
+        return name in key_flags
 
     for arg in args:
         if arg in ("...", "\\") or not arg.startswith("--"):
@@ -153,21 +150,22 @@ def test_command_parses(all_flags, page, script, args, line):
         imported = [name for name in _flag_scripts()
                     if re.search(r"^import %s\b" % name, source, flags=re.M)]
         if args:
-            sources = []
             for name in imported:
                 importlib.import_module(name)
-                with open(os.path.join(ROOT, name + ".py"), encoding="utf-8") as f:
-                    sources.append(f.read())
-            _check_args(all_flags, sources, args, where)
+            _check_args(all_flags, imported, args, where)
         return
     with open(path, encoding="utf-8") as f:
         source = f.read()
     if os.path.dirname(script) == "" and script in _flag_scripts():
         importlib.import_module(script)
-        _check_args(all_flags, [source], args, where)
+        _check_args(all_flags, [script], args, where)
         return
     # Demo, benchmarks and data generators (argparse or their own absl
-    # flags, not importable side by side): each flag must appear in the source.
+    # flags, not importable side by side): each flag must appear in the
+    # source, or in that of the benchmarks' shared flags.
+    if "bench_common.define_model_flags" in source:
+        with open(os.path.join(ROOT, "benchmarks", "bench_common.py"), encoding="utf-8") as f:
+            source += f.read()
     for arg in args:
         if arg.startswith("--"):
             name = arg[2:].partition("=")[0]

@@ -113,7 +113,7 @@ def test_jsonl_any_number_of_choices(tmp_path):
     ("dev.jsonl", '{"context": "a", "endings": ["b", "c"], "label": 0}\n'
                   '{"context": "a", "endings": ["b", "c"]}\n',
      r"dev\.jsonl, line 2: no label, unlike line 1"),
-    ("dev.jsonl", '["a", "b"]\n', r"dev\.jsonl, line 1: expected a JSON object"),
+    ("dev.jsonl", '["a", "b"]\n', r"dev\.jsonl, line 1: expected one JSON object"),
     ("dev.jsonl", '{"endings": ["b", "c"]}\n', r"dev\.jsonl, line 1: \"context\" must be"),
     ("dev.jsonl", '{"context": "a", "endings": ["b", "c"], "label": 2}\n',
      r"dev\.jsonl, line 1: label 2 is not a choice number from 0 to 1"),
