@@ -555,9 +555,18 @@ def convert(hf_model_dir, output_dir):
         with tf.io.gfile.GFile(os.path.join(tmp_dir, "bert_config.json"), "w") as f:
             f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
         tf.io.gfile.copy(vocab_path, os.path.join(tmp_dir, "vocab.txt"), overwrite=True)
+        lower = _do_lower_case(hf_model_dir)
+        if lower is not None:
+            # The casing, next to the vocabulary, where the scripts check it.
+            with tf.io.gfile.GFile(os.path.join(tmp_dir, run_common.TOKENIZER_CONFIG_FILE),
+                                   "w") as f:
+                f.write(json.dumps({"do_lower_case": lower}) + "\n")
         for name in sorted(tf.io.gfile.listdir(tmp_dir)):
             tf.io.gfile.rename(os.path.join(tmp_dir, name), os.path.join(output_dir, name),
                                overwrite=True)
+        stale = os.path.join(output_dir, run_common.TOKENIZER_CONFIG_FILE)
+        if lower is None and tf.io.gfile.exists(stale):  # Of another model converted there.
+            tf.io.gfile.remove(stale)
     except Exception as e:
         # A full disk or a file size limit: one line naming the output.
         message = run_common.output_write_error(e, output_dir)
@@ -568,21 +577,32 @@ def convert(hf_model_dir, output_dir):
         if tf.io.gfile.exists(tmp_dir):
             tf.io.gfile.rmtree(tmp_dir)
 
-    tf.logging.info("Converted %d tensors from %s (%s) to %s", len(variables),
-                    weights_source, ", ".join(
-                        "%s=%s" % (k, config[k]) for k in ("num_hidden_layers", "hidden_size",
-                                                         "hidden_act")),
-                    os.path.join(output_dir, CHECKPOINT_NAME))
-    tokenizer_config = os.path.join(hf_model_dir, "tokenizer_config.json")
-    if tf.io.gfile.exists(tokenizer_config):
-        lower = read_json(tokenizer_config).get("do_lower_case")
-        if lower is not None:
-            tf.logging.info("The model's tokenizer has do_lower_case=%s: pass "
-                            "--do_lower_case=%s to the scripts", lower, bool(lower))
+    run_common.report_output(
+        os.path.join(output_dir, CHECKPOINT_NAME), "%d tensors converted from %s (%s)" % (
+            len(variables), weights_source, ", ".join(
+                "%s=%s" % (k, config[k]) for k in ("num_hidden_layers", "hidden_size",
+                                                 "hidden_act"))))
+    run_common.report_output(os.path.join(output_dir, "bert_config.json"))
+    run_common.report_output(os.path.join(output_dir, "vocab.txt"))
+    if lower is not None:
+        run_common.report_output(os.path.join(output_dir, run_common.TOKENIZER_CONFIG_FILE),
+                                 "do_lower_case=%s" % lower)
+        tf.logging.info("The model's tokenizer has do_lower_case=%s: pass "
+                        "--do_lower_case=%s to the scripts", lower, lower)
     return {"checkpoint": os.path.join(output_dir, CHECKPOINT_NAME),
             "bert_config_file": os.path.join(output_dir, "bert_config.json"),
             "vocab_file": os.path.join(output_dir, "vocab.txt"),
             "warnings": warnings}
+
+
+def _do_lower_case(hf_model_dir):
+    """The casing of a Hugging Face model (True, False), from its
+    tokenizer_config.json, or None where it does not say."""
+    path = os.path.join(hf_model_dir, run_common.TOKENIZER_CONFIG_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    lower = read_json(path).get("do_lower_case")
+    return None if lower is None else bool(lower)
 
 
 def main(_):

@@ -148,6 +148,10 @@ class _AtomicRecordFiles:
                 raise self._write_error(e, index) or e
         for target in self._targets:
             target.commit()
+        for path in self._paths:
+            run_base.report_output(path, "%d instances%s" % (
+                self.count, " in the %d files" % len(self._paths) if len(self._paths) > 1
+                else ""))
 
     def abort(self):
         for f in self._files:

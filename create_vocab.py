@@ -210,7 +210,7 @@ def main(_):
     with run_base.atomic_output(FLAGS.output_file) as writer:
         for token in vocab:
             writer.write(token + "\n")
-    logging.info("Wrote %d tokens to %s", len(vocab), FLAGS.output_file)
+    run_base.report_output(FLAGS.output_file, "%d tokens" % len(vocab))
 
 
 if __name__ == "__main__":

@@ -229,9 +229,10 @@ def _num_documents():
 _LOG_PREFIX = re.compile(r"^(?:INFO:tensorflow:|WARNING:tensorflow:|"
                          r"[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] )")
 _INTERESTING = re.compile(
-    r"^step \d+: loss|Eval results|^  \w+ = [-+.\de]+$|^Wrote |words, \d+ distinct|"
+    r"^step \d+(?: of \d+)?: loss|Eval results|^  \w+ = [-+.\de]+$|^Wrote |"
+    r"words, \d+ distinct|"
     r"as checkpoint 0|Num examples|Num steps|Converted \d+ examples|"
-    r"^\s*\"(exact_match|f1)\"|Writing predictions|Best checkpoint|"
+    r"^\s*\"(exact_match|f1)\"|Writing predictions|"
     r"Could not find answer for|ERROR|Error|Traceback")
 
 
@@ -240,7 +241,7 @@ def _console_line(raw, step_every):
     message = _LOG_PREFIX.sub("", raw.rstrip("\n"))
     if not _INTERESTING.search(message):
         return None
-    match = re.match(r"^step (\d+): loss", message)
+    match = re.match(r"^step (\d+)(?: of \d+)?: loss", message)
     if match and (int(match.group(1)) + 1) % step_every:
         return None
     return message

@@ -151,12 +151,12 @@ def convert_example(ex_index, example, seq_length, tokenizer):
                              input_ids=input_ids, input_mask=input_mask,
                              input_type_ids=input_type_ids)
     if ex_index < 5:
-        run_common.log_example([
-            ("unique_id", example.unique_id),
-            ("tokens", [tokenization.printable_text(t) for t in tokens]),
-            ("input_ids", input_ids),
-            ("input_mask", input_mask),
-            ("input_type_ids", input_type_ids)])
+        run_common.log_example(
+            [("unique_id", example.unique_id),
+             ("tokens", [tokenization.printable_text(t) for t in tokens]),
+             ("length", len(tokens))], debug=ex_index > 0,
+            ids=[("input_ids", input_ids), ("input_mask", input_mask),
+                 ("input_type_ids", input_type_ids)])
     return features
 
 
@@ -638,8 +638,8 @@ def main(_):
         writer.close()
         writer = None
         elapsed = max(time.time() - start, 1e-9)
-        tf.logging.info("Wrote %d examples to %s in %.1f s (%.1f examples/s)", done,
-                        FLAGS.output_file, elapsed, done / elapsed)
+        run_common.report_output(FLAGS.output_file, "%d examples in %.1f s (%.1f examples/s)"
+                                 % (done, elapsed, done / elapsed))
     finally:
         if writer is not None:
             writer.abort()

@@ -487,6 +487,7 @@ class OwnDataProcessor:
             return None
         path = os.path.join(output_dir, LABELS_FILE)
         write_label_file(path, labels)
+        run_common.report_output(path, "the labels in the order of the model's outputs")
         return path
 
     def prediction_text(self, output, label_list):

@@ -108,6 +108,10 @@ _SHARED_FLAGS = {
         "decayed linearly to 0."),
     "num_train_epochs": (
         flags.DEFINE_float, 3.0, "Passes over the training data (may be fractional)."),
+    "max_train_steps": (
+        flags.DEFINE_integer, 0,
+        "If positive, train at most this many optimizer steps (the warm-up and "
+        "decay fit the shortened run): for a quick try of a command."),
     "warmup_proportion": (
         flags.DEFINE_float, 0.1,
         "Share of the training steps during which the learning rate climbs "
@@ -239,7 +243,7 @@ TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_x
 FINE_TUNING_FLAGS = ("bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
                      "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
                      "train_batch_size", "eval_batch_size", "predict_batch_size",
-                     "learning_rate", "num_train_epochs", "warmup_proportion",
+                     "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
                      "save_checkpoints_steps", "iterations_per_loop") + TPU_FLAGS + \
     TRAINING_OPTION_FLAGS + ("data_dir", "train_file", "dev_file", "test_file", "export_dir")
 
@@ -293,6 +297,8 @@ def run_script(main):
       `output_write_error`) ends the run with one line "ERROR: <message>" on
       stderr and exit status 1, without a traceback.
     * Each log message is printed once (see `_log_each_message_once`).
+    * At the end, each file the run wrote for the user is named, with its
+      headline (`report_output`, `log_outputs`).
     * --help exits with status 0 (absl's own exit status for it is 1).
 
     Args:
@@ -301,8 +307,11 @@ def run_script(main):
     def wrapped(argv):
         _log_each_message_once()
         _silence_deprecation_warnings()
+        del _OUTPUTS[:]
         try:
-            return main(argv)
+            status = main(argv)
+            log_outputs()
+            return status
         except InputError as e:
             _exit_with_error(str(e))
         except Exception as e:  # Reported in one line only if it is a failed write.
@@ -314,6 +323,12 @@ def run_script(main):
     asks_for_help = any(arg.split("=", 1)[0] in _HELP_FLAGS
                         for arg in sys.argv[1:sys.argv.index("--")
                                             if "--" in sys.argv else None])
+    if asks_for_help:
+        # absl's test flags (--test_tmpdir, --test_random_seed, ...) come with
+        # TensorFlow's import; they are no flags of the script.
+        for flag in list(FLAGS.flags_by_module_dict().get("absl.testing.absltest", ())):
+            if flag.name in FLAGS:
+                delattr(FLAGS, flag.name)
     try:
         app.run(wrapped)
     except SystemExit as e:
@@ -404,6 +419,28 @@ def limit_memory_fragmentation(threshold_bytes=128 * 1024):
     if applied:
         os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
     return applied
+
+
+# ---------------------------------------------------------------------------
+# The files a run wrote for its user, named once at its end.
+
+_OUTPUTS = []  # (path, what), in the order written.
+
+
+def report_output(path, what=""):
+    """Adds `path` to the files this run wrote for the user, with `what`
+    (its headline: "eval_accuracy = 0.87", "408 predictions", ...);
+    `log_outputs` names them. Writing the same path again replaces the
+    entry."""
+    _OUTPUTS[:] = [entry for entry in _OUTPUTS if entry[0] != path]
+    _OUTPUTS.append((path, what))
+
+
+def log_outputs():
+    """Logs "Wrote <path>: <what>" for each file of `report_output` (the
+    scripts' last lines, see `run_script`)."""
+    for path, what in _OUTPUTS:
+        log_info("Wrote %s%s", path, ": " + what if what else "")
 
 
 # ---------------------------------------------------------------------------

@@ -731,13 +731,16 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
         label_id = label_list.index(example.label)
 
     if ex_index < 5:
-        run_common.log_example([
-            ("guid", example.guid),
-            ("tokens", [tokenization.printable_text(t) for t in tokens]),
-            ("input_ids", input_ids),
-            ("input_mask", input_mask),
-            ("segment_ids", segment_ids),
-            ("label", "%s (id = %s)" % (example.label, label_id))], debug=ex_index > 0)
+        # Test sets carry a placeholder label ("test..." guids, see
+        # DataProcessor._create_examples).
+        label = ("none (test data)" if example.guid.startswith("test")
+                 else "%s (id = %s)" % (example.label, label_id))
+        run_common.log_example(
+            [("guid", example.guid),
+             ("tokens", [tokenization.printable_text(t) for t in tokens]),
+             ("length", len(tokens)), ("label", label)], debug=ex_index > 0,
+            ids=[("input_ids", input_ids), ("input_mask", input_mask),
+                 ("segment_ids", segment_ids)])
 
     return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
                          label_id=label_id, is_real_example=True)
@@ -1186,8 +1189,9 @@ class _EvalSet:
             num_multi_labels=_num_multi_labels(processor, label_list))
 
 
-def evaluate(estimator, eval_set, processor, checkpoint_path=None):
-    """Evaluates one checkpoint on a dev set.
+def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoint=None):
+    """Evaluates one checkpoint on a dev set: `checkpoint_path`, else the
+    latest in --output_dir, else `init_checkpoint` (a fine-tuned model).
 
     Returns:
       dict with the estimator's eval_accuracy, eval_loss, loss and
@@ -1198,13 +1202,19 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None):
         ("Num examples", _count_with_padding(eval_set.num_examples, eval_set.num_actual)),
         ("Batch size", FLAGS.eval_batch_size)])
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(FLAGS.output_dir)
+    run_common.log_checkpoint_used("Evaluating", checkpoint_path, FLAGS.output_dir,
+                                   init_checkpoint)
+    batches = run_common.num_batches(eval_set.num_examples, FLAGS.eval_batch_size)
     result = estimator.evaluate(input_fn=eval_set.input_fn, steps=eval_set.steps,
-                                checkpoint_path=checkpoint_path)
+                                checkpoint_path=checkpoint_path,
+                                hooks=[run_common.ProgressHook("Evaluating", batches)])
     if processor.metric_names:
         output_name = "scores" if processor.is_regression else "probabilities"
         label_ids, outputs, is_real = [], [], []
-        for prediction in estimator.predict(input_fn=eval_set.input_fn,
-                                            checkpoint_path=checkpoint_path):
+        batches = run_common.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
+        for prediction in estimator.predict(
+                input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
+                hooks=[run_common.ProgressHook("Computing the task's metrics", batches)]):
             label_ids.append(prediction["label_ids"])
             outputs.append(prediction[output_name])
             is_real.append(prediction["is_real_example"])
@@ -1279,11 +1289,13 @@ def train_and_evaluate(estimator, train_input_fn_for, num_train_steps, eval_sets
                 best_path = _copy_checkpoint(tf.train.latest_checkpoint(FLAGS.output_dir),
                                              best_dir)
                 run_common.write_eval_results(result, best_dir,
-                                              header="***** Best eval results *****")
+                                              header="***** Best eval results *****",
+                                              headline=best_metric)
                 tf.logging.info("New best checkpoint: step %d, %s = %s (copied to %s)",
                                 step, best_metric, value, best_dir)
     if keep_best and best_path:
-        tf.logging.info("Best checkpoint: %s (%s = %s)", best_path, best_metric, best_value)
+        run_common.report_output(best_path, "the best checkpoint, %s = %s"
+                                 % (best_metric, best_value))
     return result, best_path
 
 
@@ -1296,7 +1308,7 @@ def _global_step(estimator):
 
 
 def write_predictions(estimator, examples, suffix, submission_name, label_list,
-                      tokenizer, processor, checkpoint_path=None):
+                      tokenizer, processor, checkpoint_path=None, init_checkpoint=None):
     """Predicts a test set; writes test_results[_<suffix>].tsv (one line of
     tab-separated class probabilities, or one score, per example, in input
     order) and, for GLUE tasks, <submission_name>.tsv ("index\\tprediction");
@@ -1322,8 +1334,11 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         input_file=predict_file, seq_length=FLAGS.max_seq_length, is_training=False,
         drop_remainder=fixed, is_regression=processor.is_regression,
         num_multi_labels=_num_multi_labels(processor, label_list))
-    run_common.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir)
-    predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path)
+    run_common.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir,
+                                   init_checkpoint)
+    batches = run_common.num_batches(len(examples), FLAGS.predict_batch_size)
+    predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path,
+                                    hooks=[run_common.ProgressHook("Predicting", batches)])
 
     # In input order; the padding examples come last.
     output_name = "scores" if processor.is_regression else "probabilities"
@@ -1338,7 +1353,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         for output in outputs:
             values = [output] if processor.is_regression else output
             writer.write("\t".join(str(v) for v in values) + "\n")
-    tf.logging.info("Wrote %d predictions to %s", num_actual, output_predict_file)
+    run_common.report_output(output_predict_file, "%d predictions" % num_actual)
 
     if submission_name:
         submission_file = os.path.join(FLAGS.output_dir, submission_name + ".tsv")
@@ -1351,7 +1366,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
                 else:
                     prediction = label_list[int(np.argmax(output))]
                 writer.write("%s\t%s\n" % (index, prediction))
-        tf.logging.info("Wrote GLUE submission file %s", submission_file)
+        run_common.report_output(submission_file, "the GLUE submission file")
 
     if isinstance(processor, GenericProcessor):
         name = own_data.PREDICTIONS_FILE
@@ -1359,7 +1374,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
             name = name.replace(".tsv", "_%s.tsv" % suffix)
         path = os.path.join(FLAGS.output_dir, name)
         processor.write_predictions_file(path, examples[:num_actual], outputs, label_list)
-        tf.logging.info("Wrote predicted labels to %s", path)
+        run_common.report_output(path, "the predicted labels")
 
 
 def export_model(bert_config, num_labels, is_regression, checkpoint_path, export_dir,
@@ -1508,9 +1523,8 @@ def main(_):
         file_based_convert_examples_to_features(
             train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
             multi_label=processor.is_multi_label)
-        run_common.log_phase("Running training", [
-            ("Num examples", len(train_examples)), ("Batch size", FLAGS.train_batch_size),
-            ("Num steps", num_train_steps)])
+        run_common.log_training(options, [("Num examples", len(train_examples))],
+                                num_train_steps)
 
         def train_input_fn_for(skip_records):
             return file_based_input_fn_builder(
@@ -1528,20 +1542,23 @@ def main(_):
                 len(train_examples))
         else:
             estimator.train(input_fn=train_input_fn_for(0), max_steps=num_train_steps)
+        run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     for eval_set in eval_sets:
         if eval_set is eval_sets[0] and last_result is not None:
             # Already evaluated at the end of training.
             result = last_result
         else:
-            result = evaluate(estimator, eval_set, processor)
+            result = evaluate(estimator, eval_set, processor, init_checkpoint=init_checkpoint)
         name = "eval_results.txt" if not eval_set.suffix else \
             "eval_results_%s.txt" % eval_set.suffix
-        run_common.write_eval_results(result, FLAGS.output_dir, file_name=name)
+        run_common.write_eval_results(result, FLAGS.output_dir, file_name=name,
+                                      headline=processor.main_metric)
 
     for suffix, examples, submission_name in predict_sets:
         write_predictions(estimator, examples, suffix, submission_name, label_list,
-                          tokenizer, processor, checkpoint_path=best_checkpoint)
+                          tokenizer, processor, checkpoint_path=best_checkpoint,
+                          init_checkpoint=init_checkpoint)
 
     if FLAGS.export_dir:
         checkpoint = _checkpoint_to_export(init_checkpoint, best_checkpoint)

@@ -64,6 +64,7 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
     limit_memory_fragmentation,
     exists,
     isdir,
+    report_output,
 )
 
 FLAGS = flags.FLAGS
@@ -132,19 +133,52 @@ def load_bert_config(bert_config_file, max_seq_length=None, vocab=None,
     return config
 
 
+# Next to a vocabulary, as Hugging Face writes it: {"do_lower_case": ...}, the
+# casing the model was trained with (convert_checkpoint.py copies it).
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+
 def load_tokenizer(vocab_file, do_lower_case, init_checkpoint=None):
-    """A FullTokenizer, after checking the casing against a Google checkpoint
-    name. Raises InputError for a missing vocabulary, one that is not UTF-8
-    (naming the line) or a casing mismatch."""
+    """A FullTokenizer, after checking --do_lower_case against what is known
+    of the model's casing: a Google release's name in the checkpoint path,
+    a tokenizer_config.json next to the vocabulary (both errors), and the
+    vocabulary itself (`tokenization.vocab_casing`: a warning, where it
+    tells).
+
+    Raises:
+      InputError: a missing vocabulary, one that is not UTF-8 (naming the
+        line), or a casing that contradicts the checkpoint's name or the
+        tokenizer_config.json.
+    """
     import tokenization
     require_file("vocab_file", vocab_file)
     try:
         tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
-        return tokenization.FullTokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case)
+        tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
+                                               do_lower_case=do_lower_case)
     except UnicodeDecodeError:
         raise non_utf8_error("vocab_file", vocab_file)
     except ValueError as e:
         raise InputError(str(e))
+    recorded = os.path.join(os.path.dirname(vocab_file), TOKENIZER_CONFIG_FILE)
+    if exists(recorded):
+        model_lower = read_json_object(recorded).get("do_lower_case")
+        if model_lower is not None and bool(model_lower) != bool(do_lower_case):
+            raise InputError(
+                "--do_lower_case=%s, but %s says the model's vocabulary is used with "
+                "do_lower_case=%s: pass --do_lower_case=%s"
+                % (bool(do_lower_case), recorded, bool(model_lower), bool(model_lower)))
+    casing = tokenization.vocab_casing(tokenizer.vocab)
+    if casing == "uncased" and not do_lower_case:
+        tf.logging.warning(
+            "--do_lower_case=False, but --vocab_file %s is uncased (no token has a capital "
+            "letter): every word with one becomes [UNK]; pass --do_lower_case=True",
+            vocab_file)
+    elif casing == "cased" and do_lower_case:
+        tf.logging.warning(
+            "--do_lower_case=True, but --vocab_file %s is cased: the text loses its capitals, "
+            "which the model was trained with; pass --do_lower_case=False", vocab_file)
+    return tokenizer
 
 
 def resolve_checkpoint(flag_name, path, required=False):
@@ -338,26 +372,26 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
             % (output_dir, os.path.basename(checkpoint), layers, expected_layers, fix))
 
 
-def log_checkpoint_used(what, checkpoint_path, model_dir):
-    """Logs "<what> with the weights of <checkpoint>" on the Estimator, for
-    the checkpoint a prediction or evaluation will restore (the session
-    runner logs the same line itself).
+def log_checkpoint_used(what, checkpoint_path, model_dir, init_checkpoint=None):
+    """Logs whose weights an evaluation or prediction runs with, as the
+    runner will restore them: "<what> with the weights of <checkpoint>".
 
     Args:
       what: "Predicting", "Evaluating", ...
       checkpoint_path: the checkpoint passed to the runner, or None for the
         latest in model_dir.
       model_dir: the runner's model directory.
+      init_checkpoint: the checkpoint the model_fn starts from
+        (`init_from_checkpoint`), which gives the weights where model_dir
+        has no checkpoint; with neither, the weights are fresh (a warning).
     """
-    if not runtime.USE_ESTIMATOR:
-        return
     checkpoint_path = checkpoint_path or (tf.train.latest_checkpoint(model_dir)
                                           if model_dir else None)
-    if checkpoint_path:
-        tf.logging.info("%s with the weights of %s", what, checkpoint_path)
+    if checkpoint_path or init_checkpoint:
+        tf.logging.info("%s with the weights of %s", what, checkpoint_path or init_checkpoint)
     else:
-        tf.logging.warning("%s with freshly initialised weights: no checkpoint in %s",
-                           what, model_dir)
+        tf.logging.warning("%s with freshly initialised weights: no checkpoint in %s and "
+                           "no --init_checkpoint", what, model_dir)
 
 
 # ---------------------------------------------------------------------------
@@ -437,6 +471,7 @@ def write_run_record(output_dir, problem_type, bert_config, flag_names, labels=N
     path = os.path.join(output_dir, RUN_RECORD_FILE)
     with atomic_output(path) as writer:
         writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    report_output(path, "the run record (task, labels, model config, input settings)")
     return path
 
 
@@ -620,7 +655,7 @@ def export_model(model_fn, export_dir, feature_shape, checkpoint_path, model_dir
         for asset in assets_extra:
             tf.io.gfile.copy(asset, os.path.join(extra, os.path.basename(asset)),
                              overwrite=True)
-    tf.logging.info("Exported SavedModel for serving to %s (from %s)", path, checkpoint_path)
+    report_output(path, "SavedModel for serving, with the weights of %s" % checkpoint_path)
     return path
 
 
@@ -661,6 +696,19 @@ class TrainingOptions:
         """The keyword arguments of `modeling.BertModel` these options set."""
         return {"compute_type": _COMPUTE_TYPES[self.precision],
                 "recompute_grad": self.recompute_grad, "fused_ops": self.fused_ops}
+
+    def describe(self):
+        """The options in effect, for the logs: "precision fp32, fused
+        gelu,layer_norm,dropout" and whichever others are on."""
+        parts = ["precision %s" % self.precision]
+        if self.recompute_grad:
+            parts.append("recompute_grad")
+        parts.append("fused %s" % (self.fused_ops if self.fused_ops is not None else "auto"))
+        if self.use_xla:
+            parts.append("XLA")
+        if self.distribution_strategy != "none":
+            parts.append("%s strategy" % self.distribution_strategy)
+        return ", ".join(parts)
 
     def for_export(self):
         """These options for a SavedModel's graph: no recomputation, and every
@@ -757,12 +805,13 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
             tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
 
     # One summary line (a BERT-Base graph has 200 variables); the original's
-    # line per variable at DEBUG level.
+    # line per variable at DEBUG level. (`restored` holds each name with and
+    # without its ":0".)
     num_parameters = sum(var.shape.num_elements() or 0 for var in variables)
     summary = "Trainable variables: %d, %s parameters" % (len(variables),
                                                           "{:,}".format(num_parameters))
     if init_checkpoint:
-        summary += "; %d restored from %s" % (len(restored), init_checkpoint)
+        summary += "; %d restored from %s" % (len(assignment_map), init_checkpoint)
     tf.logging.info("%s", summary)
     fresh = [var.op.name for var in variables if var.name not in restored]
     if init_checkpoint and fresh:
@@ -779,18 +828,35 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
 # ---------------------------------------------------------------------------
 # Logging examples and features; tf.train.Feature helpers.
 
-def log_example(fields, debug=False):
-    """Logs one converted example (the scripts do so for their first five):
-    a "*** Example ***" line, then "name: value" per (name, value) of
-    `fields`, lists written space-separated; at DEBUG level with `debug`
-    (for the examples after the first, which would fill a short run's
-    log)."""
+def log_example(fields, debug=False, ids=()):
+    """Logs one converted example (the scripts do so for their first few),
+    for a reader to check the input: a "*** Example ***" line, then
+    "name: value" per (name, value) of `fields` (the tokens, their number,
+    the label), lists written space-separated; at DEBUG level with `debug`
+    (for the examples after the first, which would fill a short run's log).
+    The id lists `ids` ((name, list) pairs, max_seq_length long) come at
+    DEBUG level only: --verbosity=1 shows them."""
     log = tf.logging.debug if debug else tf.logging.info
     log("*** Example ***")
     for name, value in fields:
         if isinstance(value, (list, tuple)):
             value = " ".join(str(v) for v in value)
         log("%s: %s", name, value)
+    for name, value in ids:
+        tf.logging.debug("%s: %s", name, " ".join(str(v) for v in value))
+
+
+def log_training(options, details, num_train_steps):
+    """Logs the start of training as `log_phase` does: `details` ((name,
+    value) pairs: what the data holds), then the batch (with gradient
+    accumulation "16 × 2 accumulated = 32"), the number of optimizer steps
+    and the memory and speed options in effect (`TrainingOptions`)."""
+    batch, accumulation = FLAGS.train_batch_size, options.gradient_accumulation_steps
+    batch_text = str(batch) if accumulation == 1 else "%d × %d accumulated = %d" % (
+        batch, accumulation, batch * accumulation)
+    log_phase("Running training", list(details) + [
+        ("Batch size", batch_text), ("Num steps", num_train_steps),
+        ("Options", options.describe())])
 
 
 def log_phase(title, details):
@@ -901,8 +967,10 @@ def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, 
         mode=runtime.ModeKeys.TRAIN, loss=loss,
         train_op=create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps,
                                  use_tpu, options),
-        training_hooks=training_hooks(loss, examples_per_step, tokens_per_step,
-                                      use_tpu=use_tpu, num_train_steps=num_train_steps),
+        training_hooks=training_hooks(
+            loss, examples_per_step, tokens_per_step, use_tpu=use_tpu,
+            num_train_steps=num_train_steps,
+            runs_per_step=(options or TrainingOptions()).gradient_accumulation_steps),
         scaffold_fn=scaffold_fn)
 
 
@@ -920,7 +988,8 @@ def num_train_steps(num_examples, train_batch_size, num_train_epochs,
 
 def train_schedule(num_examples, options, what="training examples"):
     """(num_train_steps, num_warmup_steps) for `num_examples` with
-    --train_batch_size, --num_train_epochs and --warmup_proportion.
+    --train_batch_size, --num_train_epochs and --warmup_proportion, the
+    steps capped by --max_train_steps.
 
     Raises:
       InputError: the flags make no training step.
@@ -931,6 +1000,10 @@ def train_schedule(num_examples, options, what="training examples"):
         raise InputError(
             "%d %s, --train_batch_size=%d and --num_train_epochs=%s make 0 training steps"
             % (num_examples, what, FLAGS.train_batch_size, FLAGS.num_train_epochs))
+    if 0 < FLAGS.max_train_steps < steps:
+        tf.logging.info("Training %d of the %d steps of %s epochs (--max_train_steps)",
+                        FLAGS.max_train_steps, steps, FLAGS.num_train_epochs)
+        steps = FLAGS.max_train_steps
     return steps, int(steps * FLAGS.warmup_proportion)
 
 
@@ -947,16 +1020,20 @@ class ThroughputHook(tf.train.SessionRunHook):
       every_n_steps: log every this many runs instead of by time.
       num_train_steps: the global step training stops at, for the ETA.
       every_seconds: the interval (default: `log_every_seconds()`).
+      runs_per_step: session runs per optimizer update (gradient
+        accumulation): lines come only after a completed update, so that
+        the step they give is the update just made.
     """
 
     def __init__(self, loss, examples_per_step, tokens_per_step=None, every_n_steps=None,
-                 num_train_steps=None, every_seconds=None):
+                 num_train_steps=None, every_seconds=None, runs_per_step=1):
         self._loss = loss
         self._examples_per_step = examples_per_step
         self._tokens_per_step = tokens_per_step
         self._every_n = every_n_steps
         self._every_seconds = log_every_seconds() if every_seconds is None else every_seconds
         self._num_train_steps = num_train_steps
+        self._runs_per_step = max(1, runs_per_step)
         self._runs = 0
         self._interval_start = None
         self._interval_runs = 0
@@ -982,7 +1059,9 @@ class ThroughputHook(tf.train.SessionRunHook):
         if self._every_n:
             due = self._runs % self._every_n == 0
         else:
-            due = self._runs == 1 or now - self._interval_start >= self._every_seconds
+            due = self._runs % self._runs_per_step == 0 and (
+                self._runs == self._runs_per_step
+                or now - self._interval_start >= self._every_seconds)
         if due:
             self._log(now, run_context.session)
 
@@ -1020,7 +1099,7 @@ class ThroughputHook(tf.train.SessionRunHook):
 
 
 def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
-                   every_n_steps=None, num_train_steps=None):
+                   every_n_steps=None, num_train_steps=None, runs_per_step=1):
     """Hooks logging the training loss and throughput on CPU/GPU (see
     `ThroughputHook`; num_train_steps gives the ETA).
 
@@ -1030,7 +1109,39 @@ def training_hooks(loss, examples_per_step, tokens_per_step=None, use_tpu=False,
     if use_tpu:
         return []
     return [ThroughputHook(loss, examples_per_step, tokens_per_step,
-                           every_n_steps=every_n_steps, num_train_steps=num_train_steps)]
+                           every_n_steps=every_n_steps, num_train_steps=num_train_steps,
+                           runs_per_step=runs_per_step)]
+
+
+class ProgressHook(tf.train.SessionRunHook):
+    """Logs the progress of an evaluation or prediction at the rhythm of
+    training's lines (a `Progress` of batches): "<what>: <n> of <total>
+    batches (<rate>, ETA ...)", and a last line with the time it took.
+
+    Args:
+      what: "Evaluating", "Predicting", ...
+      num_batches: the batches the run will take, or None where unknown.
+    """
+
+    def __init__(self, what, num_batches=None):
+        self._what = what
+        self._num_batches = num_batches
+        self._progress = None
+
+    def begin(self):
+        self._progress = Progress(self._what, self._num_batches, unit="batches")
+
+    def after_run(self, run_context, run_values):
+        self._progress.update()
+
+    def end(self, session):
+        self._progress.done()
+
+
+def num_batches(num_examples, batch_size):
+    """Batches of `batch_size` that `num_examples` fill (the last one may be
+    partial)."""
+    return -(-num_examples // batch_size)
 
 
 # ---------------------------------------------------------------------------
@@ -1095,11 +1206,21 @@ def _config_errors_as_input_errors():
 # ---------------------------------------------------------------------------
 # Result files.
 
+def report_trained_checkpoint(output_dir):
+    """Names the latest checkpoint in `output_dir`, the one training ended
+    with, among the run's outputs (`report_output`)."""
+    checkpoint = tf.train.latest_checkpoint(output_dir)
+    if checkpoint:
+        step = int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP))
+        report_output(checkpoint, "the trained model, at step %d" % step)
+
+
 def write_eval_results(result, output_dir, file_name="eval_results.txt",
-                       header="***** Eval results *****"):
+                       header="***** Eval results *****", headline=None):
     """Logs `result` (name -> value) under `header` and writes it to
     output_dir/file_name as "key = value" lines sorted by key (the
-    original's eval_results.txt format).
+    original's eval_results.txt format), reported with its `headline`
+    metric (`report_output`).
 
     Returns:
       The path written.
@@ -1111,4 +1232,6 @@ def write_eval_results(result, output_dir, file_name="eval_results.txt",
             line = "%s = %s" % (key, result[key])
             tf.logging.info("  %s", line)
             writer.write(line + "\n")
+    report_output(path, "%s = %s" % (headline, result[headline]) if headline in result
+                  else "")
     return path

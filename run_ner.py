@@ -817,6 +817,7 @@ def write_labels(path, scheme, entity_types):
         writer.write(json.dumps({"scheme": scheme, "entity_types": list(entity_types),
                                  "labels": label_list_for(entity_types, scheme)},
                                 indent=2) + "\n")
+    run_common.report_output(path, "the label set, in the model's output order")
 
 
 def read_labels(path):
@@ -835,8 +836,10 @@ def read_labels(path):
 
 
 def predict_windows(estimator, windows, record_file, max_seq_length, batch_size, fixed,
-                    checkpoint_path=None):
-    """Runs the model on windows, through the TFRecord file `record_file`.
+                    phase="Predicting", init_checkpoint=None):
+    """Runs the model on windows, through the TFRecord file `record_file`,
+    with the latest checkpoint in the runner's model directory (else the
+    model_fn's `init_checkpoint`).
 
     Args:
       estimator: the runner (run_common.make_estimator).
@@ -844,6 +847,7 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
       batch_size: the runner's predict batch size.
       fixed: every batch must be full (TPU): padding windows are added, and
         their outputs dropped.
+      phase: "Evaluating" or "Predicting", for the log.
 
     Returns:
       list of [max_seq_length, num_labels] arrays, aligned with `windows`.
@@ -852,14 +856,16 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
     if fixed:
         windows = windows + [padding_window(max_seq_length)] * (-num_actual % batch_size)
     write_windows(windows, record_file)
-    run_common.log_phase("Running prediction", [
+    title = "Running evaluation" if phase == "Evaluating" else "Running prediction"
+    run_common.log_phase(title, [
         ("Num windows", "%d (%d actual)" % (len(windows), num_actual)),
         ("Batch size", batch_size)])
     input_fn = file_based_input_fn_builder(record_file, max_seq_length, is_training=False,
                                            drop_remainder=fixed)
     outputs = []
-    run_common.log_checkpoint_used("Predicting", checkpoint_path, estimator.model_dir)
-    for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path):
+    run_common.log_checkpoint_used(phase, None, estimator.model_dir, init_checkpoint)
+    hooks = [run_common.ProgressHook(phase, run_common.num_batches(len(windows), batch_size))]
+    for prediction in estimator.predict(input_fn=input_fn, hooks=hooks):
         if len(outputs) == num_actual:
             break
         outputs.append(prediction["probabilities"])
@@ -869,7 +875,8 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
 
 
 def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, doc_stride,
-             document_context, batch_size, record_file, fixed=False):
+             document_context, batch_size, record_file, fixed=False, phase="Predicting",
+             init_checkpoint=None):
     """Predicts a file's tags (see `convert_file` and `predict_windows` for
     the arguments).
 
@@ -880,7 +887,7 @@ def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, do
     windows, num_words = convert_file(ner_file, pieces, max_seq_length, doc_stride,
                                       is_training=False, document_context=document_context)
     outputs = predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
-                              fixed)
+                              fixed, phase, init_checkpoint)
     probabilities = word_predictions(windows, outputs, num_words)
     predicted_ids = np.argmax(probabilities, axis=-1)
     sentences = []
@@ -910,6 +917,8 @@ def write_conll_predictions(path, ner_file, predicted, with_gold=True):
                         writer.write("%s %s\n" % (word, tag))
                 writer.write("\n")
                 index += 1
+    run_common.report_output(path, "%d sentences, %s tags" % (
+        index, "gold and predicted" if with_gold else "predicted"))
 
 
 def score_file(ner_file, probabilities, predicted, label_map, scheme):
@@ -1082,19 +1091,25 @@ def main(_):
     if FLAGS.do_train:
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
         write_windows(train_windows, train_file)
-        for window in train_windows[:3]:
-            run_common.log_example([
-                ("tokens", tokenizer.convert_ids_to_tokens(
-                    window.input_ids[:sum(window.input_mask)])),
-                ("input_ids", window.input_ids), ("label_ids", window.label_ids),
-                ("label_mask", window.label_mask)])
-        run_common.log_phase("Running training", [
+        for i, window in enumerate(train_windows[:3]):
+            length = sum(window.input_mask)
+            pieces_tokens = tokenizer.convert_ids_to_tokens(window.input_ids[:length])
+            run_common.log_example(
+                [("tokens", pieces_tokens), ("length", length),
+                 # The tag of each word's first piece, the only ones trained.
+                 ("tags", ["%s/%s" % (token, label_list[label])
+                           for token, label, mask in zip(pieces_tokens, window.label_ids,
+                                                         window.label_mask) if mask])],
+                debug=i > 0,
+                ids=[("input_ids", window.input_ids), ("label_ids", window.label_ids),
+                     ("label_mask", window.label_mask)])
+        run_common.log_training(options, [
             ("Num sentences", sum(1 for _ in iter_sentences(train))),
-            ("Num examples", "%d windows" % len(train_windows)),
-            ("Batch size", FLAGS.train_batch_size), ("Num steps", num_train_steps)])
+            ("Num examples", "%d windows" % len(train_windows))], num_train_steps)
         estimator.train(input_fn=file_based_input_fn_builder(
             train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True),
             max_steps=num_train_steps)
+        run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     checkpoint = _fine_tuned(init_checkpoint)
     if (FLAGS.do_eval or FLAGS.do_predict) and checkpoint is None:
@@ -1105,32 +1120,35 @@ def main(_):
         probabilities, predicted = tag_file(
             estimator, dev, pieces, label_list, scheme, FLAGS.max_seq_length,
             FLAGS.doc_stride, FLAGS.document_context, FLAGS.eval_batch_size,
-            os.path.join(FLAGS.output_dir, "eval.tf_record"), FLAGS.use_tpu)
+            os.path.join(FLAGS.output_dir, "eval.tf_record"), FLAGS.use_tpu, "Evaluating",
+            init_checkpoint)
         result = score_file(dev, probabilities, predicted, label_map, scheme)
         if checkpoint:
             result["global_step"] = int(tf.train.load_variable(checkpoint,
                                                                tf.GraphKeys.GLOBAL_STEP))
         write_conll_predictions(os.path.join(FLAGS.output_dir, "eval_predictions.txt"), dev,
                                 predicted)
-        run_common.write_eval_results(result, FLAGS.output_dir)
+        run_common.write_eval_results(result, FLAGS.output_dir, headline="eval_f1")
 
     if test is not None:
         probabilities, predicted = tag_file(
             estimator, test, pieces, label_list, scheme, FLAGS.max_seq_length,
             FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
-            os.path.join(FLAGS.output_dir, "predict.tf_record"), FLAGS.use_tpu)
+            os.path.join(FLAGS.output_dir, "predict.tf_record"), FLAGS.use_tpu,
+            init_checkpoint=init_checkpoint)
         write_conll_predictions(os.path.join(FLAGS.output_dir, "test_predictions.txt"), test,
                                 predicted)
         if test.tagged:
             run_common.write_eval_results(
                 score_file(test, probabilities, predicted, label_map, scheme),
                 FLAGS.output_dir, file_name="test_results.txt",
-                header="***** Test results *****")
+                header="***** Test results *****", headline="eval_f1")
     if text is not None:
         _, predicted = tag_file(
             estimator, text, pieces, label_list, scheme, FLAGS.max_seq_length,
             FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
-            os.path.join(FLAGS.output_dir, "predict_text.tf_record"), FLAGS.use_tpu)
+            os.path.join(FLAGS.output_dir, "predict_text.tf_record"), FLAGS.use_tpu,
+            init_checkpoint=init_checkpoint)
         write_conll_predictions(os.path.join(FLAGS.output_dir, "text_predictions.txt"), text,
                                 predicted, with_gold=False)
 

@@ -454,9 +454,11 @@ def evaluate(estimator, eval_input_fn, checkpoint_path, file_name, header):
     run_common.log_phase("Running evaluation", [("Checkpoint", checkpoint_path),
                                                 ("Batch size", FLAGS.eval_batch_size)])
     result = estimator.evaluate(input_fn=eval_input_fn, steps=FLAGS.max_eval_steps,
-                                checkpoint_path=checkpoint_path)
+                                checkpoint_path=checkpoint_path,
+                                hooks=[run_common.ProgressHook("Evaluating",
+                                                               FLAGS.max_eval_steps)])
     run_common.write_eval_results(result, FLAGS.output_dir, file_name=file_name,
-                                  header=header)
+                                  header=header, headline="masked_lm_accuracy")
     return result
 
 
@@ -509,8 +511,9 @@ def main(_):
             checkpoint = ensure_checkpoint(estimator, input_fn(True))
             evaluate(estimator, input_fn(False), checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
-        run_common.log_phase("Running training", [("Batch size", FLAGS.train_batch_size)])
+        run_common.log_training(options, [], FLAGS.num_train_steps)
         estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)
+        run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     if FLAGS.do_eval:
         # The original evaluates the latest checkpoint of --output_dir. With

@@ -60,8 +60,9 @@ FLAGS = flags.FLAGS
 run_common.define_flags(
     "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
     "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
-    "learning_rate", "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
-    "iterations_per_loop", run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
+    "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
+    "save_checkpoints_steps", "iterations_per_loop", run_common.TPU_FLAGS,
+    run_common.TRAINING_OPTION_FLAGS,
     "train_file", "doc_stride", max_seq_length=384, doc_stride=128,
     helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json)."})
 
@@ -1060,7 +1061,7 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
                          predict_batch_size=8, n_best_size=20, max_answer_length=30,
                          do_lower_case=True, version_2_with_negative=False,
                          null_score_diff_threshold=0.0, tune_threshold=False,
-                         verbose_logging=False):
+                         verbose_logging=False, init_checkpoint=None):
     """Answers the questions of a predict file with the model, writes the
     predictions and, if the file has answers, scores them.
 
@@ -1082,6 +1083,9 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
       predict_batch_size: for the log only.
       n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
         null_score_diff_threshold, verbose_logging: as `write_predictions`.
+      init_checkpoint: the model_fn's checkpoint to start from, whose
+        weights it predicts with when output_dir has no checkpoint (for the
+        log).
       tune_threshold: also choose the best SQuAD 2.0 null threshold on the
         file (--tune_null_threshold).
 
@@ -1097,15 +1101,14 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
                     keep=lambda f: features.append(PredictionFeature(
                         f.unique_id, f.example_index, f.doc_span_index, f.tokens,
                         f.token_to_orig_map, f.token_is_max_context)))
-    tf.logging.info("***** Running predictions *****")
-    tf.logging.info("  Num orig examples = %d", len(examples))
-    tf.logging.info("  Num split examples = %d", len(features))
-    tf.logging.info("  Batch size = %d", predict_batch_size)
+    run_common.log_phase("Running prediction", [
+        ("Num orig examples", len(examples)), ("Num split examples", len(features)),
+        ("Batch size", predict_batch_size)])
 
     input_fn = input_fn_builder(writer.filename, max_seq_length, is_training=False,
                                 drop_remainder=False)
     results = []
-    run_common.log_checkpoint_used("Predicting", None, output_dir)
+    run_common.log_checkpoint_used("Predicting", None, output_dir, init_checkpoint)
     progress = run_common.Progress("Predicting", len(features), unit="features")
     for prediction in estimator.predict(input_fn, yield_single_examples=True):
         progress.update(count=len(results) + 1)
@@ -1255,16 +1258,15 @@ def main(_):
                                is_training=True)
         _write_features(writer, train_examples, tokenizer, True, FLAGS.max_seq_length,
                         FLAGS.doc_stride, FLAGS.max_query_length)
-        tf.logging.info("***** Running training *****")
-        tf.logging.info("  Num orig examples = %d", len(train_examples))
-        tf.logging.info("  Num split examples = %d", writer.num_features)
-        tf.logging.info("  Batch size = %d", FLAGS.train_batch_size)
-        tf.logging.info("  Num steps = %d", num_train_steps)
+        run_common.log_training(options, [
+            ("Num orig examples", len(train_examples)),
+            ("Num split examples", writer.num_features)], num_train_steps)
         del train_examples  # Only the file is read from here on.
         estimator.train(
             input_fn=input_fn_builder(writer.filename, FLAGS.max_seq_length,
                                       is_training=True, drop_remainder=True),
             max_steps=num_train_steps)
+        run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     if FLAGS.do_predict:
         examples, dataset = predict_input
@@ -1274,7 +1276,8 @@ def main(_):
             max_query_length=FLAGS.max_query_length,
             predict_batch_size=FLAGS.predict_batch_size, n_best_size=FLAGS.n_best_size,
             max_answer_length=FLAGS.max_answer_length, do_lower_case=FLAGS.do_lower_case,
-            verbose_logging=FLAGS.verbose_logging, **_evaluation_settings())
+            verbose_logging=FLAGS.verbose_logging, init_checkpoint=init_checkpoint,
+            **_evaluation_settings())
 
 
 if __name__ == "__main__":

@@ -244,13 +244,16 @@ def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_mult
     num_choices = len(examples[0].endings)
     features = [convert_example(e, max_seq_length, tokenizer) for e in examples]
     for i, (example, feature) in enumerate(zip(examples[:3], features)):
-        run_common.log_example([
-            ("id", example.example_id),
-            ("tokens (choice 0)", tokenizer.convert_ids_to_tokens(
-                feature.input_ids[0][:sum(feature.input_mask[0])])),
-            ("input_ids (choice 0)", feature.input_ids[0]),
-            ("segment_ids (choice 0)", feature.segment_ids[0]),
-            ("label", feature.label_id)])
+        length = sum(feature.input_mask[0])
+        run_common.log_example(
+            [("id", example.example_id),
+             ("tokens (choice 0)", tokenizer.convert_ids_to_tokens(
+                 feature.input_ids[0][:length])),
+             ("length (choice 0)", length),
+             ("label", "none" if example.label is None else example.label)],
+            debug=i > 0,
+            ids=[("input_ids (choice 0)", feature.input_ids[0]),
+                 ("segment_ids (choice 0)", feature.segment_ids[0])])
     while len(features) % pad_to_multiple:
         features.append(padding_features(num_choices, max_seq_length))
     with run_common.atomic_path(output_file) as tmp_file:
@@ -493,12 +496,13 @@ def main(_):
     if FLAGS.do_train:
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
         write_features(train, FLAGS.max_seq_length, tokenizer, train_file)
-        run_common.log_phase("Running training", [
-            ("Num examples", len(train)), ("Num choices", len(train[0].endings)),
-            ("Batch size", FLAGS.train_batch_size), ("Num steps", num_train_steps)])
+        run_common.log_training(options, [
+            ("Num examples", len(train)), ("Num choices", len(train[0].endings))],
+            num_train_steps)
         estimator.train(input_fn=file_based_input_fn_builder(
             train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
             drop_remainder=True), max_steps=num_train_steps)
+        run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     def eval_input(examples, name, phase, batch_size):
         """Writes the features of `examples` (padded to whole batches on a
@@ -517,17 +521,24 @@ def main(_):
     if FLAGS.do_eval:
         num_records, input_fn = eval_input(dev, "eval.tf_record", "Running evaluation",
                                            FLAGS.eval_batch_size)
+        run_common.log_checkpoint_used("Evaluating", checkpoint, FLAGS.output_dir,
+                                       init_checkpoint)
+        batches = run_common.num_batches(num_records, FLAGS.eval_batch_size)
         result = estimator.evaluate(
-            input_fn=input_fn, steps=num_records // FLAGS.eval_batch_size if fixed else None,
-            checkpoint_path=checkpoint)
-        run_common.write_eval_results(result, FLAGS.output_dir)
+            input_fn=input_fn, steps=batches if fixed else None, checkpoint_path=checkpoint,
+            hooks=[run_common.ProgressHook("Evaluating", batches)])
+        run_common.write_eval_results(result, FLAGS.output_dir, headline="eval_accuracy")
 
     if FLAGS.do_predict:
-        _, input_fn = eval_input(test, "predict.tf_record", "Running prediction",
-                                 FLAGS.predict_batch_size)
+        num_records, input_fn = eval_input(test, "predict.tf_record", "Running prediction",
+                                           FLAGS.predict_batch_size)
+        hooks = [run_common.ProgressHook(
+            "Predicting", run_common.num_batches(num_records, FLAGS.predict_batch_size))]
         probabilities = []
-        run_common.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir)
-        for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint):
+        run_common.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir,
+                                       init_checkpoint)
+        for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint,
+                                            hooks=hooks):
             if len(probabilities) == len(test):
                 break
             probabilities.append(prediction["probabilities"])
@@ -536,7 +547,7 @@ def main(_):
                                % (len(probabilities), len(test)))
         path = os.path.join(FLAGS.output_dir, "test_results.tsv")
         write_test_results(path, test, probabilities)
-        tf.logging.info("Wrote %d predictions to %s", len(test), path)
+        run_common.report_output(path, "%d predictions" % len(test))
 
     if FLAGS.export_dir:
         export_model(bert_config, checkpoint, FLAGS.export_dir,

@@ -613,13 +613,6 @@ class SessionRunner:
 
     # -- evaluate -------------------------------------------------------------
 
-    def _restore_message(self, checkpoint_path, what):
-        if checkpoint_path:
-            tf.logging.info("%s with the weights of %s", what, checkpoint_path)
-        else:
-            tf.logging.warning("%s with freshly initialised weights: no checkpoint in %s",
-                               what, self.model_dir)
-
     def _session_creator(self, checkpoint_path):
         return tf.train.ChiefSessionCreator(
             scaffold=tf.train.Scaffold(saver=tf.train.Saver(sharded=True)),
@@ -649,7 +642,6 @@ class SessionRunner:
             values["global_step"] = tf.train.get_global_step()
             update_ops = [update for _, update in metrics.values()]
             final = _FinalValuesHook(values)
-            self._restore_message(checkpoint_path, "Evaluating")
             batches = 0
             with tf.train.MonitoredSession(
                     session_creator=self._session_creator(checkpoint_path),
@@ -683,13 +675,13 @@ class SessionRunner:
         dict per batch with `yield_single_examples=False`.
 
         Uses `checkpoint_path`, else the latest checkpoint in model_dir, else
-        freshly initialised weights (with a warning).
+        the model_fn's initial weights (which it may take from a checkpoint of
+        its own). The scripts name the weights (run_common.log_checkpoint_used).
         """
         checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
         model = self._build(input_fn, ModeKeys.PREDICT)
         spec = model.spec
         with model.graph.as_default():
-            self._restore_message(checkpoint_path, "Predicting")
             # OutOfRangeError at the end of the data leaves the `with` and is
             # swallowed by MonitoredSession: the generator then ends.
             with tf.train.MonitoredSession(
@@ -771,7 +763,6 @@ def _export_saved_model(model_fn, params, export_dir_base, serving_input_receive
                 main_op=tf.group(tf.local_variables_initializer(), tf.tables_initializer()))
             builder.save()
     tf.io.gfile.rename(temp_dir, export_dir)
-    tf.logging.info("SavedModel written to %s (weights of %s)", export_dir, checkpoint_path)
     return export_dir
 
 

@@ -93,6 +93,7 @@ def write_json(path, value):
     format (indent 4, final newline), atomically (see run_base.atomic_output)."""
     with run_base.atomic_output(path) as writer:
         writer.write(json.dumps(value, indent=4) + "\n")
+    run_base.report_output(path)
 
 
 # ---------------------------------------------------------------------------
@@ -494,7 +495,10 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
         result = evaluate_v1(dataset, all_predictions, where=where)
         header = "***** Eval results (predictions.json) *****"
     _log_results(header, result)
-    write_json(os.path.join(output_dir, "eval_results.json"), result)
+    path = os.path.join(output_dir, "eval_results.json")
+    write_json(path, result)
+    run_base.report_output(path, "exact = %s, f1 = %s" % (result.get("exact", result.get(
+        "exact_match")), result.get("f1")))
     if not tune_threshold:
         return result
 

@@ -90,6 +90,33 @@ def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
             release_is_lower_cased))
 
 
+def vocab_casing(vocab):
+    """Whether a WordPiece vocabulary was made from lower-cased text.
+
+    Bracketed special tokens ([CLS], [unused0], ...) aside, an uncased
+    vocabulary has no token that lower-casing would change; a cased one has
+    many (capitalised words and their pieces). Letters without a lower-case
+    form (such as U+211D) change nothing and do not count.
+
+    Args:
+      vocab: the tokens (a dict token -> id, or any iterable of tokens).
+
+    Returns:
+      "uncased", "cased", or None where the vocabulary is too small (fewer
+      than 100 tokens with letters) or too mixed to tell.
+    """
+    tokens = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+    with_letters = sum(1 for t in tokens if any(c.isalpha() for c in t))
+    changed = sum(1 for t in tokens if t != t.lower())
+    if with_letters < 100:
+        return None
+    if changed == 0:
+        return "uncased"
+    if changed >= max(50, with_letters // 100):
+        return "cased"
+    return None
+
+
 def convert_to_unicode(text):
     """Returns `text` as a `str`.
 

@@ -739,51 +739,11 @@ def test_convert_missing_shard(tmp_path):
 SCRIPTS = ["run_pretraining.py", "run_classifier.py", "run_squad.py", "extract_features.py",
            "create_pretraining_data.py", "convert_checkpoint.py", "run_ner.py", "run_swag.py"]
 
-# Runs several scripts from the shell at the cost of one TensorFlow import
-# (about 10 s each on a busy 2-core machine): TensorFlow is imported the
-# way the scripts import it, then each command line runs as __main__ in a
-# forked child whose stdout and stderr go to a file, and whose exit status
-# is the script's. Prints JSON: [[exit status, output], ...].
-_FORK_RUNNER = r"""
-import json, os, runpy, sys, tempfile, traceback
-import quiet_tf  # noqa: F401
-import tensorflow  # noqa: F401
-results = []
-for argv in json.loads(sys.argv[1]):
-    with tempfile.TemporaryFile() as output:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            os.dup2(output.fileno(), 1)
-            os.dup2(output.fileno(), 2)
-            sys.argv = list(argv)
-            code = 0
-            try:
-                runpy.run_path(argv[0], run_name="__main__")
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (e.code is not None)
-            except BaseException:
-                traceback.print_exc()
-                code = 99
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        output.seek(0)
-        results.append([os.waitstatus_to_exitcode(status),
-                        output.read().decode("utf-8", "replace")])
-print("RESULTS" + json.dumps(results))
-"""
-
-
 def _run_scripts(command_lines):
     """[(exit status, stdout and stderr), ...] of the command lines (each
-    [script, args...]), run as from the shell (see _FORK_RUNNER)."""
-    proc = _run_script(["-c", _FORK_RUNNER, json.dumps([[str(a) for a in c]
-                                                       for c in command_lines])])
-    assert proc.returncode == 0 and "RESULTS" in proc.stdout, proc.stderr[-3000:]
-    return [tuple(r) for r in json.loads(proc.stdout.split("RESULTS", 1)[1])]
+    [script, args...]), run as from the shell (see `tiny.run_forked`)."""
+    return tiny.run_forked(command_lines, ROOT, _script_env(), timeout=300,
+                           imports="import quiet_tf, tensorflow")
 
 
 # Flags each script's --help must list: its own and the shared ones it uses.
@@ -812,13 +772,19 @@ _HELP_FLAGS = {
 @pytest.mark.slow
 def test_help_lists_every_flag_and_exits_zero():
     """`<script> --help` lists the script's flags, the shared ones included,
-    and exits with status 0 (absl's own status for --help is 1)."""
-    results = _run_scripts([[script, "--help"] for script in SCRIPTS])
+    and exits with status 0 (absl's own status for --help is 1); --helpfull
+    leaves out absl's test flags."""
+    results = _run_scripts([[script, "--help"] for script in SCRIPTS]
+                           + [["run_classifier.py", "--helpfull"]])
     for script, (status, output) in zip(SCRIPTS, results):
         assert status == 0, (script, output[-2000:])
         assert "Traceback" not in output, (script, output[-2000:])
         for name in _HELP_FLAGS[script]:
             assert re.search(r"--(\[no\])?%s:" % name, output), (script, name)
+    # --helpfull lists every module's flags, but not absl's test flags.
+    status, output = results[-1]
+    assert status == 0 and "--task_name:" in output and "--fused_ops:" in output, output[-2000:]
+    assert "test_random_seed" not in output and "test_tmpdir" not in output
 
 
 @pytest.mark.slow
@@ -962,3 +928,30 @@ def test_ner_and_swag_check_output_dir_and_checkpoints(script, tmp_path):
     assert _one_line(e).startswith("--output_dir %s holds a checkpoint of another model "
                                    "(model.ckpt-5)" % wider_dir)
     assert _snapshot(tmp_path) == before
+
+
+def test_casing_that_contradicts_the_vocabulary_is_named(tmp_path, caplog):
+    """--do_lower_case=False on an uncased vocabulary (every capitalised
+    word would become [UNK]), or True on a cased one, gets one warning line
+    naming the flag; a matching casing, or a vocabulary too small to tell,
+    none."""
+    words = ["word%d" % i for i in range(120)]
+    uncased = tiny.write_vocab(str(tmp_path), words, name="uncased.txt")
+    cased = tiny.write_vocab(str(tmp_path), words + ["Word%d" % i for i in range(60)],
+                             name="cased.txt")
+    small = tiny.write_vocab(str(tmp_path), ["a", "b"], name="small.txt")
+
+    def warnings(vocab, do_lower_case):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            run_common.load_tokenizer(vocab, do_lower_case)
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    assert warnings(uncased, False) == [
+        "--do_lower_case=False, but --vocab_file %s is uncased (no token has a capital "
+        "letter): every word with one becomes [UNK]; pass --do_lower_case=True" % uncased]
+    assert warnings(cased, True) == [
+        "--do_lower_case=True, but --vocab_file %s is cased: the text loses its capitals, "
+        "which the model was trained with; pass --do_lower_case=False" % cased]
+    assert warnings(uncased, True) == warnings(cased, False) == []
+    assert warnings(small, False) == warnings(small, True) == []

@@ -184,6 +184,30 @@ def test_config_and_vocab(hf_pretraining, converted):
         assert a.read() == b.read()
 
 
+def test_casing_is_recorded_next_to_the_vocabulary(hf_pretraining, tmp_path):
+    """A Hugging Face model's tokenizer_config.json casing goes next to the
+    converted vocabulary, where the scripts hold --do_lower_case against it
+    (one error line naming the flag); converting a model without one there
+    removes the stale file."""
+    import run_common
+    source = str(tmp_path / "hf")
+    shutil.copytree(hf_pretraining[0], source)
+    with open(os.path.join(source, "tokenizer_config.json"), "w") as f:
+        json.dump({"do_lower_case": False, "model_max_length": 512}, f)
+    output_dir = str(tmp_path / "converted")
+    convert_checkpoint.convert(source, output_dir)
+    with open(os.path.join(output_dir, "tokenizer_config.json")) as f:
+        assert json.load(f) == {"do_lower_case": False}
+    vocab = os.path.join(output_dir, "vocab.txt")
+    assert run_common.load_tokenizer(vocab, False).basic_tokenizer.do_lower_case is False
+    with pytest.raises(run_common.InputError, match=(
+            r"^--do_lower_case=True, but .*tokenizer_config\.json says the model's vocabulary "
+            r"is used with do_lower_case=False: pass --do_lower_case=False$")):
+        run_common.load_tokenizer(vocab, True)
+    convert_checkpoint.convert(hf_pretraining[0], output_dir)
+    assert not os.path.exists(os.path.join(output_dir, "tokenizer_config.json"))
+
+
 def test_variable_names_are_those_bert_model_builds(converted):
     output_dir, _ = converted
     config = modeling.BertConfig.from_json_file(os.path.join(output_dir, "bert_config.json"))

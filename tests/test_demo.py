@@ -293,6 +293,25 @@ def test_quick_demo_runs_end_to_end(tmp_path):
         assert (out / path).is_file(), path
     assert sorted(os.listdir(out / "logs")) == sorted(
         s.name + ".log" for s in demo.build_steps("x"))
+    # Each step's log ends by naming every file it wrote for the user, once
+    # (eval results with their headline metric), and holds no false warning.
+    named = {}
+    for log_name in os.listdir(out / "logs"):
+        with open(out / "logs" / log_name, encoding="utf-8") as f:
+            text = f.read()
+        assert "freshly initialised" not in text, log_name
+        wrote = re.findall(r"\] Wrote (\S+?)(?:: (.*))?$", text, flags=re.M)
+        assert len(wrote) == len({path for path, _ in wrote}), (log_name, wrote)
+        named.update(wrote)
+    for path in ["vocab.txt", "pretraining_data.tfrecord", "pretraining/eval_results.txt",
+                 "classifier/eval_results.txt", "classifier/run_config.json",
+                 "squad/predictions.json", "squad/eval_results.json", "features.jsonl",
+                 "ner/eval_results.txt", "ner/eval_predictions.txt", "ner/test_predictions.txt",
+                 "ner/ner_labels.json", "swag/eval_results.txt", "swag/test_results.tsv"]:
+        assert str(out / path) in named, (path, sorted(named))
+    assert named[str(out / "classifier/eval_results.txt")].startswith("eval_accuracy = ")
+    assert named[str(out / "ner/eval_results.txt")].startswith("eval_f1 = ")
+    assert named[str(out / "pretraining/eval_results.txt")].startswith("masked_lm_accuracy = ")
     # Every command is printed before it runs.
     for script in SCRIPTS:
         assert re.search(r"\$ \S*python\S* %s \\\n      --" % re.escape(script), stdout), script

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -739,7 +740,7 @@ def test_best_checkpoint_is_kept(mrpc_run):
     assert tf.train.latest_checkpoint(best_dir) == os.path.join(best_dir,
                                                                 "model.ckpt-%d" % step)
     logs = "\n".join(mrpc_run["logs"])
-    assert "Best checkpoint: %s" % os.path.join(best_dir, "model.ckpt-%d" % step) in logs
+    assert "Wrote %s: the best checkpoint" % os.path.join(best_dir, "model.ckpt-%d" % step) in logs
 
 
 @pytest.mark.slow
@@ -805,13 +806,33 @@ def test_saved_model_documented_python_call(mrpc_run):
 
 
 @pytest.mark.slow
-def test_export_only_from_trained_classifier_checkpoint(mrpc_run, tmp_path):
-    """--export_dir alone, with --init_checkpoint a fine-tuned classifier."""
+def test_predict_and_export_from_a_fine_tuned_init_checkpoint(mrpc_run, tmp_path):
+    """--do_predict and --export_dir with --init_checkpoint a fine-tuned
+    classifier and a new --output_dir: the predictions and the export are
+    the fine-tuned model's, and the log says so truly: every variable
+    restored (counted once), the weights named, no warning of fresh ones."""
     best = tf.train.latest_checkpoint(os.path.join(mrpc_run["output_dir"], "best"))
     export_dir = str(tmp_path / "export")
-    run_main(task_name="MRPC", data_dir=mrpc_run["data_dir"], vocab_file=mrpc_run["vocab"],
-             bert_config_file=mrpc_run["config"], output_dir=str(tmp_path / "out"),
-             init_checkpoint=best, export_dir=export_dir)
+    output_dir = str(tmp_path / "out")
+    collector = _LogCollector()
+    logging.getLogger("tensorflow").addHandler(collector)
+    try:
+        run_main(task_name="MRPC", data_dir=mrpc_run["data_dir"], vocab_file=mrpc_run["vocab"],
+                 bert_config_file=mrpc_run["config"], output_dir=output_dir,
+                 init_checkpoint=best, do_predict=True, export_dir=export_dir)
+    finally:
+        logging.getLogger("tensorflow").removeHandler(collector)
+    counts = [re.match(r"Trainable variables: (\d+), [\d,]+ parameters; (\d+) restored from "
+                       + re.escape(best) + "$", m) for m in collector.messages]
+    counts = [m.groups() for m in counts if m]
+    assert counts and all(total == restored for total, restored in counts), counts
+    assert "Predicting with the weights of %s" % best in collector.messages
+    assert not [m for m in collector.messages if "freshly initialised" in m]
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        predicted = np.array([[float(x) for x in line.split("\t")] for line in f])
+    with open(os.path.join(mrpc_run["output_dir"], "test_results.tsv")) as f:
+        trained = np.array([[float(x) for x in line.split("\t")] for line in f])
+    np.testing.assert_allclose(predicted, trained, atol=1e-6)
     features = _features(mrpc_run["data_dir"], "MRPC", "test", mrpc_run["vocab"])
     np.testing.assert_allclose(_run_saved_model(export_dir, features, "probabilities"),
                                _run_saved_model(mrpc_run["export_dir"], features,
@@ -1018,6 +1039,24 @@ def test_bad_data_stops_before_training(good_inputs, file_name, rows, message):
     else:
         _write_tsv(path, rows)
     tiny.assert_input_error(run_main, good_inputs, message)
+
+
+def test_max_train_steps_cuts_the_run_short(good_inputs):
+    """--max_train_steps=3 of 8 examples / 2 * 10 epochs = 40 steps: the run
+    stops at step 3, and says so once."""
+    collector = _LogCollector()
+    logging.getLogger("tensorflow").addHandler(collector)
+    verbosity = tf.logging.get_verbosity()
+    tf.logging.set_verbosity(tf.logging.INFO)
+    try:
+        run_main(**dict(good_inputs, do_eval=False, do_predict=False, train_batch_size=2,
+                        num_train_epochs=10.0, max_train_steps=3))
+    finally:
+        tf.logging.set_verbosity(verbosity)
+        logging.getLogger("tensorflow").removeHandler(collector)
+    assert tf.train.latest_checkpoint(good_inputs["output_dir"]).endswith("model.ckpt-3")
+    assert collector.messages.count(
+        "Training 3 of the 40 steps of 10.0 epochs (--max_train_steps)") == 1
 
 
 def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):

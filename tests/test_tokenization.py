@@ -433,3 +433,17 @@ def test_differential_real_vocab_prose(original):
     theirs = original.FullTokenizer(vocab_file, do_lower_case=True)
     for text in texts:
         assert ours.tokenize(text) == theirs.tokenize(text), repr(text)
+
+
+def test_vocab_casing():
+    """Uncased: no token that lower-casing changes (a letter without a lower
+    case, such as U+211D, does not count); cased: many; a vocabulary too
+    small or too mixed to tell: None."""
+    words = ["word%d" % i for i in range(150)]
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"]
+    assert tokenization.vocab_casing(special + words + ["\u211d", "##\u211d"]) == "uncased"
+    assert tokenization.vocab_casing(special + words + ["Word%d" % i for i in range(60)]) \
+        == "cased"
+    assert tokenization.vocab_casing(special + words + ["Paris"]) is None
+    assert tokenization.vocab_casing(special + words[:50]) is None
+    assert tokenization.vocab_casing(dict.fromkeys(special + words)) == "uncased"

@@ -52,6 +52,7 @@ def run_main_seeded(main, flag_values, seed=1234):
     from absl import flags
     from absl.testing import flagsaver
 
+    import run_base
     import run_common
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
@@ -63,7 +64,9 @@ def run_main_seeded(main, flag_values, seed=1234):
     with flagsaver.flagsaver(**flag_values):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(run_common, "make_run_config", seeded_run_config)
+            del run_base._OUTPUTS[:]
             main([])
+            run_base.log_outputs()
 
 
 def fine_tuning_flags(**values):
@@ -76,7 +79,8 @@ def fine_tuning_flags(**values):
         bert_config_file=None, output_dir=None, init_checkpoint=None, do_lower_case=True,
         do_train=False, do_eval=False, do_predict=False, train_batch_size=16,
         eval_batch_size=8, predict_batch_size=8, learning_rate=2e-3, num_train_epochs=8.0,
-        warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
+        max_train_steps=0, warmup_proportion=0.1, save_checkpoints_steps=1000,
+        iterations_per_loop=1000,
         use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8, export_dir=None,
         gradient_accumulation_steps=1, recompute_grad=False, use_xla=False, precision="fp32",
         distribution_strategy="none")
@@ -126,6 +130,58 @@ from absl import flags
 import modeling, runtime, tiny, tokenization
 assert not flags.FLAGS.is_parsed()
 """
+
+
+# Runs several Python programs at the cost of one TensorFlow import (about
+# 10 s each on a busy 2-core machine): after `imports`, each command line
+# [program, args...] runs as __main__ in a forked child whose stdout and
+# stderr go to a file and whose exit status is the program's (99: an
+# uncaught exception). Prints "RESULTS" and JSON [[exit status, output], ...].
+_FORK_RUNNER = r"""
+import json, os, runpy, sys, tempfile, traceback
+%s
+results = []
+for argv in json.loads(sys.argv[1]):
+    with tempfile.TemporaryFile() as output:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(output.fileno(), 1)
+            os.dup2(output.fileno(), 2)
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            code = 0
+            try:
+                runpy.run_path(argv[0], run_name="__main__")
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (e.code is not None)
+            except BaseException:
+                traceback.print_exc()
+                code = 99
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        output.seek(0)
+        results.append([os.waitstatus_to_exitcode(status),
+                        output.read().decode("utf-8", "replace")])
+print("RESULTS" + json.dumps(results))
+"""
+
+
+def run_forked(command_lines, cwd, env, imports="import tensorflow", timeout=900):
+    """[(exit status, stdout and stderr), ...] of the command lines (each
+    [program, args...]) run in `cwd` with `env`, as from the shell but
+    sharing one import of TensorFlow (see _FORK_RUNNER)."""
+    import subprocess
+    import sys
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORK_RUNNER % imports,
+         json.dumps([[str(a) for a in argv] for argv in command_lines])],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0 and "RESULTS" in proc.stdout, proc.stderr[-3000:]
+    return [tuple(r) for r in json.loads(proc.stdout.split("RESULTS", 1)[1])]
 
 
 def read_eval_results(path):

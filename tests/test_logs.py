@@ -1,0 +1,105 @@
+"""The words of the scripts' logs: training progress in optimizer steps,
+the training headline with the effective batch, evaluation and prediction
+progress, and example dumps that show what a reader checks."""
+
+import logging
+
+import pytest
+import tensorflow.compat.v1 as tf
+from absl import flags
+from absl.testing import flagsaver
+
+import kernels
+import run_classifier
+import run_common
+import tiny
+import tokenization
+
+FLAGS = flags.FLAGS
+
+
+@pytest.fixture
+def log_lines():
+    """The INFO (and, with DEBUG on, DEBUG) messages logged meanwhile."""
+    messages = []
+
+    class Collector(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    collector = Collector()
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(collector)
+    verbosity = tf.logging.get_verbosity()
+    tf.logging.set_verbosity(tf.logging.INFO)
+    yield messages
+    tf.logging.set_verbosity(verbosity)
+    logger.removeHandler(collector)
+
+
+def _run_hooked(hooks, num_runs, runs_per_update):
+    """`num_runs` session runs of a graph whose global step advances once
+    every `runs_per_update` runs (as gradient accumulation does)."""
+    with tf.Graph().as_default():
+        global_step = tf.train.get_or_create_global_step()
+        runs = tf.Variable(0, dtype=tf.int64, trainable=False)
+        count = tf.assign_add(runs, 1)
+        step = tf.cond(tf.equal(count % runs_per_update, 0),
+                       lambda: tf.assign_add(global_step, 1), lambda: tf.identity(global_step))
+        loss = tf.cast(step, tf.float32)
+        with tf.train.MonitoredSession(hooks=hooks(loss)) as session:
+            for _ in range(num_runs):
+                session.run(step)
+
+
+def test_training_lines_count_optimizer_steps_with_accumulation(log_lines):
+    """With two micro-batches per update, 6 runs make steps 1, 2, 3 of 3:
+    a line after each completed update, never "step 0"."""
+    _run_hooked(lambda loss: [run_common.ThroughputHook(
+        loss, examples_per_step=4, num_train_steps=3, every_seconds=0, runs_per_step=2)],
+        num_runs=6, runs_per_update=2)
+    steps = [line.split(":")[0] for line in log_lines if line.startswith("step ")]
+    assert steps == ["step 1 of 3", "step 2 of 3", "step 3 of 3"]
+
+
+def test_evaluation_progress_ends_with_the_count(log_lines):
+    _run_hooked(lambda loss: [run_common.ProgressHook("Predicting", run_common.num_batches(
+        10, 4))], num_runs=3, runs_per_update=1)
+    assert run_common.num_batches(10, 4) == 3
+    assert log_lines[-1].startswith("Predicting: 3 batches (")
+    assert log_lines[-1].endswith(" in all)")
+
+
+def test_training_headline_gives_the_effective_batch_and_options(log_lines):
+    options = run_common.TrainingOptions(gradient_accumulation_steps=2, recompute_grad=True,
+                                         fused_ops=kernels.FusedOps(layer_norm=True, dropout=True))
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(train_batch_size=16):
+        run_common.log_training(options, [("Num examples", 100)], num_train_steps=7)
+    assert log_lines == ["***** Running training *****", "  Num examples = 100",
+                         "  Batch size = 16 × 2 accumulated = 32", "  Num steps = 7",
+                         "  Options = precision fp32, recompute_grad, fused "
+                         "layer_norm,dropout"]
+
+
+def test_example_dump_shows_tokens_length_and_the_real_label(tmp_path, log_lines):
+    """A dev row shows its label; a test row (placeholder label) shows none;
+    the id lists come at DEBUG level only."""
+    vocab = tiny.write_vocab(str(tmp_path), ["good", "film"])
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    for guid in ("dev-1", "test-1"):
+        run_classifier.convert_single_example(
+            0, run_classifier.InputExample(guid, "Good film", None, label="1"), ["0", "1"],
+            8, tokenizer)
+    dumps = "\n".join(log_lines).split("*** Example ***")[1:]
+    assert [dump.strip().splitlines() for dump in dumps] == [
+        ["guid: dev-1", "tokens: [CLS] good film [SEP]", "length: 4", "label: 1 (id = 1)"],
+        ["guid: test-1", "tokens: [CLS] good film [SEP]", "length: 4",
+         "label: none (test data)"]]
+    del log_lines[:]
+    tf.logging.set_verbosity(tf.logging.DEBUG)
+    run_classifier.convert_single_example(
+        0, run_classifier.InputExample("dev-2", "film", None, label="0"), ["0", "1"], 4,
+        tokenizer)
+    assert "input_ids: 2 6 3 0" in log_lines
