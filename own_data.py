@@ -436,6 +436,10 @@ class OwnDataProcessor:
         return self.settings.threshold
 
     @property
+    def text_pairs(self):
+        return self.settings.text_b_column is not None
+
+    @property
     def metric_names(self):
         if self.settings.regression:
             return ("pearson", "spearman")

@@ -33,6 +33,7 @@ from absl import flags
 import own_data
 import run_common
 import runtime
+import serving
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -233,6 +234,8 @@ class DataProcessor:
     # multi_label_threshold.
     is_multi_label = False
     multi_label_threshold = 0.5
+    # Examples may have a second text (text_b): an export then takes two.
+    text_pairs = True
     # Stem of the GLUE submission file (e.g. "MRPC" -> MRPC.tsv); None: none.
     submission_name = None
     # Metrics beyond eval_accuracy/eval_loss (names of `METRIC_FUNCTIONS`).
@@ -350,6 +353,10 @@ class GlueProcessor(DataProcessor):
     train_layout = None
     test_layout = None
     labels = ("0", "1")
+
+    @property
+    def text_pairs(self):
+        return self.train_layout.text_b is not None
 
     def get_train_examples(self, data_dir):
         """See base class."""
@@ -1377,32 +1384,77 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         run_common.report_output(path, "the predicted labels")
 
 
-def export_model(bert_config, num_labels, is_regression, checkpoint_path, export_dir,
-                 max_seq_length=128, model_dir=None, multi_label=False, options=None):
-    """Exports a SavedModel (tag "serve") for serving from `checkpoint_path`.
+def export_model(bert_config, processor, label_list, checkpoint_path, export_dir, vocab_file,
+                 do_lower_case, max_seq_length=128, options=None):
+    """Exports a SavedModel (tag "serve") for serving from `checkpoint_path`
+    (see serving.py) and returns its directory (timestamped, in
+    `export_dir`).
 
-    The serving_default signature takes int32 input_ids, input_mask and
-    segment_ids [batch, max_seq_length] and returns probabilities
-    [batch, num_labels] (scores [batch] for regression; independent sigmoid
-    probabilities with multi_label).
+    serving_default takes tf.string text_a [batch] (and text_b [batch] for
+    pair tasks, `processor.text_pairs`; an empty text_b gives a single-text
+    input, as --do_predict does), and returns:
+
+    * single-label: probabilities [batch, num_labels], label_ids [batch]
+      (the most probable) and labels [batch] (its name);
+    * multi-label: probabilities [batch, num_labels], and label_ids and
+      labels [batch, num_labels]: the labels at or above the threshold, in
+      label order, then -1 and "" for the rest;
+    * regression: scores [batch].
+
+    serving_ids takes int32 input_ids, input_mask and segment_ids [batch,
+    seq_length] and returns probabilities (scores for regression), as
+    exports did before.
 
     The model_fn is the training one, run on the CPU without a TPU
     wrapper, so the export has no TPU graph whatever --use_tpu says.
 
     Args:
-      max_seq_length: the sequence length of the signature's inputs.
-      model_dir: the run's --output_dir, for the Estimator's logs (optional).
-      multi_label: the model was trained for a multi-label task.
+      processor: the task's DataProcessor (problem type, threshold, pairs).
+      label_list: the label names (the model's outputs, in order).
+      vocab_file, do_lower_case: the tokenizer, built into the export.
+      max_seq_length: longer inputs are cut as for training.
       options: the run's run_common.TrainingOptions (its precision is kept).
-
-    Returns:
-      The directory of the SavedModel (a timestamped directory in export_dir).
     """
+    num_labels = 1 if processor.is_regression else len(label_list)
     model_fn = model_fn_builder(
-        bert_config=bert_config, num_labels=num_labels, is_regression=is_regression,
-        multi_label=multi_label, **run_common.export_builder_args(options))
-    return run_common.export_model(model_fn, export_dir, [None, max_seq_length],
-                                   checkpoint_path, model_dir=model_dir)
+        bert_config=bert_config, num_labels=num_labels, is_regression=processor.is_regression,
+        multi_label=processor.is_multi_label, **run_common.export_builder_args(options))
+
+    def text_signature(tokenizer):
+        inputs = {"text_a": serving.string_input("text_a")}
+        if processor.text_pairs:
+            inputs["text_b"] = serving.string_input("text_b")
+        features = serving.pack(
+            tokenizer.tokenize(inputs["text_a"]),
+            tokenizer.tokenize(inputs["text_b"]) if processor.text_pairs else None,
+            max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
+        return inputs, features, lambda predictions: _text_outputs(predictions, processor,
+                                                                   label_list)
+
+    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
+                          text_signature, settings={"max_seq_length": max_seq_length})
+
+
+def _text_outputs(predictions, processor, label_list):
+    """The outputs of the text signature (see `export_model`) from the
+    model_fn's predictions."""
+    if processor.is_regression:
+        return {"scores": predictions["scores"]}
+    probabilities = predictions["probabilities"]
+    names = tf.constant(label_list)
+    if not processor.is_multi_label:
+        label_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"probabilities": probabilities, "label_ids": label_ids,
+                "labels": tf.gather(names, label_ids)}
+    # Compared in float64, as the NumPy of --do_predict compares them.
+    chosen = tf.cast(probabilities, tf.float64) >= processor.multi_label_threshold
+    # The chosen labels' ids first (a stable sort keeps label order).
+    order = tf.argsort(tf.cast(tf.logical_not(chosen), tf.int32), axis=-1, stable=True)
+    label_ids = tf.where(tf.gather(chosen, order, batch_dims=1), order,
+                         -tf.ones_like(order))
+    labels = tf.where(label_ids >= 0, tf.gather(names, tf.maximum(label_ids, 0)),
+                      tf.fill(tf.shape(label_ids), ""))
+    return {"probabilities": probabilities, "label_ids": label_ids, "labels": labels}
 
 
 def problem_type(processor):
@@ -1466,6 +1518,8 @@ def main(_):
 
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
+    if FLAGS.export_dir:
+        serving.check_export_flags(FLAGS.vocab_file)
     options = run_common.training_options_from_flags()
 
     periodic_eval = FLAGS.eval_every_n_steps > 0 or FLAGS.keep_best_checkpoint
@@ -1562,10 +1616,9 @@ def main(_):
 
     if FLAGS.export_dir:
         checkpoint = _checkpoint_to_export(init_checkpoint, best_checkpoint)
-        export_model(bert_config, num_labels, processor.is_regression, checkpoint,
-                     FLAGS.export_dir, max_seq_length=FLAGS.max_seq_length,
-                     model_dir=FLAGS.output_dir, multi_label=processor.is_multi_label,
-                     options=options)
+        export_model(bert_config, processor, label_list, checkpoint, FLAGS.export_dir,
+                     FLAGS.vocab_file, FLAGS.do_lower_case,
+                     max_seq_length=FLAGS.max_seq_length, options=options)
 
 
 if __name__ == "__main__":

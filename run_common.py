@@ -625,40 +625,6 @@ def export_builder_args(options):
                 options=(options or TrainingOptions()).for_export())
 
 
-def export_model(model_fn, export_dir, feature_shape, checkpoint_path, model_dir=None,
-                 assets_extra=()):
-    """Exports a SavedModel for serving (see `runtime.export_saved_model`)
-    whose serving_default signature takes int32 input_ids, input_mask and
-    segment_ids of `feature_shape` ([None, max_seq_length]; None for the
-    batch and any other free dimension), and logs where it went.
-
-    Args:
-      model_fn: the script's model_fn, built with `export_builder_args`.
-      export_dir: the SavedModel goes into a timestamped directory under it.
-      checkpoint_path: the weights.
-      model_dir: the run's --output_dir, for the Estimator's logs.
-      assets_extra: files copied to the SavedModel's assets.extra/.
-
-    Returns:
-      The SavedModel's directory.
-    """
-    def serving_input_receiver_fn():
-        features = {name: tf.placeholder(tf.int32, feature_shape, name=name)
-                    for name in ("input_ids", "input_mask", "segment_ids")}
-        return runtime.ServingInputReceiver(features, features)
-
-    path = runtime.export_saved_model(model_fn, export_dir, serving_input_receiver_fn,
-                                      checkpoint_path=checkpoint_path, model_dir=model_dir)
-    if assets_extra:
-        extra = os.path.join(path, "assets.extra")
-        tf.io.gfile.makedirs(extra)
-        for asset in assets_extra:
-            tf.io.gfile.copy(asset, os.path.join(extra, os.path.basename(asset)),
-                             overwrite=True)
-    report_output(path, "SavedModel for serving, with the weights of %s" % checkpoint_path)
-    return path
-
-
 # ---------------------------------------------------------------------------
 # Training options (the training-option flags), the model and its
 # initialisation.
@@ -763,10 +729,13 @@ def bert_model(bert_config, is_training, input_ids, input_mask, segment_ids,
     Returns:
       The modeling.BertModel.
     """
+    # "bert" by name, not as the default name (which a second model in the
+    # graph would get as "bert_1"): an export builds the model twice on the
+    # same variables (serving.py).
     return modeling.BertModel(
         config=bert_config, is_training=is_training, input_ids=input_ids,
         input_mask=input_mask, token_type_ids=segment_ids,
-        use_one_hot_embeddings=use_one_hot_embeddings,
+        use_one_hot_embeddings=use_one_hot_embeddings, scope="bert",
         **(options or TrainingOptions()).model_kwargs())
 
 

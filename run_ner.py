@@ -39,6 +39,7 @@ from absl import flags
 import modeling
 import run_common
 import runtime
+import serving
 import tokenization
 from run_common import InputError
 
@@ -933,19 +934,134 @@ def score_file(ner_file, probabilities, predicted, label_map, scheme):
     return result
 
 
-def export_model(bert_config, num_labels, checkpoint_path, export_dir, labels_path,
-                 max_seq_length=128, model_dir=None, options=None):
+def export_model(bert_config, label_list, scheme, checkpoint_path, export_dir, labels_path,
+                 vocab_file, do_lower_case, max_seq_length=128, doc_stride=64, options=None):
     """Exports a SavedModel for serving from `checkpoint_path` (see
-    run_common.export_model) and returns its directory. Its serving_default
-    signature takes int32 input_ids, input_mask and segment_ids [batch,
-    max_seq_length] and returns probabilities [batch, max_seq_length,
-    num_labels]; `labels_path` (ner_labels.json, the label names) is copied
-    to assets.extra/ inside the SavedModel."""
-    model_fn = model_fn_builder(bert_config=bert_config, num_labels=num_labels,
+    serving.py) and returns its directory (timestamped, in `export_dir`).
+
+    serving_default takes tf.string text [batch], one document each: split
+    into words as --predict_text_file's lines are, cut into windows as
+    documents are (max_seq_length, doc_stride), each word tagged from the
+    window where it has the most context. It returns, per text, padded to
+    the batch's most words: words [batch, words] and tags (in the data's
+    scheme; "" past a text's words), start_offsets and end_offsets (int32:
+    text[start:end] in Unicode characters spans the word; -1 past the
+    words), probabilities [batch, words, num_labels] (the model's labels)
+    and num_words [batch].
+
+    serving_ids takes int32 input_ids, input_mask and segment_ids [batch,
+    seq_length] and returns probabilities [batch, seq_length, num_labels],
+    as exports did before. `labels_path` (ner_labels.json, the label
+    names) is copied to assets.extra/.
+    """
+    model_fn = model_fn_builder(bert_config=bert_config, num_labels=len(label_list),
                                 **run_common.export_builder_args(options))
-    return run_common.export_model(model_fn, export_dir, [None, max_seq_length],
-                                   checkpoint_path, model_dir=model_dir,
-                                   assets_extra=[labels_path])
+
+    def text_signature(tokenizer):
+        text = serving.string_input("text")
+        words, starts, ends = tokenizer.split_words(text)
+        windows = text_windows(tokenizer.word_pieces(words), max_seq_length, doc_stride)
+        features = serving.pack(windows.pieces, None, max_seq_length, tokenizer.cls_id,
+                                tokenizer.sep_id)
+
+        def outputs(predictions):
+            probabilities = tf.gather_nd(predictions["probabilities"], windows.word_positions)
+            tag_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+            tag_ids = _data_scheme_ids(words.with_flat_values(tag_ids), label_list, scheme)
+            tags = tf.gather(tf.constant(label_list), tag_ids)
+            return {"words": words.to_tensor(""), "tags": tags.to_tensor(""),
+                    "start_offsets": starts.to_tensor(-1), "end_offsets": ends.to_tensor(-1),
+                    "probabilities": words.with_flat_values(probabilities).to_tensor(0.0),
+                    "num_words": tf.cast(words.row_lengths(), tf.int32)}
+
+        return {"text": text}, features, outputs
+
+    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
+                          text_signature, settings={"max_seq_length": max_seq_length,
+                                                    "doc_stride": doc_stride},
+                          assets_extra=[labels_path])
+
+
+def _data_scheme_ids(tag_ids, label_list, scheme):
+    """`from_model_tags` in the graph: the model's tag ids (RaggedTensor
+    int32 [batch, (words)], one text a sentence) as ids of the data's
+    scheme's tags (IOB1: B- only right after an entity of the same type)."""
+    if scheme != "iob1":
+        return tag_ids
+    # converted[previous][current], where previous == len(label_list) is
+    # the start of the text.
+    converted = [[label_list.index(iob2_to_iob1(([previous] if previous else []) + [tag])[-1])
+                  for tag in label_list] for previous in label_list + [None]]
+    previous = tf.concat([tf.fill([tag_ids.nrows(), 1], len(label_list)),
+                          tag_ids[:, :-1]], axis=1)
+    return tag_ids.with_flat_values(tf.gather_nd(
+        tf.constant(converted, tf.int32), tf.stack([previous.flat_values,
+                                                    tag_ids.flat_values], axis=1)))
+
+
+TextWindows = collections.namedtuple("TextWindows", ["pieces", "word_positions"])
+
+
+def text_windows(pieces, max_seq_length, doc_stride):
+    """The windows of a batch of documents, in the graph, as
+    `convert_document` makes them (`window_spans`, `max_context_spans`).
+
+    Args:
+      pieces: RaggedTensor int32 [batch, (words), (pieces)]: each word's
+        WordPiece ids (at least one per word).
+      max_seq_length, doc_stride: as for `convert_document`.
+
+    Returns:
+      TextWindows: pieces, RaggedTensor int32 [windows, (pieces)], the
+      windows of all documents in order (one empty window if there is no
+      window at all, for the model to have a batch); word_positions, int32
+      [total words, 2]: for each word of the batch (in order), the window
+      and position ([CLS] = 0) where its first piece has the most context.
+    """
+    max_pieces = max_seq_length - 2
+    step = min(max_pieces, doc_stride)
+    document = pieces.merge_dims(1, 2)  # [batch, (pieces)]
+    num_pieces = tf.cast(document.row_lengths(), tf.int32)
+    document_start = tf.cast(document.row_starts(), tf.int32)
+    # Each word's first piece: its position in the batch's pieces, then in
+    # its document.
+    word_lengths = tf.cast(pieces.values.row_lengths(), tf.int32)
+    word_row = tf.cast(pieces.value_rowids(), tf.int32)
+    word_start = tf.cumsum(word_lengths, exclusive=True) - tf.gather(document_start, word_row)
+
+    num_windows = 1 + tf.maximum(0, -(-(num_pieces - max_pieces) // step))
+    num_windows = tf.where(num_pieces > 0, num_windows, tf.zeros_like(num_windows))
+    window_index = tf.ragged.range(num_windows)  # [batch, (windows)]
+    window_row = tf.cast(window_index.value_rowids(), tf.int32)
+    window_start = window_index.values * step
+    window_length = tf.minimum(max_pieces, tf.gather(num_pieces, window_row) - window_start)
+    first = tf.gather(document_start, window_row) + window_start
+    window_pieces = tf.gather(document.values, tf.ragged.range(first, first + window_length))
+    # No window at all (only empty texts): one empty one.
+    no_window = tf.cast(tf.equal(tf.size(window_start), 0), tf.int32)
+    window_pieces = tf.concat(
+        [window_pieces, tf.ragged.range(tf.fill([no_window], 0))], axis=0)
+
+    # Each word against every window of its document (windows are few):
+    # the score of `max_context_spans`, in float64 as Python computes it.
+    k = tf.range(tf.maximum(tf.reduce_max(num_windows), 1))[tf.newaxis, :]  # [1, K]
+    start = k * step
+    length = tf.minimum(max_pieces, tf.gather(num_pieces, word_row)[:, tf.newaxis] - start)
+    position = word_start[:, tf.newaxis]
+    end = start + length - 1
+    covers = ((k < tf.gather(num_windows, word_row)[:, tf.newaxis])
+              & (start <= position) & (position <= end))
+    score = (tf.cast(tf.minimum(position - start, end - position), tf.float64)
+             + 0.01 * tf.cast(length, tf.float64))
+    score = tf.where(covers, score, tf.fill(tf.shape(score), tf.constant(-1.0, tf.float64)))
+    best_score = tf.reduce_max(score, axis=1, keepdims=True)
+    # The first window with the best score.
+    best = tf.reduce_min(tf.where(covers & tf.equal(score, best_score),
+                                  tf.broadcast_to(k, tf.shape(covers)),
+                                  tf.fill(tf.shape(covers), tf.int32.max)), axis=1)
+    window = tf.gather(tf.cast(window_index.row_starts(), tf.int32), word_row) + best
+    word_positions = tf.stack([window, word_start - best * step + 1], axis=1)
+    return TextWindows(window_pieces, word_positions)
 
 
 def _fine_tuned(init_checkpoint):
@@ -1001,6 +1117,8 @@ def main(_):
 
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
+    if FLAGS.export_dir:
+        serving.check_export_flags(FLAGS.vocab_file)
     options = run_common.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.
@@ -1153,8 +1271,9 @@ def main(_):
                                 predicted, with_gold=False)
 
     if FLAGS.export_dir:
-        export_model(bert_config, len(label_list), checkpoint, FLAGS.export_dir, labels_path,
-                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir,
+        export_model(bert_config, label_list, scheme, checkpoint, FLAGS.export_dir,
+                     labels_path, FLAGS.vocab_file, FLAGS.do_lower_case,
+                     max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
                      options=options)
 
 

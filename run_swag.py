@@ -38,6 +38,7 @@ from absl import flags
 import modeling
 import run_common
 import runtime
+import serving
 from run_common import InputError
 
 FLAGS = flags.FLAGS
@@ -418,17 +419,47 @@ def write_test_results(path, examples, probabilities):
                                    ["%.6f" % p for p in probs]) + "\n")
 
 
-def export_model(bert_config, checkpoint_path, export_dir, max_seq_length=128,
-                 model_dir=None, options=None):
+def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_case,
+                 max_seq_length=128, options=None):
     """Exports a SavedModel for serving from `checkpoint_path` (see
-    run_common.export_model) and returns its directory. Its serving_default
-    signature takes int32 input_ids, input_mask and segment_ids [batch,
-    num_choices, max_seq_length] (any number of choices) and returns
-    probabilities [batch, num_choices]."""
+    serving.py) and returns its directory (timestamped, in `export_dir`).
+
+    serving_default takes tf.string context [batch], question [batch] and
+    endings [batch, num_choices] (any number of choices), packed as
+    `convert_example` packs them, and returns probabilities [batch,
+    num_choices] and label_ids [batch] (the most probable choice).
+    serving_ids takes int32 input_ids, input_mask and segment_ids [batch,
+    num_choices, seq_length] and returns probabilities, as exports did
+    before."""
     model_fn = model_fn_builder(bert_config=bert_config,
                                 **run_common.export_builder_args(options))
-    return run_common.export_model(model_fn, export_dir, [None, None, max_seq_length],
-                                   checkpoint_path, model_dir=model_dir)
+
+    def text_signature(tokenizer):
+        inputs = {"context": serving.string_input("context"),
+                  "question": serving.string_input("question"),
+                  "endings": serving.string_input("endings", rank=2)}
+        num_choices = tf.shape(inputs["endings"])[1]
+        endings = tf.reshape(inputs["endings"], [-1])  # [batch * num_choices]
+        example = tf.range(tf.size(endings)) // num_choices
+        context = tf.gather(tokenizer.tokenize(inputs["context"]), example)
+        # The pieces of question + " " + ending are those of the two apart.
+        second = tf.concat([tf.gather(tokenizer.tokenize(inputs["question"]), example),
+                            tokenizer.tokenize(endings)], axis=1)
+        flat = serving.pack(context, second, max_seq_length, tokenizer.cls_id,
+                            tokenizer.sep_id)
+        features = {name: tf.reshape(t, [-1, num_choices, tf.shape(t)[1]])
+                    for name, t in flat.items()}
+
+        def outputs(predictions):
+            probabilities = predictions["probabilities"]
+            return {"probabilities": probabilities,
+                    "label_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
+
+        return inputs, features, outputs
+
+    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
+                          text_signature, id_rank=3,
+                          settings={"max_seq_length": max_seq_length})
 
 
 def _fine_tuned(init_checkpoint):
@@ -447,6 +478,8 @@ def main(_):
     run_common.check_run_flags(min_seq_length=4)
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
+    if FLAGS.export_dir:
+        serving.check_export_flags(FLAGS.vocab_file)
     options = run_common.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.
@@ -550,8 +583,8 @@ def main(_):
         run_common.report_output(path, "%d predictions" % len(test))
 
     if FLAGS.export_dir:
-        export_model(bert_config, checkpoint, FLAGS.export_dir,
-                     max_seq_length=FLAGS.max_seq_length, model_dir=FLAGS.output_dir,
+        export_model(bert_config, checkpoint, FLAGS.export_dir, FLAGS.vocab_file,
+                     FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
                      options=options)
 
 

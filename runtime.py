@@ -297,38 +297,6 @@ class _DistributedEstimator:
         return self._estimator.model_dir
 
 
-def export_saved_model(model_fn, export_dir_base, serving_input_receiver_fn,
-                       checkpoint_path, model_dir=None):
-    """Exports `model_fn`'s PREDICT graph with `checkpoint_path`'s weights.
-
-    Args:
-      model_fn: a TPUEstimator-style model_fn; its spec's `export_outputs`
-        become the SavedModel's signatures. Build its model with the kernels
-        written out (`run_common.TrainingOptions.for_export`): a model
-        server may lack XLA.
-      export_dir_base: the SavedModel goes into a new timestamped directory
-        under it.
-      serving_input_receiver_fn: () -> ServingInputReceiver.
-      checkpoint_path: the checkpoint whose variables are saved.
-      model_dir: the model directory (Estimator runtime only, for its logs).
-
-    Returns:
-      The SavedModel's directory, as a str.
-    """
-    if USE_ESTIMATOR:
-        def estimator_model_fn(features, labels, mode, params):
-            return model_fn(features, labels, mode, params).as_estimator_spec()
-
-        estimator = tf.estimator.Estimator(model_fn=estimator_model_fn, model_dir=model_dir,
-                                           params={})
-        path = estimator.export_saved_model(export_dir_base, serving_input_receiver_fn,
-                                            checkpoint_path=checkpoint_path)
-    else:
-        path = _export_saved_model(model_fn, {}, export_dir_base, serving_input_receiver_fn,
-                                   checkpoint_path)
-    return path.decode("utf-8") if isinstance(path, bytes) else path
-
-
 # ---------------------------------------------------------------------------
 # The session runner (TensorFlow without the Estimator).
 
@@ -728,26 +696,49 @@ class _FinalValuesHook(tf.train.SessionRunHook):
 
 def _export_saved_model(model_fn, params, export_dir_base, serving_input_receiver_fn,
                         checkpoint_path, session_config=None):
-    """Writes a SavedModel (tag "serve") of model_fn's PREDICT graph.
-
-    The spec's `export_outputs` (name -> PredictOutput) become the
-    signatures; without them, its `predictions` become "serving_default".
-    The SavedModel is written to a temporary directory and renamed to
-    export_dir_base/<unix time>, so a failure leaves no half-written export.
-    """
-    if not checkpoint_path:
-        raise ConfigError("no checkpoint to export (checkpoint_path is empty)")
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.train.get_or_create_global_step()
+    """Writes a SavedModel (see `write_saved_model`) of model_fn's PREDICT
+    graph: the spec's `export_outputs` (name -> PredictOutput) become the
+    signatures; without them, its `predictions` become "serving_default"."""
+    def build_signatures():
         receiver = serving_input_receiver_fn()
         spec = model_fn(receiver.features, None, ModeKeys.PREDICT, dict(params))
         if spec.scaffold_fn is not None:
             spec.scaffold_fn()
         outputs = spec.export_outputs or {
             tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: PredictOutput(spec.predictions)}
-        signatures = {key: output.as_signature_def(receiver.receiver_tensors)
-                      for key, output in outputs.items()}
+        return {key: output.as_signature_def(receiver.receiver_tensors)
+                for key, output in outputs.items()}
+
+    return write_saved_model(build_signatures, checkpoint_path, export_dir_base, session_config)
+
+
+def write_saved_model(build_signatures, checkpoint_path, export_dir_base, session_config=None,
+                      assets_extra=()):
+    """Writes a SavedModel (tag "serve") with the weights of `checkpoint_path`.
+
+    Args:
+      build_signatures: () -> {signature name: SignatureDef}, called in a new
+        graph (with a global step) to build the model. Files in the graph's
+        ASSET_FILEPATHS collection (a lookup table's vocabulary, say) are
+        copied into the SavedModel's assets/, and its tables are initialised
+        when it loads.
+      checkpoint_path: the checkpoint whose variables are saved.
+      export_dir_base: the SavedModel goes into export_dir_base/<unix time>;
+        it is written to a temporary directory and renamed, so a failure
+        leaves no half-written export.
+      session_config: the tf.ConfigProto of the session that restores it.
+      assets_extra: files copied into the SavedModel's assets.extra/ (for
+        its users; the graph does not read them).
+
+    Returns:
+      The SavedModel's directory.
+    """
+    if not checkpoint_path:
+        raise ConfigError("no checkpoint to export (checkpoint_path is empty)")
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.train.get_or_create_global_step()
+        signatures = build_signatures()
         tf.io.gfile.makedirs(export_dir_base)
         stamp = int(time.time())
         while tf.io.gfile.exists(os.path.join(export_dir_base, str(stamp))):
@@ -760,8 +751,13 @@ def _export_saved_model(model_fn, params, export_dir_base, serving_input_receive
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.tag_constants.SERVING],
                 signature_def_map=signatures, strip_default_attrs=True,
+                assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
                 main_op=tf.group(tf.local_variables_initializer(), tf.tables_initializer()))
             builder.save()
+    for path in assets_extra:
+        extra = os.path.join(temp_dir, "assets.extra")
+        tf.io.gfile.makedirs(extra)
+        tf.io.gfile.copy(path, os.path.join(extra, os.path.basename(path)), overwrite=True)
     tf.io.gfile.rename(temp_dir, export_dir)
     return export_dir
 

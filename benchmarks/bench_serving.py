@@ -5,25 +5,32 @@ export), the way a Python server would call it.
     .venv/bin/python benchmarks/bench_serving.py --layers=2 --requests=20   # quick
 
 The parent writes a BERT-Base-shaped checkpoint with random weights (or uses
---init_checkpoint and --bert_config_file), exports it with
-`run_classifier.export_model` (signature inputs [None, --seq_length]), then
-times each variant in its own child process, interleaved over --rounds:
+--init_checkpoint and --bert_config_file) and a vocabulary, exports it with
+`run_classifier.export_model` (a single-text task; --seq_length is the
+export's max_seq_length), then times each variant in its own child process,
+interleaved over --rounds:
 
-  signature   tf.saved_model.load(...).signatures["serving_default"], called
-              eagerly with int32 [1, seq_length] tensors (TensorFlow 2 API).
+  text        the raw-text signature (serving_default) called with one
+              sentence of each length in --words (English-like words of the
+              vocabulary): tokenized in the graph, padded to its own length.
+  signature   serving_ids, called eagerly with int32 [1, seq_length]
+              tensors, 3/4 of them real tokens (the id signature, padded as
+              a client of the original's exports pads).
   xla         the same signature wrapped in tf.function(jit_compile=True).
   session     the TensorFlow 1 way: loader.load into a Session, sess.run
               with a feed dict (what TF Serving-style wrappers around the
-              original's exports do).
+              original's exports do), on serving_ids.
   hf          for comparison, Hugging Face transformers'
               BertForSequenceClassification in PyTorch with the same shape
               (random weights, tanh GELU, eval mode, torch.inference_mode),
               batch-1 [1, seq_length] requests with the same padding; run with
               --hf_python, an interpreter with benchmarks/requirements-hf.txt.
 
-Each child sends --warmup requests, then --requests timed ones, and reports
-the median (p50), 99th percentile (p99) and mean latency in milliseconds;
-the table shows, per variant, the median of the rounds' figures.
+All but text are called through tf.saved_model.load(...).signatures unless
+said otherwise. Each child sends --warmup requests, then --requests timed
+ones, and reports the median (p50), 99th percentile (p99) and mean latency
+in milliseconds; the table shows, per variant, the median of the rounds'
+figures.
 """
 
 import json
@@ -51,7 +58,8 @@ flags.DEFINE_string("init_checkpoint", None, "Export this checkpoint instead of 
 flags.DEFINE_integer("requests", 100, "Timed requests per child.")
 flags.DEFINE_integer("warmup", 5, "Untimed requests first.")
 flags.DEFINE_integer("rounds", 3, "Children per variant, interleaved.")
-flags.DEFINE_list("variants", "signature,xla,session", "Variants to time.")
+flags.DEFINE_list("variants", "text,signature", "Variants to time.")
+flags.DEFINE_list("words", "10,100", "Sentence lengths in words of the text variant.")
 flags.DEFINE_string("hf_python", sys.executable,
                     "Interpreter for the hf variant (with torch and transformers).")
 flags.DEFINE_string("child", None, "Internal: 'variant:export_dir' to time in this process.")
@@ -62,6 +70,28 @@ def _base_config(layers):
             "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
             "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02}
+
+
+# The words of the benchmark's sentences; each is in the vocabulary.
+WORDS = ("the a of to and in is it that for on was with as by at from this be are an or "
+         "film story actors plot music scene good bad great long short new old first last "
+         "best every often never really quite very most little many people time year day "
+         "way man woman world life work part place case week city country house group "
+         "problem fact hand eye night water money point home room mother area kind").split()
+
+
+def _write_vocab(path, vocab_size):
+    """A vocabulary of `vocab_size` entries: BERT's special tokens, WORDS,
+    then filler entries."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ","] + WORDS
+    tokens += ["w%d" % i for i in range(vocab_size - len(tokens))]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+
+
+def _sentence(num_words, rng):
+    """A sentence of `num_words` random WORDS and a full stop."""
+    return " ".join(rng.choice(WORDS) for _ in range(num_words)) + "."
 
 
 def export(workdir):
@@ -90,10 +120,12 @@ def export(workdir):
                 sess.run(tf.global_variables_initializer())
                 tf.train.Saver().save(sess, checkpoint)
     config = modeling.BertConfig.from_json_file(config_path)
-    return run_classifier.export_model(config, num_labels=2, is_regression=False,
-                                       checkpoint_path=checkpoint,
-                                       export_dir=os.path.join(workdir, "export"),
-                                       max_seq_length=FLAGS.seq_length)
+    vocab_file = os.path.join(workdir, "vocab.txt")
+    _write_vocab(vocab_file, config.vocab_size)
+    return run_classifier.export_model(
+        config, run_classifier.Sst2Processor(), ["0", "1"], checkpoint,
+        os.path.join(workdir, "export"), vocab_file, do_lower_case=True,
+        max_seq_length=FLAGS.seq_length)
 
 
 def _request(seq_length, rng):
@@ -137,6 +169,23 @@ def _run_hf_child(requests):
     return _latencies(call, requests)
 
 
+def _run_text_child(export_dir):
+    """{words: latencies} of the text signature, per --words length."""
+    import random
+
+    import tensorflow as tf
+    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+    rng = random.Random(0)
+    results = {}
+    for num_words in FLAGS.words:
+        requests = [_sentence(int(num_words), rng)
+                    for _ in range(FLAGS.warmup + FLAGS.requests)]
+        results[num_words] = _latencies(
+            lambda text: signature(text_a=tf.constant([text]))["probabilities"].numpy(),
+            requests)
+    return results
+
+
 def run_child(spec):
     import numpy as np
     variant, export_dir = spec.split(":", 1)
@@ -147,9 +196,14 @@ def run_child(spec):
         return
     import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (every export holds its WordPiece op)
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
 
+    if variant == "text":
+        bench_common.print_result({words: _summary(latencies) for words, latencies
+                                   in _run_text_child(export_dir).items()})
+        return
     if variant == "session":
         tf1 = tf.compat.v1
         tf1.disable_eager_execution()
@@ -157,14 +211,14 @@ def run_child(spec):
                                  inter_op_parallelism_threads=FLAGS.threads)
         sess = tf1.Session(config=config)
         meta = tf1.saved_model.loader.load(sess, ["serve"], export_dir)
-        signature = meta.signature_def["serving_default"]
+        signature = meta.signature_def["serving_ids"]
         output = signature.outputs["probabilities"].name
         inputs = {name: signature.inputs[name].name for name in requests[0]}
 
         def call(request):
             return sess.run(output, {inputs[k]: v for k, v in request.items()})
     else:
-        serving = tf.saved_model.load(export_dir).signatures["serving_default"]
+        serving = tf.saved_model.load(export_dir).signatures["serving_ids"]
         function = tf.function(serving, jit_compile=True) if variant == "xla" else serving
 
         def call(request):
@@ -174,12 +228,17 @@ def run_child(spec):
     _report(_latencies(call, requests))
 
 
-def _report(latencies):
-    """Prints the RESULT line of a child."""
+def _summary(latencies):
+    """p50, p99 and mean of some latencies."""
     latencies = sorted(latencies)
     p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
-    bench_common.print_result({"p50": statistics.median(latencies), "p99": p99,
-                               "mean": statistics.mean(latencies)})
+    return {"p50": statistics.median(latencies), "p99": p99,
+            "mean": statistics.mean(latencies)}
+
+
+def _report(latencies):
+    """Prints the RESULT line of a child."""
+    bench_common.print_result(_summary(latencies))
 
 
 def _measure(variant, export_dir):
@@ -197,20 +256,25 @@ def main(argv):
         return
     with tempfile.TemporaryDirectory() as workdir:
         export_dir = export(workdir)
-        results = {variant: [] for variant in FLAGS.variants}
+        results = {}
         for _ in range(FLAGS.rounds):
             for variant in FLAGS.variants:
-                results[variant].append(_measure(variant, export_dir))
+                result = _measure(variant, export_dir)
+                if variant != "text" or "error" in result:
+                    results.setdefault(variant, []).append(result)
+                    continue
+                for words in FLAGS.words:
+                    results.setdefault("text %s words" % words, []).append(result[words])
     print("BERT L=%d, batch 1, seq %d, %d thread(s), %d requests after %d warm-up, "
           "median of %d rounds" % (FLAGS.layers, FLAGS.seq_length, FLAGS.threads,
                                    FLAGS.requests, FLAGS.warmup, FLAGS.rounds))
-    print("%-10s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms"))
+    print("%-16s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms"))
     for variant, rounds in results.items():
         good = [r for r in rounds if "error" not in r]
         if not good:
-            print("%-10s failed: %s" % (variant, rounds[0]["error"]))
+            print("%-16s failed: %s" % (variant, rounds[0]["error"]))
             continue
-        print("%-10s %10.1f %10.1f %10.1f" % (variant, *(
+        print("%-16s %10.1f %10.1f %10.1f" % (variant, *(
             statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))))
 
 

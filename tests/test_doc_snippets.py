@@ -84,8 +84,9 @@ def world(tmp_path_factory):
     checkpoint = _save_graph(lambda: run_classifier.create_model(
         config, False, _ids(1, 8), _ids(1, 8), _ids(1, 8), _ids(1), 2, False),
         os.path.join(home, "cola_checkpoint", "model.ckpt"))
-    run_classifier.export_model(config, 2, False, checkpoint,
-                                os.path.join(home, "cola_export"), max_seq_length=128)
+    run_classifier.export_model(config, run_classifier.ColaProcessor(), ["0", "1"], checkpoint,
+                                os.path.join(home, "cola_export"), vocab, True,
+                                max_seq_length=128)
     os.makedirs(os.path.join(home, "cola_output"))
     with open(os.path.join(home, "cola_output", "run_config.json"), "w") as f:
         json.dump({"script": "run_classifier.py",
@@ -101,13 +102,14 @@ def world(tmp_path_factory):
     checkpoint = _save_graph(lambda: run_ner.create_model(
         config, False, _ids(1, 8), _ids(1, 8), _ids(1, 8), 5, False),
         os.path.join(home, "ner_checkpoint", "model.ckpt"))
-    ner_export = run_ner.export_model(config, 5, checkpoint, os.path.join(home, "ner_export"),
-                                      labels_path, max_seq_length=128)
+    ner_export = run_ner.export_model(
+        config, run_ner.label_list_for(["PER", "LOC"], "iob1"), "iob1", checkpoint,
+        os.path.join(home, "ner_export"), labels_path, vocab, True, max_seq_length=128)
     checkpoint = _save_graph(lambda: run_swag.create_model(
         config, False, _ids(1, 4, 8), _ids(1, 4, 8), _ids(1, 4, 8), _ids(1), False),
         os.path.join(home, "swag_checkpoint", "model.ckpt"))
     swag_export = run_swag.export_model(config, checkpoint, os.path.join(home, "swag_export"),
-                                        max_seq_length=80)
+                                        vocab, True, max_seq_length=80)
 
     # extract_features.py's outputs, written by its own writers.
     for writer in (extract_features.NpzWriter(os.path.join(home, "output.npz"), [-1]),

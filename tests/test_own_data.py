@@ -383,17 +383,15 @@ def _read_tsv(path):
         return [line.rstrip("\n").split("\t") for line in f]
 
 
-def _run_saved_model(export_dir, features, output_name):
-    """Runs the exported serving_default signature in a TF1 session."""
+_run_saved_model = test_run_classifier._run_saved_model
+
+
+def _run_text_signature(export_dir, examples):
+    """The export's text signature (one text: text_a) on the examples."""
+    import test_serving
     (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
-    with tf.Graph().as_default(), tf.Session() as sess:
-        meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["serving_default"]
-        assert set(signature.outputs) == {output_name}
-        feed = {signature.inputs[name].name: np.array([getattr(f, name) for f in features],
-                                                      dtype=np.int32)
-                for name in ("input_ids", "input_mask", "segment_ids")}
-        return sess.run(signature.outputs[output_name].name, feed)
+    return test_serving._run_signature(path, "serving_default",
+                                       {"text_a": [e.text_a for e in examples]})
 
 
 def _test_features(processor, data_dir, vocab, multi_label=False):
@@ -461,6 +459,10 @@ def test_saved_model_and_prediction_without_training(sentiment_run, tmp_path):
                                                 "test_results.tsv")), dtype=np.float64)
     served = _run_saved_model(sentiment_run["export_dir"], features, "probabilities")
     np.testing.assert_allclose(served, predicted, atol=1e-5)
+    text = _run_text_signature(sentiment_run["export_dir"],
+                               processor.get_test_examples(sentiment_run["data_dir"]))
+    np.testing.assert_allclose(text["probabilities"], predicted, atol=1e-4)
+    assert [x.decode() for x in text["labels"]] == [SENTIMENT[i % 3] for i in range(9)]
 
     checkpoint = tf.train.latest_checkpoint(sentiment_run["output_dir"])
     output_dir = str(tmp_path / "predict")
@@ -519,6 +521,14 @@ def test_multi_label_end_to_end(tmp_path):
         own_data.micro_f1(gold, served >= 0.5), abs=1e-6)
     assert result["eval_macro_f1"] == pytest.approx(
         own_data.macro_f1(gold, served >= 0.5), abs=1e-6)
+    # The text signature: the test texts' probabilities, and the labels at
+    # or above the threshold, in label order, then "".
+    text = _run_text_signature(export_dir, processor.get_test_examples(data_dir))
+    np.testing.assert_allclose(text["probabilities"], probabilities, atol=1e-4)
+    assert ["|".join(x.decode() for x in row if x) for row in text["labels"]] == expected
+    assert [[i for i in row if i >= 0] for row in text["label_ids"]] == [
+        [["animal", "color", "place"].index(x) for x in labels.split("|") if x]
+        for labels in expected]
 
 
 @pytest.mark.slow
@@ -552,6 +562,9 @@ def test_regression_end_to_end(tmp_path):
                            id_column="0", text_column="1", label_column="2")
     served = _run_saved_model(export_dir, _test_features(processor, data_dir, vocab), "scores")
     np.testing.assert_allclose(served, scores, atol=1e-5)
+    text = _run_text_signature(export_dir, processor.get_test_examples(data_dir))
+    assert set(text) == {"scores"}
+    np.testing.assert_allclose(text["scores"], scores, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------

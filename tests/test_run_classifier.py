@@ -673,11 +673,11 @@ def _features(data_dir, task, split, vocab, max_seq_length=24):
 
 
 def _run_saved_model(export_dir, features, output_name):
-    """Runs the exported serving_default signature in a TF1 session."""
+    """Runs the export's id signature (serving_ids) in a TF1 session."""
     (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
     with tf.Graph().as_default(), tf.Session() as sess:
         meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["serving_default"]
+        signature = meta.signature_def["serving_ids"]
         assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
         assert set(signature.outputs) == {output_name}
         feed = {signature.inputs[name].name: np.array([getattr(f, name) for f in features],
@@ -779,30 +779,22 @@ def test_saved_model_reproduces_estimator_predictions(mrpc_run):
 
 
 @pytest.mark.slow
-def test_saved_model_documented_python_call(mrpc_run):
-    """The docs' TF2 snippet: tf.saved_model.load and the signature."""
+def test_text_signature_gives_the_predictions(mrpc_run):
+    """The export's serving_default takes the test set's texts and gives
+    test_results.tsv's probabilities (each batch padded only to its longest
+    pair), and the label names."""
+    import test_serving
+    examples = run_classifier.get_processor("MRPC").get_test_examples(mrpc_run["data_dir"])
     (path,) = [os.path.join(mrpc_run["export_dir"], d)
                for d in os.listdir(mrpc_run["export_dir"])]
-    features = _features(mrpc_run["data_dir"], "MRPC", "test", mrpc_run["vocab"])[:2]
-    script = (
-        "import json, sys\n"
-        "import tensorflow as tf\n"
-        "model = tf.saved_model.load(sys.argv[1])\n"
-        "predict = model.signatures['serving_default']\n"
-        "f = json.loads(sys.argv[2])\n"
-        "out = predict(input_ids=tf.constant(f['input_ids'], tf.int32),\n"
-        "              input_mask=tf.constant(f['input_mask'], tf.int32),\n"
-        "              segment_ids=tf.constant(f['segment_ids'], tf.int32))\n"
-        "print('JSON' + json.dumps(out['probabilities'].numpy().tolist()))\n")
-    arg = json.dumps({name: [getattr(f, name) for f in features]
-                      for name in ("input_ids", "input_mask", "segment_ids")})
-    proc = subprocess.run([sys.executable, "-c", script, path, arg], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    served = np.array(json.loads(proc.stdout.split("JSON", 1)[1]))
+    served = test_serving._run_signature(path, "serving_default", {
+        "text_a": [e.text_a for e in examples], "text_b": [e.text_b for e in examples]})
     with open(os.path.join(mrpc_run["output_dir"], "test_results.tsv")) as f:
-        predicted = np.array([[float(x) for x in line.split("\t")] for line in f][:2])
-    np.testing.assert_allclose(served, predicted, atol=1e-5)
+        predicted = np.array([[float(x) for x in line.split("\t")] for line in f])
+    np.testing.assert_allclose(served["probabilities"], predicted, atol=1e-4)
+    assert list(served["label_ids"]) == list(np.argmax(predicted, axis=1))
+    assert [label.decode() for label in served["labels"]] == [
+        ["0", "1"][i] for i in np.argmax(predicted, axis=1)]
 
 
 @pytest.mark.slow
@@ -1022,6 +1014,17 @@ def test_bad_flags(good_inputs, change, message):
     with pytest.raises(run_common.InputError, match=message):
         run_main(**good_inputs)
     assert not os.path.exists(os.path.join(good_inputs["output_dir"], "train.tf_record"))
+
+
+def test_export_with_a_vocabulary_the_graph_cannot_read_stops_first(good_inputs, tmp_path):
+    """A vocabulary the export's in-graph tokenizer cannot read (here a
+    token twice) stops the run before training, naming the line."""
+    vocab = tmp_path / "twice.txt"
+    with open(good_inputs["vocab_file"]) as f:
+        vocab.write_text(f.read() + "good\n")
+    tiny.assert_input_error(run_main, dict(good_inputs, vocab_file=str(vocab),
+                                           export_dir=str(tmp_path / "export")),
+                            r"--export_dir needs a --vocab_file .*twice\.txt, line \d+")
 
 
 @pytest.mark.parametrize("file_name, rows, message", [

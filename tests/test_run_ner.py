@@ -540,7 +540,7 @@ def _saved_model_probabilities(export_dir, windows):
     (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
     with tf.Graph().as_default(), tf.Session() as sess:
         meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["serving_default"]
+        signature = meta.signature_def["serving_ids"]
         assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
         assert set(signature.outputs) == {"probabilities"}
         feed = {signature.inputs[name].name: np.array([getattr(w, name) for w in windows],
@@ -797,31 +797,18 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
 
 
 @pytest.mark.slow
-def test_saved_model_documented_python_call(ner_run):
-    """docs/ner.md's TF2 snippet: tf.saved_model.load, the signature, and
-    run_ner's helpers back to one tag per word."""
+def test_text_signature_tags_as_the_script_does(ner_run):
+    """The export's serving_default, given each document of the raw-text
+    file as one text, tags its words as text_predictions.txt does (IOB1,
+    the data's scheme)."""
+    import test_serving
     (path,) = [os.path.join(ner_run["export_dir"], d) for d in os.listdir(ner_run["export_dir"])]
-    script = (
-        "import json, os, sys\n"
-        "import tensorflow as tf\n"
-        "import run_ner, tokenization\n"
-        "export, vocab = sys.argv[1:3]\n"
-        "with open(os.path.join(export, 'assets.extra', 'ner_labels.json')) as f:\n"
-        "    saved = json.load(f)\n"
-        "pieces = run_ner.WordPieceCache(tokenization.FullTokenizer(vocab))\n"
-        "words = ['The', 'house', 'saw', 'Mr', 'Alpha', 'jr', 'in', 'Kingston', '.']\n"
-        "windows = run_ner.convert_document(words, None, pieces, max_seq_length=24,\n"
-        "                                   doc_stride=8, is_training=False)\n"
-        "predict = tf.saved_model.load(export).signatures['serving_default']\n"
-        "outputs = predict(**{name: tf.constant([getattr(w, name) for w in windows],\n"
-        "                                       tf.int32)\n"
-        "                     for name in ('input_ids', 'input_mask', 'segment_ids')})\n"
-        "probabilities = run_ner.word_predictions(windows, outputs['probabilities'].numpy(),\n"
-        "                                         len(words))\n"
-        "tags = [saved['labels'][i] for i in probabilities.argmax(axis=-1)]\n"
-        "print('JSON' + json.dumps(run_ner.from_model_tags(tags, saved['scheme'])))\n")
-    proc = subprocess.run([sys.executable, "-c", script, path, ner_run["vocab"]], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tags = json.loads(proc.stdout.split("JSON", 1)[1])
-    assert tags == ["O", "O", "O", "O", "I-PER", "I-PER", "O", "I-LOC", "O"]
+    documents = [block.strip() for block in RAW_TEXT.split("\n\n")]
+    served = test_serving._run_signature(path, "serving_default", {"text": documents})
+    sentences, _ = _read_columns(os.path.join(ner_run["output_dir"], "text_predictions.txt"))
+    expected = [sentences[0] + sentences[1], sentences[2]]
+    for i, words in enumerate(expected):
+        n = served["num_words"][i]
+        assert [w.decode() for w in served["words"][i, :n]] == [w for w, _ in words]
+        assert [t.decode() for t in served["tags"][i, :n]] == [t for _, t in words]
+    assert {t for _, t in expected[0]} >= {"I-PER", "I-LOC", "O"}

@@ -280,7 +280,7 @@ def test_saved_model_reproduces_the_predictions(swag_run):
                for d in os.listdir(swag_run["export_dir"])]
     with tf.Graph().as_default(), tf.Session() as sess:
         meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["serving_default"]
+        signature = meta.signature_def["serving_ids"]
         assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
         assert set(signature.outputs) == {"probabilities"}
         feed = {signature.inputs[name].name: np.array([getattr(f, name) for f in features],
@@ -295,6 +295,13 @@ def test_saved_model_reproduces_the_predictions(swag_run):
     # The shared scorer: two choices get the softmax of the same two scores.
     ratio = served[:, 0] / served[:, 1]
     np.testing.assert_allclose(two[:, 0] / two[:, 1], ratio, rtol=1e-4)
+    # The text signature, from the same texts.
+    import test_serving
+    text = test_serving._run_signature(path, "serving_default", {
+        "context": [e.context for e in test], "question": [e.question for e in test],
+        "endings": [e.endings for e in test]})
+    np.testing.assert_allclose(text["probabilities"], served, atol=1e-4)
+    assert list(text["label_ids"]) == [int(r[1]) for r in rows]
 
 
 @pytest.mark.slow

@@ -1,0 +1,189 @@
+"""SavedModels that take text: what `--export_dir` of the fine-tuning scripts
+writes.
+
+Each export holds one model (one set of weights) behind two signatures:
+
+* ``serving_default`` takes strings (per task: `run_classifier.py`'s
+  ``text_a`` and ``text_b``, `run_ner.py`'s ``text``, `run_swag.py`'s
+  ``context``, ``question`` and ``endings``) and returns named outputs with
+  label names. The text is tokenized inside the graph
+  (`graph_tokenization.GraphTokenizer`, equal to `tokenization.FullTokenizer`)
+  and packed as the scripts pack it; each batch is padded to its longest
+  input only, so a short text costs a short forward pass.
+* ``serving_ids`` takes the scripts' int32 features (``input_ids``,
+  ``input_mask``, ``segment_ids``), as exports did before text came in.
+
+The vocabulary and a ``tokenizer_config.json`` (the casing and the
+sequence settings) are assets of the SavedModel. Loading it needs only
+TensorFlow and TensorFlow Text (``import tensorflow_text`` before
+``tf.saved_model.load``: it registers the WordPiece op).
+"""
+
+import json
+import os
+import tempfile
+
+import tensorflow.compat.v1 as tf
+
+import graph_tokenization
+import run_base
+import runtime
+
+TEXT_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+IDS_SIGNATURE = "serving_ids"
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
+
+# Next to the vocabulary in assets/: how the text is tokenized and packed.
+CONFIG_ASSET = "tokenizer_config.json"
+
+# The features the text signature computes are named "text_input_ids:0",
+# ... in the graph (for tests and debugging).
+TEXT_FEATURE_PREFIX = "text_"
+
+
+def first_pieces(pieces, lengths):
+    """The first `lengths[i]` values of each row i of `pieces` (a RaggedTensor
+    [n, (len)]; lengths: int [n], each at most the row's length)."""
+    starts = tf.cast(pieces.row_starts(), lengths.dtype)
+    return tf.gather(pieces.values, tf.ragged.range(starts, starts + lengths))
+
+
+def pair_lengths(len_a, len_b, max_tokens):
+    """The lengths `run_common.truncate_seq_pair` cuts a pair down to, for
+    whole batches: while the pair is longer than `max_tokens`, the longer
+    side (the second one on a tie) loses its last token. In closed form: the
+    longer side is cut first, down to the other's length, then both in turn,
+    which leaves the first side the larger half.
+
+    Args:
+      len_a, len_b: int32 [n], the sides' lengths.
+      max_tokens: int, what the pair may hold.
+
+    Returns:
+      (new len_a, new len_b), int32 [n].
+    """
+    over = len_a + len_b > max_tokens
+    half_up, half_down = (max_tokens + 1) // 2, max_tokens // 2
+    a_cut = tf.where(len_a >= len_b, tf.maximum(max_tokens - len_b, half_up),
+                     max_tokens - tf.maximum(max_tokens - len_a, half_down))
+    a_cut = tf.where(over, a_cut, len_a)
+    b_cut = tf.where(over, max_tokens - a_cut, len_b)
+    return a_cut, b_cut
+
+
+def pack(pieces_a, pieces_b, max_seq_length, cls_id, sep_id):
+    """BERT's input for a batch of texts or text pairs, as
+    `run_common.pack_sequence_pair` lays out one: ``[CLS] a [SEP]`` where b
+    is empty (or None), else ``[CLS] a [SEP] b [SEP]``, the pair cut by
+    `pair_lengths` and a single text at its end to fit `max_seq_length`.
+
+    Args:
+      pieces_a, pieces_b: RaggedTensor int32 [n, (pieces)], WordPiece ids;
+        pieces_b may be None.
+      max_seq_length: the longest input the model takes.
+      cls_id, sep_id: the ids of [CLS] and [SEP].
+
+    Returns:
+      dict of FEATURE_NAMES -> int32 [n, longest], zero-padded to the
+      batch's longest input (not to max_seq_length).
+    """
+    len_a = tf.cast(pieces_a.row_lengths(), tf.int32)
+    if pieces_b is None:
+        len_b = tf.zeros_like(len_a)
+        pieces_b = first_pieces(pieces_a, len_b)
+    else:
+        len_b = tf.cast(pieces_b.row_lengths(), tf.int32)
+    is_pair = len_b > 0
+    # A pair keeps 3 places for [CLS] and two [SEP]s; a single text 2.
+    paired_a, paired_b = pair_lengths(len_a, len_b, max_seq_length - 3)
+    keep_a = tf.where(is_pair, paired_a, tf.minimum(len_a, max_seq_length - 2))
+    keep_b = tf.where(is_pair, paired_b, len_b)
+    a = first_pieces(pieces_a, keep_a)
+    b = first_pieces(pieces_b, keep_b)
+    n = tf.shape(len_a)[0]
+    cls = tf.RaggedTensor.from_tensor(tf.fill([n, 1], cls_id))
+    sep = tf.RaggedTensor.from_tensor(tf.fill([n, 1], sep_id))
+    sep_b = tf.ragged.range(tf.cast(is_pair, tf.int32)) * 0 + sep_id
+    ids = tf.concat([cls, a, sep, b, sep_b], axis=1)
+    segments = tf.concat([tf.zeros_like(cls), tf.zeros_like(a), tf.zeros_like(sep),
+                          tf.ones_like(b), tf.ones_like(sep_b)], axis=1)
+    return {"input_ids": ids.to_tensor(0), "input_mask": tf.ones_like(ids).to_tensor(0),
+            "segment_ids": segments.to_tensor(0)}
+
+
+def check_export_flags(vocab_file):
+    """Checks up front, before a run trains, what its --export_dir will
+    need: a vocabulary the graph's tokenizer can read
+    (`graph_tokenization.check_vocab`). Raises run_base.InputError."""
+    try:
+        graph_tokenization.check_vocab(vocab_file)
+    except ValueError as e:
+        raise run_base.InputError("--export_dir needs a --vocab_file it can build into the "
+                                  "SavedModel: %s" % e)
+
+
+def string_input(name, rank=1):
+    """A tf.string placeholder [batch] (rank 2: [batch, None]) for a text
+    signature."""
+    return tf.placeholder(tf.string, [None] * rank, name=name)
+
+
+def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, text_signature,
+           id_rank=2, settings=None, assets_extra=()):
+    """Writes a SavedModel with a text signature and an id signature over
+    one model (see the module docstring).
+
+    Args:
+      model_fn: the script's model_fn, built with
+        `run_common.export_builder_args`; called once, in PREDICT mode, on
+        the id features.
+      export_dir: the SavedModel goes into a timestamped directory in it.
+      checkpoint_path: the weights.
+      vocab_file, do_lower_case: the tokenizer's (stored as assets).
+      text_signature: (tokenizer) -> (inputs, features, outputs_fn): the
+        string placeholders of serving_default (name -> tensor), the model's
+        features computed from them (FEATURE_NAMES -> int32 tensors), and
+        outputs_fn(predictions) -> name -> tensor, serving_default's outputs
+        from the model_fn's `predictions`.
+      id_rank: the rank of the id features ([batch, seq]: 2; SWAG's
+        [batch, choices, seq]: 3); serving_ids takes any length.
+      settings: more entries of tokenizer_config.json (max_seq_length, ...).
+      assets_extra: files copied into the SavedModel's assets.extra/.
+
+    Returns:
+      The SavedModel's directory.
+    """
+    config = dict(settings or {}, do_lower_case=bool(do_lower_case))
+    with tempfile.TemporaryDirectory() as tmp:
+        config_path = os.path.join(tmp, CONFIG_ASSET)
+        with open(config_path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+        def build_signatures():
+            tf.add_to_collection(tf.GraphKeys.ASSET_FILEPATHS,
+                                 tf.constant(config_path, name="tokenizer_config"))
+            id_inputs = {name: tf.placeholder(tf.int32, [None] * id_rank, name=name)
+                         for name in FEATURE_NAMES}
+            id_spec = model_fn(id_inputs, None, runtime.ModeKeys.PREDICT, {})
+            tokenizer = graph_tokenization.GraphTokenizer(vocab_file, do_lower_case)
+            text_inputs, features, outputs_fn = text_signature(tokenizer)
+            # The same model again, on the features of the text (its own
+            # ops, the same variables): each signature's graph holds only
+            # what it runs, so either can be compiled or served alone.
+            features = {name: tf.identity(tf.cast(features[name], tf.int32),
+                                          name=TEXT_FEATURE_PREFIX + name)
+                        for name in FEATURE_NAMES}
+            with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+                text_spec = model_fn(features, None, runtime.ModeKeys.PREDICT, {})
+            return {
+                TEXT_SIGNATURE: tf.saved_model.predict_signature_def(
+                    text_inputs, outputs_fn(text_spec.predictions)),
+                IDS_SIGNATURE: tf.saved_model.predict_signature_def(
+                    id_inputs, id_spec.export_outputs[TEXT_SIGNATURE].outputs)}
+
+        path = runtime.write_saved_model(build_signatures, checkpoint_path, export_dir,
+                                         assets_extra=assets_extra)
+    run_base.report_output(path, "SavedModel for serving (text in: %s; ids in: %s), with "
+                           "the weights of %s" % (TEXT_SIGNATURE, IDS_SIGNATURE,
+                                                  checkpoint_path))
+    return path
