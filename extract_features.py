@@ -51,13 +51,12 @@ FLAGS = flags.FLAGS
 run_common.define_flags(
     "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
     "vocab_file", "do_lower_case", "use_one_hot_embeddings", run_common.TPU_FLAGS,
-    "precision", "use_xla", "fused_ops", max_seq_length=128)
+    "precision", "use_xla", "fused_ops", "batch_size", max_seq_length=128,
+    helps={"batch_size": "Input lines per prediction batch."})
 
 flags.DEFINE_string(
     "layers", "-1,-2,-3,-4",
     "Comma-separated encoder layers to output: -1 is the last layer, 0 the first.")
-
-flags.DEFINE_integer("batch_size", 32, "Input lines per prediction batch.")
 
 flags.DEFINE_enum(
     "output_format", "jsonl", ["jsonl", "npz", "tfrecord"],

@@ -17,11 +17,11 @@ scripts expose them as memory and speed options:
   instead of keeping its activations (gradient checkpointing, `recompute.py`),
   for roughly one more forward pass of compute.
 * ``fused_ops``: which of GELU, LayerNorm and dropout run as XLA-compiled
-  loops (`kernels.py`); by default all three where no GPU is visible.
+  loops (`bert_ops.py`); by default all three where no GPU is visible.
 
 Whatever the options, the backward pass keeps less than a plain graph would:
 GELU and dropout (and LayerNorm, when fused) carry gradients that keep only
-what they need (`kernels.py`), and the feed-forward output projection
+what they need (`bert_ops.py`), and the feed-forward output projection
 recomputes the GELU it consumed.
 """
 
@@ -35,7 +35,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-import kernels
+import bert_ops
 import recompute
 
 
@@ -154,7 +154,7 @@ class BertModel:
           recompute_grad: bool. Recompute each layer in the backward pass
             instead of keeping its activations.
           fused_ops: which kernels to build as XLA-compiled loops: a
-            kernels.FusedOps, or a setting of `kernels.choose_fused_ops`
+            bert_ops.FusedOps, or a setting of `bert_ops.choose_fused_ops`
             (default "auto"). The choice made is `self.fused_ops`.
 
         Raises:
@@ -165,7 +165,7 @@ class BertModel:
         # Resolved first, so that an unknown name fails before any variable
         # is created.
         activation = get_activation(config.hidden_act)
-        self.fused_ops = kernels.choose_fused_ops(fused_ops)
+        self.fused_ops = bert_ops.choose_fused_ops(fused_ops)
         if not is_training:
             config.hidden_dropout_prob = 0.0
             config.attention_probs_dropout_prob = 0.0
@@ -266,14 +266,14 @@ def _validate_config(config):
 
 # ---------------------------------------------------------------------------
 # Activations, dropout, LayerNorm, dense layers. GELU, dropout and LayerNorm
-# are kernels.py's, with Google's signatures and an optional `fused_ops`
-# (a kernels.FusedOps; None: kernels.choose_fused_ops("auto")).
+# are bert_ops.py's, with Google's signatures and an optional `fused_ops`
+# (a bert_ops.FusedOps; None: bert_ops.choose_fused_ops("auto")).
 
 
 def _fused(fused_ops, name):
     """Whether kernel `name` is fused under the choice `fused_ops` (None:
     left to the kernel's "auto")."""
-    return None if fused_ops is None else getattr(kernels.choose_fused_ops(fused_ops), name)
+    return None if fused_ops is None else getattr(bert_ops.choose_fused_ops(fused_ops), name)
 
 
 def gelu(x, fused_ops=None):
@@ -281,15 +281,15 @@ def gelu(x, fused_ops=None):
 
     Args:
       x: float Tensor.
-      fused_ops: optional kernels.FusedOps.
+      fused_ops: optional bert_ops.FusedOps.
 
     Returns:
-      Tensor of the shape and dtype of `x` (see `kernels.gelu`).
+      Tensor of the shape and dtype of `x` (see `bert_ops.gelu`).
     """
-    return kernels.gelu(x, fused=_fused(fused_ops, "gelu"))
+    return bert_ops.gelu(x, fused=_fused(fused_ops, "gelu"))
 
 
-gelu_exact = kernels.gelu_exact
+gelu_exact = bert_ops.gelu_exact
 
 _ACTIVATIONS = {
     "linear": None,
@@ -307,7 +307,7 @@ def get_activation(activation_string, fused_ops=None):
     Args:
       activation_string: "linear", "relu", "gelu", "gelu_new",
         "gelu_exact" or "tanh"; a callable is returned unchanged.
-      fused_ops: optional kernels.FusedOps for the GELU returned.
+      fused_ops: optional bert_ops.FusedOps for the GELU returned.
 
     Returns:
       The activation function, or None for "linear", "" and None.
@@ -335,9 +335,9 @@ def dropout(input_tensor, dropout_prob, fused_ops=None):
 
     Returns:
       Tensor of the shape and dtype of `input_tensor` (see
-      `kernels.dropout`).
+      `bert_ops.dropout`).
     """
-    return kernels.dropout(input_tensor, dropout_prob, fused=_fused(fused_ops, "dropout"))
+    return bert_ops.dropout(input_tensor, dropout_prob, fused=_fused(fused_ops, "dropout"))
 
 
 def layer_norm(input_tensor, name=None, fused_ops=None):
@@ -351,7 +351,7 @@ def layer_norm(input_tensor, name=None, fused_ops=None):
     Args:
       input_tensor: float Tensor [..., width] of known rank.
       name: optional variable scope name.
-      fused_ops: optional kernels.FusedOps.
+      fused_ops: optional bert_ops.FusedOps.
 
     Returns:
       Tensor of the shape and dtype of `input_tensor`.
@@ -360,7 +360,7 @@ def layer_norm(input_tensor, name=None, fused_ops=None):
         width = input_tensor.shape[-1]
         beta = tf.get_variable("beta", shape=[width], initializer=tf.zeros_initializer())
         gamma = tf.get_variable("gamma", shape=[width], initializer=tf.ones_initializer())
-        return kernels.layer_norm(input_tensor, gamma, beta,
+        return bert_ops.layer_norm(input_tensor, gamma, beta,
                                   fused=_fused(fused_ops, "layer_norm"))
 
 
@@ -417,7 +417,7 @@ def dense(input_tensor, units, activation=None, kernel_initializer=None, name="d
 def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense", fused_ops=None):
     """`dense(gelu(pre_activation), units)` with the same variables and
     values, whose backward pass keeps only `pre_activation`
-    (`kernels.gelu_matmul`).
+    (`bert_ops.gelu_matmul`).
 
     Args:
       pre_activation: float Tensor [rows, in].
@@ -426,7 +426,7 @@ def _gelu_dense(pre_activation, units, kernel_initializer=None, name="dense", fu
       Tensor [rows, units] of the input's dtype.
     """
     kernel, bias = _dense_variables(pre_activation, units, kernel_initializer, name)
-    product = kernels.gelu_matmul(pre_activation, kernel, fused=_fused(fused_ops, "gelu"))
+    product = bert_ops.gelu_matmul(pre_activation, kernel, fused=_fused(fused_ops, "gelu"))
     return tf.nn.bias_add(product, bias)
 
 
@@ -500,7 +500,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
         `seq_length` allowed (checked when the graph is built if the length
         is static, when it runs otherwise).
       dropout_prob: dropout rate on the result.
-      fused_ops: optional kernels.FusedOps for the LayerNorm and dropout.
+      fused_ops: optional bert_ops.FusedOps for the LayerNorm and dropout.
 
     Returns:
       float Tensor of the shape of `input_tensor`.
@@ -606,7 +606,7 @@ def _self_attention(layer_input_2d, attention_bias, num_attention_heads, size_pe
         `_attention_bias_from_mask`.
       to_tensor_2d: [B * T, to_width], the attended positions; default
         `layer_input_2d` (self-attention, T = F).
-      fused_ops: optional kernels.FusedOps for the dropout.
+      fused_ops: optional bert_ops.FusedOps for the dropout.
 
     Returns:
       Tensor [B * F, N * H]: for each position, the heads' value averages
@@ -670,7 +670,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
         instead of [batch_size, from_seq_length, N * H].
       batch_size, from_seq_length, to_seq_length: the 3-D sizes; required
         when the inputs are matrices, ignored otherwise.
-      fused_ops: optional kernels.FusedOps for the dropout.
+      fused_ops: optional bert_ops.FusedOps for the dropout.
 
     Returns:
       float Tensor [batch_size, from_seq_length, N * H] or its matrix.
@@ -715,7 +715,7 @@ def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_h
     down), dropout, residual and LayerNorm. Variables, under the current
     scope: attention/self/{query,key,value}, attention/output/{dense,
     LayerNorm}, intermediate/dense and output/{dense,LayerNorm}. GELU,
-    LayerNorm and dropout are built as `fused_ops` (a kernels.FusedOps) says.
+    LayerNorm and dropout are built as `fused_ops` (a bert_ops.FusedOps) says.
 
     Returns:
       Tensor [batch_size * seq_length, hidden_size].
@@ -791,7 +791,7 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
             "The hidden size (%d) is not a multiple of the number of attention "
             "heads (%d)" % (hidden_size, num_attention_heads))
     head_size = hidden_size // num_attention_heads
-    fused_ops = kernels.choose_fused_ops(fused_ops)
+    fused_ops = bert_ops.choose_fused_ops(fused_ops)
     input_shape = get_shape_list(input_tensor, expected_rank=3)
     batch_size, seq_length, input_width = input_shape
     if input_width != hidden_size:
@@ -813,7 +813,7 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
                 fused_ops)
         if seed is None:
             return build()
-        with kernels.stateless_dropout_seed(seed):
+        with bert_ops.stateless_dropout_seed(seed):
             return build()
 
     # Layers pass matrices [batch_size * seq_length, hidden_size] to each

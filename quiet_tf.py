@@ -34,7 +34,7 @@ the import are not touched.
 The first XLA compilation of a process prints a few more lines, one of them
 error-level on TensorFlow 2.15 ("SetPriority unimplemented"), whatever
 TF_CPP_MIN_LOG_LEVEL says. The scripts compile GELU, LayerNorm and dropout
-with XLA (kernels.py), so before their first session they call
+with XLA (bert_ops.py), so before their first session they call
 `start_xla_quietly` (through run_common.choose_fused_ops), which compiles a
 one-element function with the same filtering.
 
@@ -150,7 +150,7 @@ _XLA_START_NOISE = re.compile(
 def start_xla_quietly():
     """Compiles and runs a one-element XLA function, with XLA's start-up
     lines left out of standard error (the scripts' models compile their GELU,
-    LayerNorm and dropout with XLA, see kernels.py; those lines would
+    LayerNorm and dropout with XLA, see bert_ops.py; those lines would
     otherwise come at the first training step, one of them error-level).
     Once per process: later calls return the first call's answer.
 

@@ -47,7 +47,7 @@ def recompute_layer(layer_fn, layer_input, attention_bias):
       layer_fn: function (x [rows, hidden], bias, seed) -> [rows, hidden]
         building the layer under the current variable scope. All its
         randomness must derive from `seed`, an int32 Tensor [2] (see
-        `kernels.stateless_dropout_seed`), so that both builds agree.
+        `bert_ops.stateless_dropout_seed`), so that both builds agree.
       layer_input: float Tensor [rows, hidden].
       attention_bias: float Tensor broadcastable to the attention scores, or
         None.

@@ -78,6 +78,14 @@ _SHARED_FLAGS = {
         flags.DEFINE_string, None,
         "Input file(s): a file, a comma-separated list of files, or globs."),
     "output_file": (flags.DEFINE_string, None, "Output file(s)."),
+    "batch_size": (flags.DEFINE_integer, 32, "Inputs per prediction batch."),
+    "input_format": (
+        flags.DEFINE_enum, "auto", "Format of the input files; auto: told from the file.",
+        ["auto", "jsonl", "tsv", "csv", "text", "swag_csv"]),
+    "skip_malformed_rows": (
+        flags.DEFINE_bool, False,
+        "Skip (with a warning) data rows with the wrong number of columns instead "
+        "of stopping with an error."),
     "do_lower_case": (
         flags.DEFINE_bool, True,
         "Lower-case the text and strip accents before WordPiece: True for "

@@ -41,7 +41,7 @@ FLAGS = flags.FLAGS
 # The original's flags, with its names, meanings and defaults, and the shared
 # ones beyond it (export, own data, training options).
 run_common.define_flags(
-    run_common.FINE_TUNING_FLAGS, "labels", max_seq_length=128,
+    run_common.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", max_seq_length=128,
     helps={
         "data_dir": "Directory with the task's data files (train.tsv, dev.tsv, test.tsv "
                     "for GLUE tasks, as the GLUE download lays them out).",
@@ -93,11 +93,6 @@ flags.DEFINE_string(
     "the task's main metric: eval_matthews_corr for CoLA, eval_f1 for MRPC and "
     "QQP, eval_spearman for STS-B, eval_accuracy otherwise). Higher is better, "
     "except for metrics whose name contains 'loss'.")
-
-flags.DEFINE_bool(
-    "skip_malformed_rows", False,
-    "Skip (with a warning) data rows with the wrong number of columns instead "
-    "of stopping with an error.")
 
 flags.DEFINE_string(
     "diagnostic_file", None,

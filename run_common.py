@@ -22,7 +22,7 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import kernels
+import bert_ops
 import modeling
 import optimization
 import run_base
@@ -643,7 +643,7 @@ class TrainingOptions:
       precision: "fp32", "fp16" or "bf16", the encoder's compute type
         (fp16 trains with dynamic loss scaling).
       recompute_grad: recompute each Transformer layer in the backward pass.
-      fused_ops: kernels.FusedOps, or None for kernels' "auto".
+      fused_ops: bert_ops.FusedOps, or None for bert_ops' "auto".
       gradient_accumulation_steps: micro-batches per optimizer update.
       use_xla: XLA auto-clustering of the whole graph.
       distribution_strategy: "none", "mirrored" or "multi_worker_mirrored".
@@ -652,7 +652,7 @@ class TrainingOptions:
 
     precision: str = "fp32"
     recompute_grad: bool = False
-    fused_ops: kernels.FusedOps = None
+    fused_ops: bert_ops.FusedOps = None
     gradient_accumulation_steps: int = 1
     use_xla: bool = False
     distribution_strategy: str = "none"
@@ -679,7 +679,7 @@ class TrainingOptions:
     def for_export(self):
         """These options for a SavedModel's graph: no recomputation, and every
         kernel written out (a model server may lack XLA)."""
-        return dataclasses.replace(self, recompute_grad=False, fused_ops=kernels.FusedOps())
+        return dataclasses.replace(self, recompute_grad=False, fused_ops=bert_ops.FusedOps())
 
 
 def training_options_from_flags():
@@ -701,7 +701,7 @@ def training_options_from_flags():
 
 
 def choose_fused_ops(setting, start_xla=True):
-    """The kernels.FusedOps of --fused_ops=`setting`. Where any kernel is
+    """The bert_ops.FusedOps of --fused_ops=`setting`. Where any kernel is
     fused, XLA is started here with `start_xla` (`quiet_tf.start_xla_quietly`:
     its start-up lines caught now rather than at the first step); where XLA
     does not work, every kernel is written out.
@@ -710,11 +710,11 @@ def choose_fused_ops(setting, start_xla=True):
       InputError: an unknown value, naming --fused_ops.
     """
     try:
-        fused_ops = kernels.choose_fused_ops(setting)
+        fused_ops = bert_ops.choose_fused_ops(setting)
     except ValueError as e:
         raise InputError("--fused_ops: %s" % e)
-    if start_xla and fused_ops != kernels.FusedOps() and not quiet_tf.start_xla_quietly():
-        return kernels.FusedOps()
+    if start_xla and fused_ops != bert_ops.FusedOps() and not quiet_tf.start_xla_quietly():
+        return bert_ops.FusedOps()
     return fused_ops
 
 

@@ -992,11 +992,14 @@ def _data_scheme_ids(tag_ids, label_list, scheme):
     # the start of the text.
     converted = [[label_list.index(iob2_to_iob1(([previous] if previous else []) + [tag])[-1])
                   for tag in label_list] for previous in label_list + [None]]
-    previous = tf.concat([tf.fill([tag_ids.nrows(), 1], len(label_list)),
-                          tag_ids[:, :-1]], axis=1)
+    flat = tag_ids.flat_values
+    position = tf.range(tf.size(flat, out_type=tf.int64))
+    previous = tf.where(tf.equal(position, tf.gather(tag_ids.row_starts(),
+                                                      tag_ids.value_rowids())),
+                        tf.fill(tf.shape(flat), len(label_list)),
+                        tf.concat([tf.fill([1], len(label_list)), flat[:-1]], axis=0))
     return tag_ids.with_flat_values(tf.gather_nd(
-        tf.constant(converted, tf.int32), tf.stack([previous.flat_values,
-                                                    tag_ids.flat_values], axis=1)))
+        tf.constant(converted, tf.int32), tf.stack([previous, flat], axis=1)))
 
 
 TextWindows = collections.namedtuple("TextWindows", ["pieces", "word_positions"])
@@ -1036,11 +1039,11 @@ def text_windows(pieces, max_seq_length, doc_stride):
     window_start = window_index.values * step
     window_length = tf.minimum(max_pieces, tf.gather(num_pieces, window_row) - window_start)
     first = tf.gather(document_start, window_row) + window_start
-    window_pieces = tf.gather(document.values, tf.ragged.range(first, first + window_length))
     # No window at all (only empty texts): one empty one.
     no_window = tf.cast(tf.equal(tf.size(window_start), 0), tf.int32)
-    window_pieces = tf.concat(
-        [window_pieces, tf.ragged.range(tf.fill([no_window], 0))], axis=0)
+    window_pieces = tf.RaggedTensor.from_row_lengths(
+        tf.gather(document.values, tf.ragged.range(first, first + window_length).values),
+        tf.concat([window_length, tf.zeros([no_window], tf.int32)], axis=0))
 
     # Each word against every window of its document (windows are few):
     # the score of `max_context_spans`, in float64 as Python computes it.

@@ -180,8 +180,8 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
       label_ids: int32 [batch, max_predictions_per_seq].
       label_weights: float [batch, max_predictions_per_seq]: 1.0 for a real
         prediction, 0.0 for padding.
-      fused_ops: the encoder's kernels.FusedOps, for the transform's GELU
-        and LayerNorm (None: kernels' "auto").
+      fused_ops: the encoder's bert_ops.FusedOps, for the transform's GELU
+        and LayerNorm (None: bert_ops' "auto").
 
     Returns:
       (loss, per_example_loss [batch * max_predictions_per_seq],

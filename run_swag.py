@@ -47,16 +47,16 @@ FLAGS = flags.FLAGS
 # Flags.
 
 run_common.define_flags(
-    run_common.FINE_TUNING_FLAGS, max_seq_length=128,
+    run_common.FINE_TUNING_FLAGS, "input_format", max_seq_length=128,
     helps={"data_dir": "Folder with the data files, found by their usual names (train.csv, "
                        "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, "
-                       "test.jsonl)."})
+                       "test.jsonl).",
+           "input_format": "Format of the data files: swag_csv (the SWAG release), jsonl "
+                           "(one JSON object per line) or auto (by the file name's "
+                           "extension: .csv, .jsonl or .json)."})
 
-flags.DEFINE_enum(
-    "input_format", "auto", ["auto", "swag_csv", "jsonl"],
-    "Format of the data files: swag_csv (the SWAG release), jsonl (one JSON "
-    "object per line) or auto (by the file name's extension: .csv, .jsonl or "
-    ".json).")
+# The formats of --input_format that SWAG's data come in.
+INPUT_FORMATS = ("auto", "swag_csv", "jsonl")
 
 # ---------------------------------------------------------------------------
 # Reading data.
@@ -443,8 +443,8 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
         example = tf.range(tf.size(endings)) // num_choices
         context = tf.gather(tokenizer.tokenize(inputs["context"]), example)
         # The pieces of question + " " + ending are those of the two apart.
-        second = tf.concat([tf.gather(tokenizer.tokenize(inputs["question"]), example),
-                            tokenizer.tokenize(endings)], axis=1)
+        second = [tf.gather(tokenizer.tokenize(inputs["question"]), example),
+                  tokenizer.tokenize(endings)]
         flat = serving.pack(context, second, max_seq_length, tokenizer.cls_id,
                             tokenizer.sep_id)
         features = {name: tf.reshape(t, [-1, num_choices, tf.shape(t)[1]])
@@ -476,6 +476,9 @@ def main(_):
     record = run_common.use_run_record()
     run_common.require_model_flags(record)
     run_common.check_run_flags(min_seq_length=4)
+    if FLAGS.input_format not in INPUT_FORMATS:
+        raise InputError("--input_format=%s: SWAG data are %s" % (
+            FLAGS.input_format, ", ".join(INPUT_FORMATS[1:])))
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:

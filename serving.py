@@ -41,13 +41,6 @@ CONFIG_ASSET = "tokenizer_config.json"
 TEXT_FEATURE_PREFIX = "text_"
 
 
-def first_pieces(pieces, lengths):
-    """The first `lengths[i]` values of each row i of `pieces` (a RaggedTensor
-    [n, (len)]; lengths: int [n], each at most the row's length)."""
-    starts = tf.cast(pieces.row_starts(), lengths.dtype)
-    return tf.gather(pieces.values, tf.ragged.range(starts, starts + lengths))
-
-
 def pair_lengths(len_a, len_b, max_tokens):
     """The lengths `run_common.truncate_seq_pair` cuts a pair down to, for
     whole batches: while the pair is longer than `max_tokens`, the longer
@@ -78,8 +71,9 @@ def pack(pieces_a, pieces_b, max_seq_length, cls_id, sep_id):
     `pair_lengths` and a single text at its end to fit `max_seq_length`.
 
     Args:
-      pieces_a, pieces_b: RaggedTensor int32 [n, (pieces)], WordPiece ids;
-        pieces_b may be None.
+      pieces_a: RaggedTensor int32 [n, (pieces)], WordPiece ids.
+      pieces_b: the same for the second texts, a list of such (their rows
+        joined: SWAG's question and ending), or None.
       max_seq_length: the longest input the model takes.
       cls_id, sep_id: the ids of [CLS] and [SEP].
 
@@ -87,28 +81,51 @@ def pack(pieces_a, pieces_b, max_seq_length, cls_id, sep_id):
       dict of FEATURE_NAMES -> int32 [n, longest], zero-padded to the
       batch's longest input (not to max_seq_length).
     """
-    len_a = tf.cast(pieces_a.row_lengths(), tf.int32)
-    if pieces_b is None:
-        len_b = tf.zeros_like(len_a)
-        pieces_b = first_pieces(pieces_a, len_b)
-    else:
-        len_b = tf.cast(pieces_b.row_lengths(), tf.int32)
+    # Built by gathers from one flat vector (ragged concatenation would do,
+    # but logs a oneDNN error line about int64 on every run).
+    parts_b = [] if pieces_b is None else (
+        list(pieces_b) if isinstance(pieces_b, (list, tuple)) else [pieces_b])
+
+    def lengths(pieces):
+        return tf.cast(pieces.row_lengths(), tf.int32)
+
+    len_a = lengths(pieces_a)
+    part_lengths = [lengths(part) for part in parts_b]
+    len_b = tf.add_n(part_lengths) if parts_b else tf.zeros_like(len_a)
     is_pair = len_b > 0
     # A pair keeps 3 places for [CLS] and two [SEP]s; a single text 2.
     paired_a, paired_b = pair_lengths(len_a, len_b, max_seq_length - 3)
     keep_a = tf.where(is_pair, paired_a, tf.minimum(len_a, max_seq_length - 2))
     keep_b = tf.where(is_pair, paired_b, len_b)
-    a = first_pieces(pieces_a, keep_a)
-    b = first_pieces(pieces_b, keep_b)
-    n = tf.shape(len_a)[0]
-    cls = tf.RaggedTensor.from_tensor(tf.fill([n, 1], cls_id))
-    sep = tf.RaggedTensor.from_tensor(tf.fill([n, 1], sep_id))
-    sep_b = tf.ragged.range(tf.cast(is_pair, tf.int32)) * 0 + sep_id
-    ids = tf.concat([cls, a, sep, b, sep_b], axis=1)
-    segments = tf.concat([tf.zeros_like(cls), tf.zeros_like(a), tf.zeros_like(sep),
-                          tf.ones_like(b), tf.ones_like(sep_b)], axis=1)
-    return {"input_ids": ids.to_tensor(0), "input_mask": tf.ones_like(ids).to_tensor(0),
-            "segment_ids": segments.to_tensor(0)}
+    total = 2 + keep_a + keep_b + tf.cast(is_pair, tf.int32)
+
+    # values: [CLS], [SEP], 0 (padding), then the pieces of a and of each
+    # part of b; each row's pieces start at its base there.
+    parts = [pieces_a] + parts_b
+    values = tf.concat([tf.constant([cls_id, sep_id, 0], tf.int32)]
+                       + [tf.cast(part.values, tf.int32) for part in parts], axis=0)
+    bases, offset = [], 3
+    for part in parts:
+        bases.append(offset + tf.cast(part.row_starts(), tf.int32)[:, tf.newaxis])
+        offset += tf.size(part.values, out_type=tf.int32)
+
+    j = tf.range(tf.reduce_max(total))[tf.newaxis, :]  # [1, longest]
+    k = j - keep_a[:, tf.newaxis] - 2  # the position in b
+    index = tf.fill(tf.shape(j + k), 2)  # padding
+    index = tf.where_v2(tf.equal(j, 0), tf.zeros_like(index), index)
+    index = tf.where_v2((j >= 1) & (j <= keep_a[:, tf.newaxis]), bases[0] + j - 1, index)
+    index = tf.where_v2(tf.equal(k, -1), tf.ones_like(index), index)  # [SEP] after a
+    start = tf.zeros_like(len_a)[:, tf.newaxis]
+    for base, part_length in zip(bases[1:], part_lengths):
+        end = start + part_length[:, tf.newaxis]
+        index = tf.where_v2((k >= start) & (k < end) & (k < keep_b[:, tf.newaxis]),
+                         base + k - start, index)
+        start = end
+    in_b = is_pair[:, tf.newaxis] & (k >= 0) & (k <= keep_b[:, tf.newaxis])
+    index = tf.where_v2(in_b & tf.equal(k, keep_b[:, tf.newaxis]), tf.ones_like(index), index)
+    return {"input_ids": tf.gather(values, index),
+            "input_mask": tf.cast(j < total[:, tf.newaxis], tf.int32),
+            "segment_ids": tf.cast(in_b, tf.int32)}
 
 
 def check_export_flags(vocab_file):

@@ -300,7 +300,7 @@ def measure_model(mode):
     result["runtime"] = "TF %s, %s" % (tf.__version__, "oneDNN" if _pywrap_util_port.IsMklEnabled()
                                        else "Eigen")
     if FLAGS.implementation == "ours":
-        # A checkout from before kernels.py has no model.fused_ops.
+        # A checkout from before bert_ops.py has no model.fused_ops.
         result["runtime"] += ", fused %s" % getattr(model, "fused_ops", "(older code)")
     if FLAGS.precision != "fp32":
         result["runtime"] += ", " + FLAGS.precision

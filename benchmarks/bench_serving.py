@@ -55,6 +55,11 @@ flags.DEFINE_integer("seq_length", 128, "Sequence length of the signature.")
 flags.DEFINE_integer("layers", 12, "Transformer layers of the random model (12 = BERT-Base).")
 flags.DEFINE_string("bert_config_file", None, "Use this config (with --init_checkpoint).")
 flags.DEFINE_string("init_checkpoint", None, "Export this checkpoint instead of random weights.")
+flags.DEFINE_string(
+    "hf_model", None,
+    "A Hugging Face BERT folder (all-MiniLM-L6-v2, say) to time instead of random weights: "
+    "converted, given a random classifier layer and exported; hf_pipeline loads it as it is.")
+flags.DEFINE_integer("batch", 32, "Sentences per call of the batch variant.")
 flags.DEFINE_integer("requests", 100, "Timed requests per child.")
 flags.DEFINE_integer("warmup", 5, "Untimed requests first.")
 flags.DEFINE_integer("rounds", 3, "Children per variant, interleaved.")
@@ -103,28 +108,44 @@ def export(workdir):
     import run_classifier
     config_path = FLAGS.bert_config_file
     checkpoint = FLAGS.init_checkpoint
-    if not checkpoint:
+    vocab_file = os.path.join(workdir, "vocab.txt")
+    do_lower_case = True
+    encoder = None
+    if FLAGS.hf_model:
+        import shutil
+
+        import convert_checkpoint
+        converted = convert_checkpoint.convert(FLAGS.hf_model,
+                                               os.path.join(workdir, "converted"))
+        config_path, encoder = converted["bert_config_file"], converted["checkpoint"]
+        shutil.copy(converted["vocab_file"], vocab_file)
+        with open(os.path.join(FLAGS.hf_model, "tokenizer_config.json")) as f:
+            do_lower_case = json.load(f).get("do_lower_case", True)
+    elif not checkpoint:
         config_path = os.path.join(workdir, "bert_config.json")
         with open(config_path, "w") as f:
             json.dump(_base_config(FLAGS.layers), f)
-        checkpoint = os.path.join(workdir, "bert_model.ckpt")
+    if not checkpoint:
+        checkpoint = os.path.join(workdir, "classifier.ckpt")
         with tf.Graph().as_default():
-            # A fine-tuned classifier's variables: BERT's, the output layer's
-            # and the global step.
+            # A fine-tuned classifier's variables: BERT's (the converted
+            # encoder's, or random), the output layer's and the global step.
             ids = tf.zeros([1, 8], tf.int32)
             run_classifier.create_model(modeling.BertConfig.from_json_file(config_path),
                                         False, ids, ids, ids, tf.zeros([1], tf.int32), 2,
                                         False)
             tf.train.get_or_create_global_step()
+            if encoder:
+                tf.train.init_from_checkpoint(encoder, {"bert/": "bert/"})
             with tf.Session() as sess:
                 sess.run(tf.global_variables_initializer())
                 tf.train.Saver().save(sess, checkpoint)
     config = modeling.BertConfig.from_json_file(config_path)
-    vocab_file = os.path.join(workdir, "vocab.txt")
-    _write_vocab(vocab_file, config.vocab_size)
+    if not FLAGS.hf_model:
+        _write_vocab(vocab_file, config.vocab_size)
     return run_classifier.export_model(
         config, run_classifier.Sst2Processor(), ["0", "1"], checkpoint,
-        os.path.join(workdir, "export"), vocab_file, do_lower_case=True,
+        os.path.join(workdir, "export"), vocab_file, do_lower_case=do_lower_case,
         max_seq_length=FLAGS.seq_length)
 
 
@@ -169,21 +190,87 @@ def _run_hf_child(requests):
     return _latencies(call, requests)
 
 
-def _run_text_child(export_dir):
-    """{words: latencies} of the text signature, per --words length."""
+def _sentences(num_words, count):
+    """`count` sentences of `num_words` words, the same in every child."""
     import random
+    rng = random.Random(num_words)
+    return [_sentence(num_words, rng) for _ in range(count)]
+
+
+def _text_call(variant, export_dir):
+    """The call that labels one sentence in `variant`: "text" (the
+    SavedModel's text signature), "line" (predict.py's path for one input
+    line: JSON in, JSON out) or "server" (an HTTP request to predict.py's
+    server, end to end, on a kept-alive connection)."""
+    import http.client
+    import threading
 
     import tensorflow as tf
-    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
-    rng = random.Random(0)
-    results = {}
-    for num_words in FLAGS.words:
-        requests = [_sentence(int(num_words), rng)
-                    for _ in range(FLAGS.warmup + FLAGS.requests)]
-        results[num_words] = _latencies(
-            lambda text: signature(text_a=tf.constant([text]))["probabilities"].numpy(),
-            requests)
-    return results
+
+    import predict
+    if variant == "text":
+        signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+        return lambda text: signature(text_a=tf.constant([text]))["probabilities"].numpy()
+    model = predict.Model(export_dir)
+    if variant == "line":
+        signature = model.signature("serving_default")
+
+        def label_line(text):
+            row = json.loads(json.dumps({"text_a": text}))
+            outputs = signature({"text_a": [row["text_a"]]})
+            return json.dumps(predict.split_outputs(outputs)[0], sort_keys=True)
+        return label_line
+    server = predict.make_server(model, "127.0.0.1", 0, "default", 1 << 26)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1])
+
+    def post(text):
+        connection.request("POST", "/v1/models/default:predict",
+                           json.dumps({"instances": [{"text_a": text}]}),
+                           {"Content-Type": "application/json"})
+        return json.loads(connection.getresponse().read())
+    return post
+
+
+def _run_text_child(variant, export_dir):
+    """{words: latencies} of `variant`, per --words length (batch: one
+    length, --batch sentences per call)."""
+    count = FLAGS.warmup + FLAGS.requests
+    if variant == "hf_pipeline":
+        call = _hf_pipeline(os.path.dirname(os.path.dirname(export_dir)))
+    elif variant == "batch":
+        import tensorflow as tf
+        signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+        words = FLAGS.words[0]
+        sentences = _sentences(int(words), count * FLAGS.batch)
+        batches = [sentences[i:i + FLAGS.batch] for i in range(0, len(sentences), FLAGS.batch)]
+        return {words: _latencies(lambda batch: signature(text_a=tf.constant(batch)), batches)}
+    else:
+        call = _text_call(variant, export_dir)
+    return {words: _latencies(call, _sentences(int(words), count)) for words in FLAGS.words}
+
+
+def _hf_pipeline(workdir):
+    """Hugging Face's pipeline("text-classification") on the same model
+    (--hf_model) or one of the same shape (random weights, this run's
+    vocabulary), as a call on one sentence."""
+    import torch
+    import transformers
+    torch.set_num_threads(FLAGS.threads)
+    torch.set_num_interop_threads(FLAGS.threads)
+    torch.manual_seed(0)
+    if FLAGS.hf_model:
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            FLAGS.hf_model, num_labels=2)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(FLAGS.hf_model)
+    else:
+        config = transformers.BertConfig(num_labels=2, **dict(_base_config(FLAGS.layers),
+                                                             hidden_act="gelu_new"))
+        model = transformers.BertForSequenceClassification(config)
+        tokenizer = transformers.BertTokenizerFast(os.path.join(workdir, "vocab.txt"))
+    pipe = transformers.pipeline("text-classification", model=model.eval(),
+                                 tokenizer=tokenizer, device="cpu")
+    return lambda text: pipe(text)
 
 
 def run_child(spec):
@@ -194,15 +281,19 @@ def run_child(spec):
     if variant == "hf":
         _report(_run_hf_child(requests))
         return
+    if variant == "hf_pipeline":
+        bench_common.print_result({words: _summary(latencies) for words, latencies
+                                   in _run_text_child(variant, export_dir).items()})
+        return
     import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (every export holds its WordPiece op)
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
 
-    if variant == "text":
+    if variant in TEXT_VARIANTS:
         bench_common.print_result({words: _summary(latencies) for words, latencies
-                                   in _run_text_child(export_dir).items()})
+                                   in _run_text_child(variant, export_dir).items()})
         return
     if variant == "session":
         tf1 = tf.compat.v1
@@ -241,9 +332,13 @@ def _report(latencies):
     bench_common.print_result(_summary(latencies))
 
 
+# The variants that label sentences, one result per --words length.
+TEXT_VARIANTS = ("text", "line", "server", "batch", "hf_pipeline")
+
+
 def _measure(variant, export_dir):
     flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
-    python = FLAGS.hf_python if variant == "hf" else sys.executable
+    python = FLAGS.hf_python if variant.startswith("hf") else sys.executable
     return bench_common.run_child(
         [os.path.abspath(__file__), "--child=%s:%s" % (variant, export_dir)] + flag_args,
         python=python)
@@ -260,22 +355,29 @@ def main(argv):
         for _ in range(FLAGS.rounds):
             for variant in FLAGS.variants:
                 result = _measure(variant, export_dir)
-                if variant != "text" or "error" in result:
+                if variant not in TEXT_VARIANTS or "error" in result:
                     results.setdefault(variant, []).append(result)
                     continue
-                for words in FLAGS.words:
-                    results.setdefault("text %s words" % words, []).append(result[words])
-    print("BERT L=%d, batch 1, seq %d, %d thread(s), %d requests after %d warm-up, "
-          "median of %d rounds" % (FLAGS.layers, FLAGS.seq_length, FLAGS.threads,
-                                   FLAGS.requests, FLAGS.warmup, FLAGS.rounds))
-    print("%-16s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms"))
+                for words, summary in result.items():
+                    name = ("batch %d x %s words" % (FLAGS.batch, words) if variant == "batch"
+                            else "%s %s words" % (variant, words))
+                    results.setdefault(name, []).append(summary)
+    model = FLAGS.hf_model or "BERT L=%d (random weights)" % FLAGS.layers
+    print("%s, max_seq_length %d, %d thread(s), %d requests after %d warm-up, median of %d "
+          "rounds" % (model, FLAGS.seq_length, FLAGS.threads, FLAGS.requests, FLAGS.warmup,
+                      FLAGS.rounds))
+    print("%-24s %10s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms",
+                                         "inputs/s"))
     for variant, rounds in results.items():
         good = [r for r in rounds if "error" not in r]
         if not good:
-            print("%-16s failed: %s" % (variant, rounds[0]["error"]))
+            print("%-24s failed: %s" % (variant, rounds[0]["error"]))
             continue
-        print("%-16s %10.1f %10.1f %10.1f" % (variant, *(
-            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))))
+        p50, p99, mean = (statistics.median(r[key] for r in good)
+                          for key in ("p50", "p99", "mean"))
+        inputs = FLAGS.batch if variant.startswith("batch") else 1
+        print("%-24s %10.1f %10.1f %10.1f %10.1f" % (variant, p50, p99, mean,
+                                                    inputs * 1000.0 / mean))
 
 
 if __name__ == "__main__":

@@ -737,7 +737,8 @@ def test_convert_missing_shard(tmp_path):
 # Row 10: --help and error printing, from the shell.
 
 SCRIPTS = ["run_pretraining.py", "run_classifier.py", "run_squad.py", "extract_features.py",
-           "create_pretraining_data.py", "convert_checkpoint.py", "run_ner.py", "run_swag.py"]
+           "create_pretraining_data.py", "convert_checkpoint.py", "run_ner.py", "run_swag.py",
+           "predict.py"]
 
 def _run_scripts(command_lines):
     """[(exit status, stdout and stderr), ...] of the command lines (each
@@ -766,6 +767,8 @@ _HELP_FLAGS = {
                                        "doc_stride", "document_context",
                                        "sentences_per_document"),
     "run_swag.py": _FINE_TUNING_HELP + ("input_format",),
+    "predict.py": ("model_dir", "input_file", "output_file", "input_format", "batch_size",
+                   "skip_malformed_rows", "port", "model_name", "log_every_seconds"),
 }
 
 
@@ -807,6 +810,7 @@ def test_error_is_printed_once(classifier_inputs, tmp_path):
           "--output_dir=%s" % (tmp_path / "converted")]),
         ("Missing required flag(s): --input_file, --bert_config_file, --output_dir",
          ["run_pretraining.py"]),
+        ("Missing required flag(s): --model_dir", ["predict.py"]),
     ]
     results = _run_scripts([args for _, args in cases])
     for (fragment, args), (status, output) in zip(cases, results):

@@ -9,7 +9,7 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
-import kernels
+import bert_ops
 import run_classifier
 import run_common
 import tiny
@@ -72,7 +72,7 @@ def test_evaluation_progress_ends_with_the_count(log_lines):
 
 def test_training_headline_gives_the_effective_batch_and_options(log_lines):
     options = run_common.TrainingOptions(gradient_accumulation_steps=2, recompute_grad=True,
-                                         fused_ops=kernels.FusedOps(layer_norm=True, dropout=True))
+                                         fused_ops=bert_ops.FusedOps(layer_norm=True, dropout=True))
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(train_batch_size=16):

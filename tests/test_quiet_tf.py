@@ -109,12 +109,12 @@ sys.path.insert(0, %r)
 import quiet_tf
 import numpy as np
 import tensorflow.compat.v1 as tf
-import kernels
+import bert_ops
 if sys.argv[1] == "warm":
     assert quiet_tf.start_xla_quietly()
 with tf.Graph().as_default():
     x = tf.placeholder(tf.float32, [None, 8])
-    y = kernels.gelu(x, fused=True)
+    y = bert_ops.gelu(x, fused=True)
     grad = tf.gradients(tf.reduce_sum(y), x)[0]
     with tf.Session() as session:
         session.run([y, grad], {x: np.ones((2, 8))})

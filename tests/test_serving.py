@@ -111,8 +111,12 @@ def _random_checkpoint(path, config_file, build):
 
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory):
-    """The vocabulary, config and a checkpoint per script's task head."""
-    tmp = tmp_path_factory.mktemp("serving")
+    return write_model_files(tmp_path_factory.mktemp("serving"))
+
+
+def write_model_files(tmp):
+    """The vocabulary, config and a checkpoint per script's task head, in
+    the folder `tmp` (a pathlib.Path)."""
     vocab = tiny.write_vocab(str(tmp), WORDS)
     config = tiny.write_config(str(tmp), vocab_size=len(WORDS) + 5, initializer_range=0.3)
 

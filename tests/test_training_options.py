@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import kernels
+import bert_ops
 import mixed_precision
 import modeling
 import optimization
@@ -34,7 +34,7 @@ def _build(is_training, recompute=False, seed=None, compute_type=tf.float32):
     mask = tf.placeholder(tf.int32, [None, 8])
     labels = tf.placeholder(tf.int32, [None])
     if seed is not None:
-        with kernels.stateless_dropout_seed(tf.constant(seed, tf.int32)):
+        with bert_ops.stateless_dropout_seed(tf.constant(seed, tf.int32)):
             model = modeling.BertModel(CONFIG, is_training, ids, mask,
                                        recompute_grad=recompute, compute_type=compute_type)
     else:

@@ -1,4 +1,4 @@
-"""The kernels of kernels.py and their memory-saving gradients, fused and
+"""The kernels of bert_ops.py and their memory-saving gradients, fused and
 written out: their values, against NumPy references, and what they keep of
 the forward pass; and the choice of fused kernels.
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import kernels
+import bert_ops
 import modeling
 
 # Ops that read only the metadata of their input: they run as soon as the
@@ -70,7 +70,7 @@ def test_gelu_gradient_matches_finite_differences(fused):
     weights = np.random.RandomState(0).randn(x.size)
     with tf.Graph().as_default():
         xt = tf.constant(x)
-        y = kernels.gelu(xt, fused)
+        y = bert_ops.gelu(xt, fused)
         (grad,) = tf.gradients(tf.reduce_sum(y * weights), [xt])
         with tf.Session() as sess:
             y_value, grad_value = sess.run([y, grad])
@@ -89,7 +89,7 @@ def test_fused_bfloat16_gelu_and_gradient_round_the_exact_values():
     with tf.Graph().as_default():
         xt = tf.cast(tf.constant(x, tf.float32), tf.bfloat16)
         wt = tf.cast(tf.constant(weights, tf.float32), tf.bfloat16)
-        y = kernels.gelu(xt, fused=True)
+        y = bert_ops.gelu(xt, fused=True)
         (grad,) = tf.gradients(y, [xt], grad_ys=wt)
         with tf.Session() as sess:
             values = sess.run([tf.cast(t, tf.float64) for t in (xt, wt, y, grad)])
@@ -104,7 +104,7 @@ def test_gelu_backward_keeps_only_the_input(fused):
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
         before = set(graph.get_operations())
-        y = kernels.gelu(x, fused)
+        y = bert_ops.gelu(x, fused)
         forward = _new_ops(graph, before)
         (grad,) = tf.gradients(y, [x], grad_ys=tf.ones_like(y))
         assert forward_tensors_read_by([grad], forward) == set()
@@ -125,7 +125,7 @@ def test_fused_gelu_dense_gradients_match_closed_form(fused):
     weights = rng.randn(6, 3)
     with tf.Graph().as_default():
         xt = tf.constant(x)
-        output = modeling._gelu_dense(xt, 3, fused_ops=kernels.FusedOps(gelu=fused))
+        output = modeling._gelu_dense(xt, 3, fused_ops=bert_ops.FusedOps(gelu=fused))
         kernel_var, bias_var = tf.global_variables()
         loss = tf.reduce_sum(output * weights)
         grads = tf.gradients(loss, [xt, kernel_var, bias_var])
@@ -144,7 +144,7 @@ def test_fused_gelu_dense_backward_keeps_no_activation(fused):
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
         before = set(graph.get_operations())
-        output = modeling._gelu_dense(x, 4, fused_ops=kernels.FusedOps(gelu=fused))
+        output = modeling._gelu_dense(x, 4, fused_ops=bert_ops.FusedOps(gelu=fused))
         forward = _new_ops(graph, before)
         grads = tf.gradients(output, [x] + tf.trainable_variables(),
                              grad_ys=tf.ones_like(output))
@@ -159,7 +159,7 @@ def test_gelu_as_compiled_loops_or_as_separate_ops(fused):
     another, with no tanh left outside them; written out: no calls."""
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [8, 16])
-        y = kernels.gelu(x, fused)
+        y = bert_ops.gelu(x, fused)
         forward = set(graph.get_operations())
         tf.gradients(y, [x], grad_ys=tf.ones_like(y))
         backward = set(graph.get_operations()) - forward
@@ -171,7 +171,7 @@ def test_gelu_as_compiled_loops_or_as_separate_ops(fused):
             assert [op.type for op in forward].count("Tanh") == 1
 
 
-def test_kernels_never_fused_inside_an_xla_context():
+def test_bert_ops_never_fused_inside_an_xla_context():
     """In an XLA context (a TPU computation) the ops stay separate: XLA
     compiles them there anyway."""
     from tensorflow.python.ops import control_flow_ops
@@ -180,34 +180,34 @@ def test_kernels_never_fused_inside_an_xla_context():
         context = control_flow_ops.XLAControlFlowContext()
         context.Enter()
         try:
-            kernels.gelu(x, fused=True)
-            kernels.dropout(x, 0.1, fused=True)
-            kernels.layer_norm(x, tf.ones([8]), tf.zeros([8]), fused=True)
+            bert_ops.gelu(x, fused=True)
+            bert_ops.dropout(x, 0.1, fused=True)
+            bert_ops.layer_norm(x, tf.ones([8]), tf.zeros([8]), fused=True)
         finally:
             context.Exit()
         assert not _compiled_calls(graph.get_operations())
-        kernels.gelu(x, fused=True)
+        bert_ops.gelu(x, fused=True)
         assert _compiled_calls(graph.get_operations())
 
 
 def test_choose_fused_ops():
-    everything = kernels.FusedOps(gelu=True, layer_norm=True, dropout=True)
+    everything = bert_ops.FusedOps(gelu=True, layer_norm=True, dropout=True)
     no_gpu = not tf.config.list_physical_devices("GPU")
-    assert kernels.choose_fused_ops("auto") == (everything if no_gpu else kernels.FusedOps())
-    assert kernels.choose_fused_ops(None) == kernels.choose_fused_ops("auto")
-    assert kernels.choose_fused_ops("all") == everything
-    assert kernels.choose_fused_ops("none") == kernels.FusedOps()
-    assert kernels.choose_fused_ops(" GELU, dropout") == kernels.FusedOps(gelu=True,
+    assert bert_ops.choose_fused_ops("auto") == (everything if no_gpu else bert_ops.FusedOps())
+    assert bert_ops.choose_fused_ops(None) == bert_ops.choose_fused_ops("auto")
+    assert bert_ops.choose_fused_ops("all") == everything
+    assert bert_ops.choose_fused_ops("none") == bert_ops.FusedOps()
+    assert bert_ops.choose_fused_ops(" GELU, dropout") == bert_ops.FusedOps(gelu=True,
                                                                           dropout=True)
-    assert kernels.choose_fused_ops(everything) is everything
-    assert str(kernels.FusedOps(layer_norm=True, dropout=True)) == "layer_norm,dropout"
-    assert str(kernels.FusedOps()) == "none"
+    assert bert_ops.choose_fused_ops(everything) is everything
+    assert str(bert_ops.FusedOps(layer_norm=True, dropout=True)) == "layer_norm,dropout"
+    assert str(bert_ops.FusedOps()) == "none"
     with pytest.raises(ValueError, match="softmax"):
-        kernels.choose_fused_ops("gelu,softmax")
+        bert_ops.choose_fused_ops("gelu,softmax")
     import run_common
     with pytest.raises(run_common.InputError, match="^--fused_ops: unknown fused op"):
         run_common.choose_fused_ops("gelu,softmax")
-    assert run_common.choose_fused_ops("none", start_xla=False) == kernels.FusedOps()
+    assert run_common.choose_fused_ops("none", start_xla=False) == bert_ops.FusedOps()
 
 
 def _model_graph_ops(fused_ops):
@@ -224,10 +224,10 @@ def test_bert_model_builds_the_kernels_it_is_given():
     """The choice reaches every kernel of the model: compiled calls under
     the dropout scopes only with dropout fused, none with nothing fused."""
     chosen, ops = _model_graph_ops("dropout")
-    assert chosen == kernels.FusedOps(dropout=True)
+    assert chosen == bert_ops.FusedOps(dropout=True)
     calls = _compiled_calls(ops)
     assert calls and all("dropout" in op.name for op in calls)
-    chosen, ops = _model_graph_ops(kernels.FusedOps())
+    chosen, ops = _model_graph_ops(bert_ops.FusedOps())
     assert not _compiled_calls(ops)
     assert [op.type for op in ops].count("Tanh") == 2  # The GELU and the pooler.
 
@@ -266,10 +266,10 @@ def test_dropout_values_gradient_and_what_it_keeps(seeded, fused):
         xt = tf.placeholder(tf.float64, x.shape)
         before = set(graph.get_operations())
         if seeded:
-            with kernels.stateless_dropout_seed(tf.constant([7, 8])):
-                y = kernels.dropout(xt, rate, fused)
+            with bert_ops.stateless_dropout_seed(tf.constant([7, 8])):
+                y = bert_ops.dropout(xt, rate, fused)
         else:
-            y = kernels.dropout(xt, rate, fused)
+            y = bert_ops.dropout(xt, rate, fused)
         forward = _new_ops(graph, before)
         (grad,) = tf.gradients(tf.reduce_sum(y * weights), [xt])
         read = forward_tensors_read_by([grad], forward)
@@ -295,9 +295,9 @@ def test_dropout_drops_at_the_rate_and_draws_anew(dtype, fused):
     shape = (1024, 1024)
     with tf.Graph().as_default():
         x = tf.ones(shape, dtype)
-        unseeded = kernels.dropout(x, rate, fused)
-        with kernels.stateless_dropout_seed(tf.constant([3, 9])):
-            seeded = kernels.dropout(x, rate, fused)
+        unseeded = bert_ops.dropout(x, rate, fused)
+        with bert_ops.stateless_dropout_seed(tf.constant([3, 9])):
+            seeded = bert_ops.dropout(x, rate, fused)
         with tf.Session() as sess:
             first, first_seeded = sess.run([tf.cast(unseeded, tf.float32),
                                             tf.cast(seeded, tf.float32)])
@@ -375,7 +375,7 @@ def test_layer_norm_values_and_gradients(shape, fused):
     with tf.Graph().as_default() as graph:
         xt = tf.placeholder(tf.float32, shape)
         before = set(graph.get_operations())
-        y = modeling.layer_norm(xt, name="ln", fused_ops=kernels.FusedOps(layer_norm=fused))
+        y = modeling.layer_norm(xt, name="ln", fused_ops=bert_ops.FusedOps(layer_norm=fused))
         forward = _new_ops(graph, before)
         assert bool(_compiled_calls(forward)) == fused
         gamma_var, beta_var = (tf.global_variables("ln/gamma")[0],
@@ -403,7 +403,7 @@ def test_bfloat16_layer_norm_backward_keeps_the_bfloat16_input(fused):
         xt = tf.placeholder(tf.float32, x.shape)
         x16 = tf.cast(xt, tf.bfloat16)
         before = set(graph.get_operations())
-        y = kernels.layer_norm(x16, tf.ones([64]), tf.zeros([64]), fused)
+        y = bert_ops.layer_norm(x16, tf.ones([64]), tf.zeros([64]), fused)
         forward = _new_ops(graph, before)
         assert y.dtype == tf.bfloat16
         (grad,) = tf.gradients(tf.reduce_sum(tf.cast(y, tf.float32) ** 2), [x16])

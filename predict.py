@@ -1,0 +1,659 @@
+"""Labels text with an exported model, or serves it over TensorFlow Serving's
+REST API.
+
+    # Label a file (or standard input) into JSON Lines:
+    python predict.py --model_dir=/tmp/mrpc_export --input_file=pairs.jsonl
+    # Serve the model as TensorFlow Serving would:
+    python predict.py --model_dir=/tmp/mrpc_export --port=8501
+
+--model_dir is an export folder of run_classifier.py, run_ner.py or
+run_swag.py (the newest timestamped SavedModel in it is used) or one
+SavedModel folder. The model tokenizes its own text (serving.py), so no
+vocabulary or config is needed here.
+
+Labelling: the input is JSON Lines (objects with the signature's input
+names, e.g. "text_a" and "text_b"; other fields are ignored), TSV or CSV
+whose header names the inputs, or one text per line for a model with one
+text input; the format is told from the content (--input_format forces
+it). Each input gives one JSON object of the signature's outputs, in input
+order; a tagger's per-word outputs are cut to the text's words.
+
+Serving (--port): POST /v1/models/<name>[/versions/<v>]:predict with
+{"instances": [...]} (answered {"predictions": [...]}) or {"inputs": ...}
+(answered {"outputs": ...}), an optional "signature_name"; GET
+/v1/models/<name> (status) and /v1/models/<name>/metadata (signatures).
+Bad requests are answered 400 {"error": "..."}, as TensorFlow Serving does.
+"""
+
+import base64
+import csv
+import http.server
+import io
+import itertools
+import json
+import os
+import re
+import sys
+
+import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the WordPiece op of the exports)
+from absl import flags
+from tensorflow.core.protobuf import saved_model_pb2
+from google.protobuf import json_format
+
+import run_base
+from run_base import InputError
+
+FLAGS = flags.FLAGS
+
+run_base.define_flags(
+    "input_file", "output_file", "batch_size", "skip_malformed_rows", "input_format",
+    helps={"input_format": "Format of --input_file: jsonl, tsv, csv (with a header naming "
+                           "the model's inputs) or text (one text per line); auto: told "
+                           "from the first line.",
+           "input_file": "Text to label: files (comma-separated, globs allowed) in JSON "
+                         "Lines, TSV or CSV with a header naming the model's inputs, or one "
+                         "text per line. Default: standard input.",
+           "output_file": "JSON Lines of the model's outputs, one line per input. Default: "
+                          "standard output.",
+           "skip_malformed_rows": "Skip (with a warning naming the file and line) inputs "
+                                  "that cannot be read instead of stopping: their outputs "
+                                  "are left out."})
+
+flags.DEFINE_string(
+    "model_dir", None,
+    "An export folder of run_classifier.py, run_ner.py or run_swag.py (its newest "
+    "timestamped SavedModel is used), or a SavedModel folder.")
+flags.DEFINE_string("signature_name", "serving_default",
+                    "The signature that labels (serving_ids takes WordPiece ids).")
+flags.DEFINE_integer(
+    "port", None,
+    "Serve the model over TensorFlow Serving's REST API on this port (0: any free "
+    "port, named in the log) instead of labelling input.")
+flags.DEFINE_string("host", "127.0.0.1",
+                    "The address the server listens on (0.0.0.0: every interface).")
+flags.DEFINE_string("model_name", "default", "The model's name in the server's URLs.")
+flags.DEFINE_integer("max_request_bytes", 64 << 20,
+                     "Requests with a larger body are refused (400).")
+
+# Signature inputs and outputs, as TensorFlow Serving names the string kind.
+_BINARY_SUFFIX = "_bytes"
+
+
+# ---------------------------------------------------------------------------
+# The model.
+
+def find_saved_model(model_dir):
+    """(SavedModel folder, version): `model_dir` itself if it holds a
+    saved_model.pb, else its numbered subfolder with the highest number
+    (an export's timestamps, TensorFlow Serving's versions). A SavedModel
+    folder whose name is no number has version "1".
+
+    Raises:
+      InputError: no SavedModel there.
+    """
+    if run_base.exists(os.path.join(model_dir, "saved_model.pb")):
+        name = os.path.basename(os.path.normpath(model_dir))
+        return model_dir, name if name.isdigit() else "1"
+    versions = []
+    if run_base.isdir(model_dir):
+        versions = [name.rstrip("/") for name in run_base.gfile().listdir(model_dir)
+                    if name.rstrip("/").isdigit()
+                    and run_base.exists(os.path.join(model_dir, name, "saved_model.pb"))]
+    if not versions:
+        raise InputError("--model_dir: no SavedModel in %s (a folder with saved_model.pb, or "
+                         "an export folder holding timestamped ones)" % model_dir)
+    version = max(versions, key=int)
+    return os.path.join(model_dir, version), version
+
+
+class RequestError(ValueError):
+    """A request (or an input row) the model cannot take; the message says
+    why."""
+
+
+class Signature:
+    """One signature of a loaded SavedModel, called with Python values.
+
+    Attributes:
+      name: the signature's name.
+      inputs: name -> tf.TensorSpec (the batch is the first dimension).
+      output_names: sorted.
+    """
+
+    def __init__(self, name, function):
+        self.name = name
+        self._function = function
+        self.inputs = dict(function.structured_input_signature[1])
+        self.output_names = sorted(function.structured_outputs)
+
+    def __call__(self, columns):
+        """The outputs (name -> NumPy array) for `columns`: input name ->
+        its value for the whole batch (nested lists; strings as str, or
+        {"b64": ...} for bytes). Raises RequestError for a missing or
+        unknown input, or a value of the wrong type or shape."""
+        unknown = sorted(set(columns) - set(self.inputs))
+        missing = sorted(set(self.inputs) - set(columns))
+        if unknown or missing:
+            raise RequestError("the signature %s takes %s; %s" % (
+                self.name, ", ".join(sorted(self.inputs)),
+                "; ".join(filter(None, ["missing: " + ", ".join(missing) if missing else "",
+                                        "unknown: " + ", ".join(unknown) if unknown else ""]))))
+        tensors = {name: _tensor(name, columns[name], spec)
+                   for name, spec in self.inputs.items()}
+        return {name: value.numpy() for name, value in self._function(**tensors).items()}
+
+
+def _tensor(name, value, spec):
+    """`value` (nested lists) as a tensor of `spec`'s type and rank."""
+    if spec.dtype == tf.string:
+        value = _strings(name, value)
+    try:
+        tensor = tf.constant(value, dtype=spec.dtype)
+    except (TypeError, ValueError) as e:
+        raise RequestError("input %s: expected %s of %s values (%s)"
+                           % (name, _shape_words(spec), spec.dtype.name, e))
+    if not spec.shape.is_compatible_with(tensor.shape):
+        raise RequestError("input %s: expected %s, got shape %s"
+                           % (name, _shape_words(spec), tensor.shape.as_list()))
+    return tensor
+
+
+def _shape_words(spec):
+    return "a list" if spec.shape.rank == 1 else "lists nested %d deep" % spec.shape.rank
+
+
+def _strings(name, value):
+    """Nested lists of str / {"b64": ...} -> the same of bytes."""
+    if isinstance(value, list):
+        return [_strings(name, item) for item in value]
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except ValueError as e:
+            raise RequestError("input %s: bad base64 (%s)" % (name, e))
+    raise RequestError("input %s: expected text, got %s" % (name, json.dumps(value)[:80]))
+
+
+def json_value(name, array):
+    """A NumPy output as JSON: bytes as text (UTF-8), or {"b64": ...} for
+    outputs named *_bytes and bytes that are not UTF-8, as TensorFlow
+    Serving writes them."""
+    if isinstance(array, bytes):
+        array = np.array(array, dtype=object)
+    if array.dtype != object:
+        return array.tolist()
+    if array.ndim:
+        return [json_value(name, item) for item in array]
+    if not name.endswith(_BINARY_SUFFIX):
+        try:
+            return array.item().decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(array.item()).decode("ascii")}
+
+
+class Model:
+    """An exported SavedModel, loaded once (see `find_saved_model`).
+
+    Attributes:
+      path, version: the SavedModel folder and its version.
+      signature_defs: name -> SignatureDef (the protos, for metadata).
+    """
+
+    def __init__(self, model_dir):
+        self.path, self.version = find_saved_model(model_dir)
+        saved_model = saved_model_pb2.SavedModel()
+        saved_model.ParseFromString(run_base.read_file_bytes(
+            os.path.join(self.path, "saved_model.pb")))
+        self.signature_defs = dict(saved_model.meta_graphs[0].signature_def)
+        loaded = tf.saved_model.load(self.path)
+        self._signatures = {name: Signature(name, function)
+                            for name, function in loaded.signatures.items()}
+        self._loaded = loaded  # Keeps the functions' variables alive.
+
+    def signature(self, name):
+        """The `Signature` `name`; RequestError if the model has none."""
+        if name not in self._signatures:
+            raise RequestError("no signature %r; the model has %s"
+                               % (name, ", ".join(sorted(self._signatures))))
+        return self._signatures[name]
+
+
+def split_outputs(outputs):
+    """Batch outputs (name -> array [batch, ...]) -> one dict per example.
+    A tagger's per-word outputs (beside its num_words) are cut to each
+    text's words."""
+    num_words = outputs.get("num_words")
+    examples = []
+    for i in range(len(next(iter(outputs.values())))):
+        example = {}
+        for name, array in outputs.items():
+            value = array[i]
+            if num_words is not None and name != "num_words" and value.ndim >= 1:
+                value = value[:num_words[i]]
+            example[name] = json_value(name, value)
+        examples.append(example)
+    return examples
+
+
+# ---------------------------------------------------------------------------
+# Labelling files.
+
+def _sources():
+    """(name, binary line iterator) of each input: the --input_file files,
+    or standard input."""
+    if not FLAGS.input_file:
+        yield "<stdin>", sys.stdin.buffer
+        return
+    for path in run_base.expand_file_patterns("input_file", FLAGS.input_file):
+        with run_base.open_file(path, "rb") as f:
+            yield path, f
+
+
+def _decoded_lines(name, lines):
+    """(line number, text without its line break) per line; a line that is
+    not UTF-8 gives (number, RequestError)."""
+    for number, raw in enumerate(lines, 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield number, RequestError("not valid UTF-8 (%s)" % e.reason)
+            continue
+        if number == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        yield number, text.rstrip("\r\n")
+
+
+def _detect_format(first_line, signature):
+    """The format of an input whose first non-blank line is `first_line`."""
+    if FLAGS.input_format != "auto":
+        return FLAGS.input_format
+    if first_line.lstrip().startswith("{"):
+        return "jsonl"
+    names = set(signature.inputs)
+    for data_format, delimiter in (("tsv", "\t"), ("csv", ",")):
+        header = next(csv.reader([first_line], delimiter=delimiter), [])
+        if names <= {field.strip() for field in header}:
+            return data_format
+    return "text"
+
+
+def read_inputs(name, lines, signature):
+    """(line number, input values or RequestError) per input of a source:
+    values are name -> value for `signature`'s inputs.
+
+    Raises:
+      InputError: the source's format cannot give the signature's inputs.
+    """
+    lines = _decoded_lines(name, lines)
+    text_inputs = [n for n, spec in signature.inputs.items()
+                   if spec.dtype == tf.string and spec.shape.rank == 1]
+    # The first readable line tells the format (and may be a header).
+    first = None
+    for number, line in lines:
+        if isinstance(line, RequestError):
+            yield number, line
+        elif line.strip():
+            first = (number, line)
+            break
+    if first is None:
+        return
+    data_format = _detect_format(first[1], signature)
+    if data_format == "jsonl":
+        rows = _jsonl_rows(itertools.chain([first], lines))
+    elif data_format == "text":
+        if len(signature.inputs) != 1 or len(text_inputs) != 1:
+            raise InputError(
+                "%s: one text per line fits a model with one text input; signature %s takes "
+                "%s: give JSON Lines, or TSV/CSV with a header naming them"
+                % (name, signature.name, ", ".join(sorted(signature.inputs))))
+        rows = (((n, {text_inputs[0]: line}) if isinstance(line, str) else (n, line))
+                for n, line in itertools.chain([first], lines)
+                if not isinstance(line, str) or line.strip())
+    else:
+        rows = _delimited_rows(name, data_format, first, lines, signature)
+    for number, row in rows:
+        if not isinstance(row, RequestError):
+            try:
+                row = _row_values(row, signature)
+            except RequestError as e:
+                row = e
+        yield number, row
+
+
+def _row_values(row, signature):
+    """The signature's inputs from a row (a dict with them, and perhaps other
+    fields), each checked: text for a text input, a list of texts for a list
+    input (SWAG's endings)."""
+    values = {}
+    for name, spec in signature.inputs.items():
+        if name not in row:
+            raise RequestError("no %s" % name)
+        value = row[name]
+        depth = 0
+        probe = value
+        while isinstance(probe, list) and probe:
+            depth, probe = depth + 1, probe[0]
+        if depth != spec.shape.rank - 1 or (isinstance(value, list) and not value):
+            raise RequestError("%s: expected %s" % (
+                name, "one value" if spec.shape.rank == 1 else "a non-empty list"))
+        if spec.dtype == tf.string:
+            _strings(name, value)
+        values[name] = value
+    return values
+
+
+def _jsonl_rows(lines):
+    for number, line in lines:
+        if isinstance(line, RequestError):
+            yield number, line
+        elif line.strip():
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                yield number, RequestError("not valid JSON (%s)" % e)
+                continue
+            yield number, (value if isinstance(value, dict) else RequestError(
+                "expected a JSON object, found %s" % type(value).__name__))
+
+
+def _delimited_rows(name, data_format, first, lines, signature):
+    """Rows of a TSV/CSV source whose header line is `first`."""
+    rank2 = [n for n, spec in signature.inputs.items() if spec.shape.rank != 1]
+    if rank2:
+        raise InputError("%s: the input %s is a list per example: give JSON Lines"
+                         % (name, ", ".join(rank2)))
+    delimiter = "\t" if data_format == "tsv" else ","
+    header = [field.strip() for field in next(csv.reader([first[1]], delimiter=delimiter))]
+    missing = [n for n in signature.inputs if n not in header]
+    if missing:
+        raise InputError("%s, line %d: the header names no column %s (the model's inputs: %s)"
+                         % (name, first[0], ", ".join(missing),
+                            ", ".join(sorted(signature.inputs))))
+    for number, line in lines:
+        if isinstance(line, RequestError):
+            yield number, line
+            continue
+        if not line.strip():
+            continue
+        if data_format == "tsv":
+            fields = line.split("\t")
+        else:
+            try:
+                fields = next(csv.reader(io.StringIO(line), strict=True))
+            except csv.Error as e:
+                yield number, RequestError(str(e))
+                continue
+        if len(fields) != len(header):
+            yield number, RequestError("expected %d columns (as the header), found %d"
+                                       % (len(header), len(fields)))
+            continue
+        yield number, dict(zip(header, fields))
+
+
+def label_inputs(model, writer):
+    """Labels every input of `_sources` in batches of --batch_size and
+    writes one JSON line of outputs per input to `writer`. Returns (inputs
+    labelled, inputs skipped)."""
+    signature = model.signature(FLAGS.signature_name)
+    progress = run_base.Progress("Labelling", unit="inputs")
+    done = skipped = 0
+    batch = []
+
+    def flush():
+        nonlocal done
+        if batch:
+            columns = {n: [values[n] for _, values in batch] for n in signature.inputs}
+            try:
+                outputs = signature(columns)
+            except RequestError as e:
+                raise InputError("%s, lines %d-%d: %s" % (batch[0][0][0], batch[0][0][1],
+                                                         batch[-1][0][1], e))
+            for example in split_outputs(outputs):
+                writer.write(json.dumps(example, ensure_ascii=False, sort_keys=True) + "\n")
+            done += len(batch)
+            progress.update(len(batch))
+            del batch[:]
+
+    for name, lines in _sources():
+        flush()
+        for number, values in read_inputs(name, lines, signature):
+            if isinstance(values, RequestError):
+                message = "%s, line %d: %s" % (name, number, values)
+                if not FLAGS.skip_malformed_rows:
+                    raise InputError(message + " (--skip_malformed_rows skips such inputs)")
+                run_base.log_warning("Skipping input: %s", message)
+                skipped += 1
+                continue
+            # A batch holds inputs of one shape (as many endings each, say).
+            if batch and _shape(values) != _shape(batch[0][1]):
+                flush()
+            batch.append(((name, number), values))
+            if len(batch) == FLAGS.batch_size:
+                flush()
+    flush()
+    progress.done()
+    return done, skipped
+
+
+def _shape(values):
+    return tuple(len(v) if isinstance(v, list) else -1 for v in values.values())
+
+
+# ---------------------------------------------------------------------------
+# The server: TensorFlow Serving's REST API.
+
+_ROUTE = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
+                    r"(?P<rest>(?::[a-z]+)|/metadata)?$")
+
+
+def _columns(body, signature):
+    """The request's inputs as name -> batch value, and whether the request
+    was in row format."""
+    if "instances" in body and "inputs" in body:
+        raise RequestError("a request has either \"instances\" or \"inputs\", not both")
+    single = next(iter(signature.inputs)) if len(signature.inputs) == 1 else None
+    if "instances" in body:
+        instances = body["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise RequestError("\"instances\" must be a non-empty list")
+        if single is not None:
+            instances = [i if isinstance(i, dict) and set(i) == {single} else {single: i}
+                         for i in instances]
+        if not all(isinstance(i, dict) for i in instances):
+            raise RequestError("each instance must be an object of the inputs %s"
+                               % ", ".join(sorted(signature.inputs)))
+        names = set(instances[0])
+        if any(set(i) != names for i in instances):
+            raise RequestError("every instance must name the same inputs")
+        return {n: [i[n] for i in instances] for n in names}, True
+    if "inputs" in body:
+        inputs = body["inputs"]
+        if not isinstance(inputs, dict) or (single is not None and set(inputs) != {single}):
+            inputs = {single: inputs} if single is not None else inputs
+        if not isinstance(inputs, dict):
+            raise RequestError("\"inputs\" must be an object of the inputs %s"
+                               % ", ".join(sorted(signature.inputs)))
+        if any(isinstance(v, list) and not v for v in inputs.values()):
+            raise RequestError("an input of \"inputs\" is an empty list")
+        return inputs, False
+    raise RequestError("a request needs \"instances\" (row format) or \"inputs\" (columnar)")
+
+
+def predict_response(model, body):
+    """The JSON answer of :predict for the decoded request `body`."""
+    if not isinstance(body, dict):
+        raise RequestError("the request must be a JSON object")
+    name = body.get("signature_name", tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY)
+    signature = model.signature(name)
+    columns, rows = _columns(body, signature)
+    outputs = signature(columns)
+    if not rows:
+        if len(outputs) == 1:
+            (only,) = outputs.items()
+            return {"outputs": json_value(*only)}
+        return {"outputs": {n: json_value(n, v) for n, v in outputs.items()}}
+    batch = len(next(iter(outputs.values())))
+    if len(outputs) == 1:
+        (n, v), = outputs.items()
+        return {"predictions": [json_value(n, v[i]) for i in range(batch)]}
+    return {"predictions": [{n: json_value(n, v[i]) for n, v in outputs.items()}
+                            for i in range(batch)]}
+
+
+def status_response(model):
+    """GET /v1/models/<name>: the loaded version, available."""
+    return {"model_version_status": [{"version": model.version, "state": "AVAILABLE",
+                                      "status": {"error_code": "OK", "error_message": ""}}]}
+
+
+def metadata_response(model, model_name):
+    """GET /v1/models/<name>/metadata: the signatures, as protobuf JSON."""
+    def as_dict(message):
+        try:
+            return json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                              always_print_fields_with_no_presence=True)
+        except TypeError:  # protobuf before 5.26 names the option differently
+            return json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                              including_default_value_fields=True)
+    return {"model_spec": {"name": model_name, "signature_name": "", "version": model.version},
+            "metadata": {"signature_def": {"signature_def": {
+                name: as_dict(signature_def)
+                for name, signature_def in sorted(model.signature_defs.items())}}}}
+
+
+def make_server(model, host, port, model_name, max_request_bytes):
+    """An HTTP server (threads, one per connection) answering TensorFlow
+    Serving's REST API for `model` as `model_name`; call its
+    serve_forever()."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # Headers and body leave in separate writes: with Nagle's algorithm
+        # the body would wait for the client's delayed acknowledgement (40 ms).
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args):  # One line per request would drown the log.
+            pass
+
+        def _answer(self, status, body):
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _route(self):
+            """(route match, error answer or None)."""
+            match = _ROUTE.match(self.path.split("?", 1)[0])
+            if match is None:
+                return None, (404, {"error": "Malformed request: %s %s"
+                                    % (self.command, self.path)})
+            if match.group("name") != model_name:
+                return None, (404, {"error": "Servable not found for request: Latest(%s)"
+                                    % match.group("name")})
+            version = match.group("version")
+            if version is not None and version != model.version:
+                return None, (404, {"error": "Servable not found for request: "
+                                    "Specific(%s, %s)" % (model_name, version)})
+            return match, None
+
+        def do_GET(self):
+            match, error = self._route()
+            if error:
+                self._answer(*error)
+            elif match.group("rest") == "/metadata":
+                self._answer(200, metadata_response(model, model_name))
+            elif not match.group("rest"):
+                self._answer(200, status_response(model))
+            else:
+                self._answer(404, {"error": "Malformed request: GET %s" % self.path})
+
+        def do_POST(self):
+            match, error = self._route()
+            length = self.headers.get("Content-Length")
+            if error is None and (match.group("rest") or "") != ":predict":
+                error = (400, {"error": "this server answers :predict requests (%s)"
+                                        % self.path})
+            if error is None and (length is None or not length.isdigit()):
+                error = (400, {"error": "the request needs a Content-Length"})
+            if error is None and int(length) > max_request_bytes:
+                error = (400, {"error": "request body of %s bytes exceeds the limit of %d "
+                                        "(--max_request_bytes)" % (length, max_request_bytes)})
+            if error:
+                self.close_connection = True  # The body is left unread.
+                self._answer(*error)
+                return
+            try:
+                body = json.loads(self.rfile.read(int(length)).decode("utf-8"))
+                self._answer(200, predict_response(model, body))
+            except UnicodeDecodeError as e:
+                self._answer(400, {"error": "the request body is not UTF-8 (%s)" % e.reason})
+            except json.JSONDecodeError as e:
+                self._answer(400, {"error": "JSON Parse error: %s" % e})
+            except RequestError as e:
+                self._answer(400, {"error": str(e)})
+            except tf.errors.OpError as e:
+                self._answer(400, {"error": e.message})
+            except Exception as e:  # noqa: BLE001  (the server keeps serving)
+                run_base.log_warning("Request %s failed: %r", self.path, e)
+                self._answer(500, {"error": "%s: %s" % (type(e).__name__, e)})
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+# ---------------------------------------------------------------------------
+
+def main(_):
+    run_base.require_flags("model_dir")
+    if FLAGS.input_format == "swag_csv":
+        raise InputError("--input_format=swag_csv is for run_swag.py; here: jsonl, tsv, csv "
+                         "or text")
+    if FLAGS.batch_size < 1:
+        raise InputError("--batch_size must be at least 1, got %d" % FLAGS.batch_size)
+    if FLAGS.port is not None and (FLAGS.input_file or FLAGS.output_file):
+        raise InputError("--port serves the model; --input_file and --output_file label "
+                         "files: give one or the other")
+    if FLAGS.output_file:
+        run_base.check_output_file(FLAGS.output_file)
+    if FLAGS.input_file:
+        run_base.expand_file_patterns("input_file", FLAGS.input_file)
+    model = Model(FLAGS.model_dir)
+    run_base.log_info("Model %s (version %s), signatures: %s", model.path, model.version,
+                      ", ".join(sorted(model.signature_defs)))
+    if FLAGS.port is not None:
+        server = make_server(model, FLAGS.host, FLAGS.port, FLAGS.model_name,
+                             FLAGS.max_request_bytes)
+        run_base.log_info("Serving at http://%s:%d/v1/models/%s (Ctrl-C stops)",
+                          FLAGS.host, server.server_address[1], FLAGS.model_name)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return
+    try:
+        model.signature(FLAGS.signature_name)  # Checked before anything is read.
+    except RequestError as e:
+        raise InputError("--signature_name: %s" % e)
+    if FLAGS.output_file:
+        with run_base.atomic_output(FLAGS.output_file) as writer:
+            done, skipped = label_inputs(model, writer)
+        run_base.report_output(FLAGS.output_file, "%d inputs labelled%s" % (
+            done, ", %d skipped" % skipped if skipped else ""))
+    else:
+        done, skipped = label_inputs(model, sys.stdout)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    run_base.run_script(main)

@@ -1,0 +1,304 @@
+"""predict.py: labelling files and standard input with an export, and its
+server, spoken to over real HTTP as a TensorFlow Serving client would."""
+
+import io
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+import modeling
+import predict
+import run_base
+import run_classifier
+import run_ner
+import run_swag
+import test_serving
+
+FLAGS = flags.FLAGS
+
+PAIRS = test_serving.PAIRS
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """Exports of random-headed tiny models: a pair classifier (MRPC), a
+    single-text one (CoLA), a tagger and a multiple-choice model."""
+    tmp = tmp_path_factory.mktemp("predict")
+    files = test_serving.write_model_files(tmp)
+    config = modeling.BertConfig.from_json_file(files["config"])
+    vocab, length = files["vocab"], test_serving.MAX_SEQ_LENGTH
+    labels_path = str(tmp / run_ner.LABELS_FILE)
+    run_ner.write_labels(labels_path, "iob2", ["PER", "LOC"])
+    return {
+        "pair": run_classifier.export_model(
+            config, run_classifier.MrpcProcessor(), ["0", "1"], files["classifier"],
+            str(tmp / "pair"), vocab, True, max_seq_length=length),
+        "single": run_classifier.export_model(
+            config, run_classifier.ColaProcessor(), ["bad", "good"], files["classifier"],
+            str(tmp / "single"), vocab, True, max_seq_length=length),
+        "ner": run_ner.export_model(
+            config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2", files["ner"],
+            str(tmp / "ner"), labels_path, vocab, True, max_seq_length=16, doc_stride=4),
+        "swag": run_swag.export_model(config, files["swag"], str(tmp / "swag"), vocab, True,
+                                      max_seq_length=length)}
+
+
+def _direct(export_dir, inputs):
+    """The export's text signature on `inputs`, in a TF1 session."""
+    return test_serving._run_signature(export_dir, "serving_default", inputs)
+
+
+def _predict(export_dir, **flag_values):
+    """Runs predict.main with these flags (the rest at their defaults) and
+    returns the JSON objects it wrote to --output_file."""
+    values = dict(model_dir=export_dir, input_file=None, output_file=None, batch_size=32,
+                  skip_malformed_rows=False, input_format="auto",
+                  signature_name="serving_default", port=None)
+    values.update(flag_values)
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(**values):
+        predict.main([])
+    with open(values["output_file"], encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_find_saved_model(exports, tmp_path):
+    base = os.path.dirname(exports["pair"])
+    assert predict.find_saved_model(base) == (exports["pair"],
+                                              os.path.basename(exports["pair"]))
+    assert predict.find_saved_model(exports["pair"])[0] == exports["pair"]
+    newer = os.path.join(base, str(int(os.path.basename(exports["pair"])) + 10))
+    os.makedirs(newer)
+    try:
+        assert predict.find_saved_model(base)[0] == exports["pair"]  # No saved_model.pb.
+    finally:
+        os.rmdir(newer)
+    with pytest.raises(run_base.InputError, match="--model_dir: no SavedModel in"):
+        predict.find_saved_model(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_labels_json_lines_tsv_and_csv_as_the_signature_does(exports, tmp_path):
+    base = os.path.dirname(exports["pair"])
+    expected = _direct(exports["pair"], {"text_a": [a for a, _ in PAIRS],
+                                         "text_b": [b for _, b in PAIRS]})
+    files = {
+        "in.jsonl": "".join(json.dumps({"id": i, "text_a": a, "text_b": b}) + "\n"
+                            for i, (a, b) in enumerate(PAIRS)),
+        # Tabs and commas inside the texts are not in these.
+        "in.tsv": "label\ttext_a\ttext_b\n" + "".join("x\t%s\t%s\n" % p for p in PAIRS),
+        "in.csv": "text_b,text_a\n" + "".join('"%s","%s"\n' % (b, a) for a, b in PAIRS)}
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+        out = _predict(base, input_file=str(tmp_path / name),
+                       output_file=str(tmp_path / (name + ".out")), batch_size=3)
+        assert len(out) == len(PAIRS), name
+        np.testing.assert_allclose([o["probabilities"] for o in out],
+                                   expected["probabilities"], atol=1e-5, err_msg=name)
+        assert [o["labels"] for o in out] == [x.decode() for x in expected["labels"]]
+        assert [o["label_ids"] for o in out] == list(expected["label_ids"])
+
+
+@pytest.mark.slow
+def test_labels_standard_input_one_text_per_line(exports, monkeypatch, capsys):
+    texts = ["The film is good.", "", "中文 film", "go\u200bod"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(
+        "\n".join(texts).encode("utf-8"))))
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(model_dir=exports["single"], input_file=None, output_file=None,
+                             batch_size=2, skip_malformed_rows=False, input_format="auto",
+                             signature_name="serving_default", port=None):
+        predict.main([])
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    kept = [t for t in texts if t]  # Blank lines are skipped.
+    expected = _direct(exports["single"], {"text_a": kept})
+    np.testing.assert_allclose([o["probabilities"] for o in out], expected["probabilities"],
+                               atol=1e-5)
+    assert {o["labels"] for o in out} <= {"bad", "good"}
+
+
+@pytest.mark.slow
+def test_tagger_words_are_cut_to_each_text_and_batches_do_not_matter(exports, tmp_path):
+    texts = test_serving.NER_LINES + ["", "Jackson"]
+    path = tmp_path / "text.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    outputs = [_predict(exports["ner"], input_file=str(path),
+                        output_file=str(tmp_path / ("out%d" % size)), batch_size=size)
+               for size in (1, 3)]
+    # Padding to other lengths moves the probabilities by float rounding only.
+    for one, other in zip(*outputs):
+        np.testing.assert_allclose(other.pop("probabilities"), one.pop("probabilities"),
+                                   atol=1e-5)
+        assert one == other
+    expected = _direct(exports["ner"], {"text": texts})
+    for i, out in enumerate(outputs[1]):
+        n = expected["num_words"][i]
+        assert out["num_words"] == n and len(out["tags"]) == n and len(out["words"]) == n
+        assert out["tags"] == [t.decode() for t in expected["tags"][i, :n]]
+        assert out["start_offsets"] == list(expected["start_offsets"][i, :n])
+
+
+@pytest.mark.slow
+def test_multiple_choice_batches_hold_one_number_of_choices(exports, tmp_path):
+    rows = [{"context": c, "question": q, "endings": e}
+            for c, q, e in test_serving.SWAG_ROWS]
+    rows.append({"context": "The film", "question": "It", "endings": ["ends.", "goes on."]})
+    path = tmp_path / "swag.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = _predict(exports["swag"], input_file=str(path), output_file=str(tmp_path / "out"))
+    assert [len(o["probabilities"]) for o in out] == [4, 4, 4, 2]
+    expected = _direct(exports["swag"], {k: [r[k] for r in rows[:3]]
+                                         for k in ("context", "question", "endings")})
+    np.testing.assert_allclose([o["probabilities"] for o in out[:3]],
+                               expected["probabilities"], atol=1e-5)
+
+
+def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"text_a": "good", "text_b": "film"}\n'
+                     b'{"text_a": 5, "text_b": "film"}\n'
+                     b'{"text_a": "good"}\n'
+                     b'not json\n'
+                     b'{"text_a": "caf\xe9", "text_b": ""}\n'
+                     b'{"text_a": "the film", "text_b": "is good"}\n')
+    output = str(tmp_path / "out.jsonl")
+    with pytest.raises(run_base.InputError,
+                       match=r"in\.jsonl, line 2: input text_a: expected text, got 5"):
+        _predict(exports["pair"], input_file=str(path), output_file=output)
+    assert not os.path.exists(output)  # Nothing written half.
+    out = _predict(exports["pair"], input_file=str(path), output_file=output,
+                   skip_malformed_rows=True)
+    assert len(out) == 2
+    # A first line that is not UTF-8: named, then skipped once.
+    first_bad = tmp_path / "first_bad.jsonl"
+    first_bad.write_bytes(b'\xff{"text_a": "x"}\n{"text_a": "good", "text_b": "film"}\n')
+    with pytest.raises(run_base.InputError, match=r"first_bad\.jsonl, line 1: not valid UTF-8"):
+        _predict(exports["pair"], input_file=str(first_bad), output_file=output)
+    assert len(_predict(exports["pair"], input_file=str(first_bad), output_file=output,
+                        skip_malformed_rows=True)) == 1
+    with pytest.raises(run_base.InputError, match=r"one text per line fits a model with one "
+                                                  r"text input; signature serving_default "
+                                                  r"takes text_a, text_b"):
+        (tmp_path / "plain.txt").write_text("just a line\n")
+        _predict(exports["pair"], input_file=str(tmp_path / "plain.txt"), output_file=output)
+    with pytest.raises(run_base.InputError, match=r"--signature_name: no signature 'nope'"):
+        _predict(exports["pair"], input_file=str(path), output_file=output,
+                 signature_name="nope")
+
+
+# ---------------------------------------------------------------------------
+# The server.
+
+@pytest.fixture(scope="module")
+def server(exports):
+    model = predict.Model(os.path.dirname(exports["pair"]))
+    http = predict.make_server(model, "127.0.0.1", 0, "mrpc", max_request_bytes=20000)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d" % http.server_address[1], model
+    http.shutdown()
+    http.server_close()
+
+
+def _call(url, body=None, raw=None):
+    """(status, decoded JSON answer) of a GET (no body) or POST."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.slow
+def test_server_answers_as_tensorflow_serving(server):
+    url, model = server
+    version = model.version
+    expected = _direct(model.path, {"text_a": [a for a, _ in PAIRS],
+                                    "text_b": [b for _, b in PAIRS]})
+    instances = [{"text_a": a, "text_b": b} for a, b in PAIRS]
+    for path in ("/v1/models/mrpc:predict", "/v1/models/mrpc/versions/%s:predict" % version):
+        status, answer = _call(url + path, {"instances": instances})
+        assert status == 200, answer
+        np.testing.assert_allclose([p["probabilities"] for p in answer["predictions"]],
+                                   expected["probabilities"], atol=1e-5)
+        assert [p["labels"] for p in answer["predictions"]] == [
+            x.decode() for x in expected["labels"]]
+    status, answer = _call(url + "/v1/models/mrpc:predict", {
+        "signature_name": "serving_default",
+        "inputs": {"text_a": [a for a, _ in PAIRS], "text_b": [b for _, b in PAIRS]}})
+    assert status == 200
+    np.testing.assert_allclose(answer["outputs"]["probabilities"], expected["probabilities"],
+                               atol=1e-5)
+    # The id signature, columnar, with one output: its value directly.
+    ids = [[2, 5, 6, 3]]
+    status, answer = _call(url + "/v1/models/mrpc:predict", {
+        "signature_name": "serving_ids",
+        "inputs": {"input_ids": ids, "input_mask": [[1] * 4], "segment_ids": [[0] * 4]}})
+    assert status == 200 and np.array(answer["outputs"]).shape == (1, 2), answer
+    status, answer = _call(url + "/v1/models/mrpc")
+    assert (status, answer) == (200, {"model_version_status": [{
+        "version": version, "state": "AVAILABLE",
+        "status": {"error_code": "OK", "error_message": ""}}]})
+    status, answer = _call(url + "/v1/models/mrpc/metadata")
+    assert status == 200 and answer["model_spec"]["version"] == version
+    signatures = answer["metadata"]["signature_def"]["signature_def"]
+    assert set(signatures) == {"serving_default", "serving_ids"}
+    assert signatures["serving_default"]["inputs"]["text_a"]["dtype"] == "DT_STRING"
+    assert set(signatures["serving_default"]["outputs"]) == {"probabilities", "label_ids",
+                                                            "labels"}
+    assert _call(url + "/v1/models/other:predict", {"instances": instances})[0] == 404
+    assert _call(url + "/v1/models/mrpc/versions/1:predict", {"instances": instances})[0] == 404
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, raw, message", [
+    (None, b"{not json", "JSON Parse error"),
+    ({"instances": [{"text": "good"}]}, None, "missing: text_a, text_b; unknown: text"),
+    ({"instances": [{"text_a": 1, "text_b": "x"}]}, None, "input text_a: expected text"),
+    (None, b'{"instances": [{"text_a": "caf\xe9", "text_b": ""}]}', "not UTF-8"),
+    ({"instances": []}, None, "non-empty list"),
+    ({"instances": [{"text_a": "a" * 30000, "text_b": ""}]}, None, "exceeds the limit"),
+    ({"instances": [{"text_a": "a", "text_b": ""}], "inputs": {}}, None, "not both"),
+    ({"signature_name": "nope", "instances": [{"text_a": "a"}]}, None, "no signature 'nope'"),
+])
+def test_server_refuses_bad_requests_and_keeps_serving(server, body, raw, message):
+    url, _ = server
+    status, answer = _call(url + "/v1/models/mrpc:predict", body, raw)
+    assert status == 400 and message in answer["error"], answer
+    status, answer = _call(url + "/v1/models/mrpc:predict",
+                           {"instances": [{"text_a": "good", "text_b": "film"}]})
+    assert status == 200 and len(answer["predictions"]) == 1
+
+
+@pytest.mark.slow
+def test_concurrent_clients_get_their_own_answers(server):
+    url, _ = server
+    requests = [{"instances": [{"text_a": a, "text_b": b}]} for a, b in PAIRS]
+    alone = [_call(url + "/v1/models/mrpc:predict", r)[1] for r in requests]
+    together = [None] * len(requests)
+
+    def client(i):
+        together[i] = _call(url + "/v1/models/mrpc:predict", requests[i])[1]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(requests) == 8
+    for one, other in zip(alone, together):
+        np.testing.assert_allclose(other["predictions"][0]["probabilities"],
+                                   one["predictions"][0]["probabilities"], atol=1e-6)
+        assert other["predictions"][0]["labels"] == one["predictions"][0]["labels"]
+
