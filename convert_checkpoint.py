@@ -1,4 +1,13 @@
-"""Converts a Hugging Face BERT checkpoint into a Google BERT TF checkpoint.
+"""Converts BERT checkpoints between Hugging Face's layout and Google's.
+
+With --hf_model_dir (the default direction), a Hugging Face model becomes a
+Google BERT TF checkpoint, described below. With --to_hf, a checkpoint of
+this project (a Google release, run_pretraining.py's output, or the output
+dir of run_classifier.py, run_squad.py, run_ner.py or run_swag.py) becomes a
+folder that transformers' Auto classes load offline: config.json (the
+architecture told by the checkpoint's variables, labels and problem_type
+from the run record), model.safetensors (weights only), vocab.txt,
+tokenizer_config.json and special_tokens_map.json (`convert_to_hf`).
 
 Input: a directory in the Hugging Face layout (``config.json``, ``vocab.txt``
 and ``model.safetensors``, a sharded ``model.safetensors.index.json`` or
@@ -46,6 +55,7 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 
 import modeling
+import run_base
 import run_common
 from run_common import InputError
 
@@ -57,7 +67,31 @@ flags.DEFINE_string(
     "model.safetensors (or model.safetensors.index.json with its shards, or "
     "pytorch_model.bin).")
 
-run_common.define_flags("output_dir")
+flags.DEFINE_bool(
+    "to_hf", False,
+    "Convert the other way: the checkpoint --init_checkpoint of this project (a Google "
+    "release, run_pretraining.py's output or a fine-tuning run's --output_dir) into a "
+    "Hugging Face folder in --output_dir (config.json, model.safetensors, vocab.txt, "
+    "tokenizer_config.json, special_tokens_map.json) that transformers loads offline.")
+flags.DEFINE_enum(
+    "hf_architecture", None,
+    ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
+     "BertForSequenceClassification", "BertForTokenClassification",
+     "BertForQuestionAnswering", "BertForMultipleChoice"],
+    "With --to_hf: the transformers class to write (default: the one the checkpoint's "
+    "variables show). A head the class has no place for is left out, with a log line.")
+
+run_common.define_flags(
+    "output_dir", "init_checkpoint", "bert_config_file", "vocab_file", "do_lower_case",
+    helps={"init_checkpoint": "With --to_hf: the checkpoint to convert (a prefix, or a "
+                              "directory: its latest checkpoint).",
+           "bert_config_file": "With --to_hf: the model's config (default: the run record's, "
+                               "else bert_config.json next to the checkpoint).",
+           "vocab_file": "With --to_hf: the model's vocabulary (default: the run record's, "
+                         "else vocab.txt next to the checkpoint).",
+           "do_lower_case": "With --to_hf: the casing the model was trained with (default: "
+                            "the run record's, else tokenizer_config.json next to the "
+                            "vocabulary's, else True)."})
 
 CHECKPOINT_NAME = "bert_model.ckpt"
 
@@ -376,6 +410,28 @@ def _name_map(config, encoder_prefix, head_prefix):
     return mapping
 
 
+# The task heads of the fine-tuning scripts: transformers class -> (this
+# project's variable, Hugging Face tensor) pairs. Both store the weights as
+# [outputs, hidden] (PyTorch's nn.Linear layout; the scripts multiply with
+# transpose_b), so nothing is transposed.
+TASK_HEADS = collections.OrderedDict([
+    ("BertForSequenceClassification", (("output_weights", "classifier.weight"),
+                                       ("output_bias", "classifier.bias"))),
+    ("BertForTokenClassification", (("ner/output_weights", "classifier.weight"),
+                                    ("ner/output_bias", "classifier.bias"))),
+    ("BertForMultipleChoice", (("swag/output_weights", "classifier.weight"),
+                               ("swag/output_bias", "classifier.bias"))),
+    ("BertForQuestionAnswering", (("cls/squad/output_weights", "qa_outputs.weight"),
+                                  ("cls/squad/output_bias", "qa_outputs.bias"))),
+])
+# Outputs of a head whose width is fixed by its task (None: the labels').
+_HEAD_OUTPUTS = {"BertForSequenceClassification": None, "BertForTokenClassification": None,
+                 "BertForMultipleChoice": 1, "BertForQuestionAnswering": 2}
+
+# transformers builds these classes without a pooler.
+_WITHOUT_POOLER = ("BertForTokenClassification", "BertForQuestionAnswering",
+                   "BertForMaskedLM")
+
 _POOLER = ("bert/pooler/dense/kernel", "bert/pooler/dense/bias")
 _MLM_HEAD = ("cls/predictions/transform/dense/kernel", "cls/predictions/transform/dense/bias",
              "cls/predictions/transform/LayerNorm/beta",
@@ -383,19 +439,23 @@ _MLM_HEAD = ("cls/predictions/transform/dense/kernel", "cls/predictions/transfor
 _NSP_HEAD = ("cls/seq_relationship/output_weights", "cls/seq_relationship/output_bias")
 
 
-def convert_weights(hf_weights, config, source="the checkpoint"):
+def convert_weights(hf_weights, config, source="the checkpoint", architecture=None):
     """Maps Hugging Face tensors to Google's variables.
 
     Args:
       hf_weights: dict Hugging Face name -> np.ndarray.
       config: bert_config dict (from `bert_config_from_hf`).
       source: file name for messages.
+      architecture: the transformers class of config.json's "architectures";
+        the task head of a class in TASK_HEADS is converted to the variables
+        of the script that trains it (run_classifier.py's output_weights,
+        ...).
 
     Returns:
       (OrderedDict Google name -> float32 np.ndarray, list of warnings).
-      Embeddings and every encoder layer are required; the pooler and the
-      pre-training heads are converted when present (each head entirely or not
-      at all).
+      Embeddings and every encoder layer are required; the pooler, the
+      pre-training heads and the task head are converted when present (each
+      entirely or not at all).
 
     Raises:
       InputError: a required tensor is missing, a shape disagrees with the
@@ -454,10 +514,32 @@ def convert_weights(hf_weights, config, source="the checkpoint"):
         if present and len(present) != len(part):
             raise InputError("%s has an incomplete %s: missing %s" % (
                 source, label, ", ".join(mapping[g][0][0] for g in part if g not in found)))
-        if not present:
+        if not present and architecture not in (
+                TASK_HEADS if part is not _POOLER else _WITHOUT_POOLER):
+            # (A task model has no use for the pre-training heads, a tagger
+            # or reader none for the pooler.)
             warnings.append("%s has no %s (%s): the converted checkpoint leaves it out "
                             "and scripts will initialise it randomly"
                             % (source, label, mapping[part[0]][0][0].rsplit(".", 1)[0]))
+
+    head = TASK_HEADS.get(architecture, ())
+    head_names = [head_prefix + hf for _, hf in head]
+    if head and all(name in weights for name in head_names):
+        (weight_var, _), (bias_var, _) = head
+        weight_name, bias_name = head_names
+        weight, bias = weights[weight_name], weights[bias_name]
+        outputs = _HEAD_OUTPUTS[architecture]
+        if (weight.ndim != 2 or weight.shape[1] != config["hidden_size"]
+                or bias.shape != (weight.shape[0],)
+                or outputs not in (None, weight.shape[0])):
+            raise InputError("%s: the %s head %s %s / %s %s does not fit hidden_size=%d%s"
+                             % (source, architecture, weight_name, list(weight.shape),
+                                bias_name, list(bias.shape), config["hidden_size"],
+                                " and %d outputs" % outputs if outputs else ""))
+        found[weight_var] = np.ascontiguousarray(weight, dtype=np.float32)
+        found[bias_var] = np.ascontiguousarray(bias, dtype=np.float32)
+        used.update(head_names)
+        shapes[weight_var], shapes[bias_var] = list(weight.shape), list(bias.shape)
 
     # Google's MLM output layer reuses the word embeddings; a checkpoint with
     # separate decoder weights cannot be represented, so its MLM head is dropped.
@@ -491,7 +573,8 @@ def convert_weights(hf_weights, config, source="the checkpoint"):
 # Writing.
 
 def write_tf_checkpoint(variables, checkpoint_prefix):
-    """Saves name -> float32 array as a TF checkpoint at `checkpoint_prefix`.
+    """Saves name -> array (float32 for weights) as a TF checkpoint at
+    `checkpoint_prefix`.
 
     Uses tf.compat.v1 Variables and a Saver in a fresh graph. Values are fed
     through the variables' initializers rather than embedded as constants, so
@@ -503,7 +586,7 @@ def write_tf_checkpoint(variables, checkpoint_prefix):
         tf_vars = []
         feed = {}
         for name, value in variables.items():
-            placeholder = tf.placeholder(tf.float32, shape=value.shape)
+            placeholder = tf.placeholder(tf.as_dtype(value.dtype), shape=value.shape)
             tf_vars.append(tf.Variable(placeholder, name=name, trainable=False))
             feed[placeholder] = value
         saver = tf.train.Saver(tf_vars, write_version=tf.train.SaverDef.V2)
@@ -529,7 +612,8 @@ def convert(hf_model_dir, output_dir):
 
     config_path = os.path.join(hf_model_dir, "config.json")
     vocab_path = os.path.join(hf_model_dir, "vocab.txt")
-    config = bert_config_from_hf(read_json(config_path), config_path)
+    hf_config = read_json(config_path)
+    config = bert_config_from_hf(hf_config, config_path)
     if not tf.io.gfile.exists(vocab_path):
         raise InputError("--hf_model_dir: file not found: %s (BERT's WordPiece vocabulary)"
                          % vocab_path)
@@ -539,47 +623,34 @@ def convert(hf_model_dir, output_dir):
         raise InputError("%s has %d tokens but vocab_size in %s is %d"
                          % (vocab_path, num_vocab, config_path, config["vocab_size"]))
 
+    architecture = (hf_config.get("architectures") or [None])[0]
     hf_weights, weights_source = load_hf_weights(hf_model_dir)
-    variables, warnings = convert_weights(hf_weights, config, source=weights_source)
+    variables, warnings = convert_weights(hf_weights, config, source=weights_source,
+                                          architecture=architecture)
     del hf_weights
     for warning in warnings:
         tf.logging.warning(warning)
 
-    # Everything is checked: write into a temporary directory next to the
-    # output, then move the files into place.
-    tf.io.gfile.makedirs(output_dir)
-    tmp_dir = os.path.join(output_dir, ".convert-tmp-%d" % os.getpid())
-    tf.io.gfile.makedirs(tmp_dir)
-    try:
-        write_tf_checkpoint(variables, os.path.join(tmp_dir, CHECKPOINT_NAME))
-        with tf.io.gfile.GFile(os.path.join(tmp_dir, "bert_config.json"), "w") as f:
-            f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        tf.io.gfile.copy(vocab_path, os.path.join(tmp_dir, "vocab.txt"), overwrite=True)
-        lower = _do_lower_case(hf_model_dir)
+    lower = _do_lower_case(hf_model_dir)
+
+    def write_files(folder):
+        write_tf_checkpoint(variables, os.path.join(folder, CHECKPOINT_NAME))
+        _write_json(os.path.join(folder, "bert_config.json"), config)
+        tf.io.gfile.copy(vocab_path, os.path.join(folder, "vocab.txt"), overwrite=True)
         if lower is not None:
             # The casing, next to the vocabulary, where the scripts check it.
-            with tf.io.gfile.GFile(os.path.join(tmp_dir, run_common.TOKENIZER_CONFIG_FILE),
-                                   "w") as f:
-                f.write(json.dumps({"do_lower_case": lower}) + "\n")
-        for name in sorted(tf.io.gfile.listdir(tmp_dir)):
-            tf.io.gfile.rename(os.path.join(tmp_dir, name), os.path.join(output_dir, name),
-                               overwrite=True)
-        stale = os.path.join(output_dir, run_common.TOKENIZER_CONFIG_FILE)
-        if lower is None and tf.io.gfile.exists(stale):  # Of another model converted there.
-            tf.io.gfile.remove(stale)
-    except Exception as e:
-        # A full disk or a file size limit: one line naming the output.
-        message = run_common.output_write_error(e, output_dir)
-        if message:
-            raise InputError(message) from e
-        raise
-    finally:
-        if tf.io.gfile.exists(tmp_dir):
-            tf.io.gfile.rmtree(tmp_dir)
+            _write_json(os.path.join(folder, run_common.TOKENIZER_CONFIG_FILE),
+                        {"do_lower_case": lower})
 
+    # That of another model converted there would contradict this one.
+    _write_folder(output_dir, write_files,
+                  stale=[run_common.TOKENIZER_CONFIG_FILE] if lower is None else [])
+
+    head = " with the %s head" % architecture if architecture in TASK_HEADS and \
+        TASK_HEADS[architecture][0][0] in variables else ""
     run_common.report_output(
-        os.path.join(output_dir, CHECKPOINT_NAME), "%d tensors converted from %s (%s)" % (
-            len(variables), weights_source, ", ".join(
+        os.path.join(output_dir, CHECKPOINT_NAME), "%d tensors converted from %s%s (%s)" % (
+            len(variables), weights_source, head, ", ".join(
                 "%s=%s" % (k, config[k]) for k in ("num_hidden_layers", "hidden_size",
                                                  "hidden_act"))))
     run_common.report_output(os.path.join(output_dir, "bert_config.json"))
@@ -595,6 +666,48 @@ def convert(hf_model_dir, output_dir):
             "warnings": warnings}
 
 
+def _write_json(path, value):
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _write_folder(output_dir, write_files, stale=()):
+    """Writes a converted model into `output_dir` as a whole or not at all.
+
+    Args:
+      output_dir: the folder (created if missing; files of the same names
+        are replaced).
+      write_files: function(folder) writing every file into `folder`, a new
+        temporary folder inside `output_dir`; its files are then moved into
+        `output_dir`.
+      stale: names of files of an earlier conversion into `output_dir` to
+        remove, which this one does not write.
+
+    Raises:
+      InputError: a write failed for lack of room (naming the folder).
+    """
+    tf.io.gfile.makedirs(output_dir)
+    tmp_dir = os.path.join(output_dir, ".convert-tmp-%d" % os.getpid())
+    tf.io.gfile.makedirs(tmp_dir)
+    try:
+        write_files(tmp_dir)
+        for name in sorted(tf.io.gfile.listdir(tmp_dir)):
+            tf.io.gfile.rename(os.path.join(tmp_dir, name), os.path.join(output_dir, name),
+                               overwrite=True)
+        for name in stale:
+            if tf.io.gfile.exists(os.path.join(output_dir, name)):
+                tf.io.gfile.remove(os.path.join(output_dir, name))
+    except Exception as e:
+        # A full disk or a file size limit: one line naming the output.
+        message = run_common.output_write_error(e, output_dir)
+        if message:
+            raise InputError(message) from e
+        raise
+    finally:
+        if tf.io.gfile.exists(tmp_dir):
+            tf.io.gfile.rmtree(tmp_dir)
+
+
 def _do_lower_case(hf_model_dir):
     """The casing of a Hugging Face model (True, False), from its
     tokenizer_config.json, or None where it does not say."""
@@ -605,9 +718,359 @@ def _do_lower_case(hf_model_dir):
     return None if lower is None else bool(lower)
 
 
+# ---------------------------------------------------------------------------
+# The other way: a checkpoint of this project -> a Hugging Face folder.
+
+# This project's hidden_act -> Hugging Face's, with the same numerics.
+HF_HIDDEN_ACT = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_exact": "gelu",
+                 "relu": "relu", "tanh": "tanh", "linear": "linear"}
+
+# What training leaves in a checkpoint besides the weights: the optimizer's
+# slots of a variable (Google's adam_m / adam_v, this project's
+# AdamWeightDecayOptimizer / _1) and gradient accumulators, and counters.
+_SLOT = re.compile(r"^(.+)/(adam_m|adam_v|AdamWeightDecayOptimizer(?:_\d+)?|grad_accum)$")
+_COUNTERS = ("global_step", "gradient_accumulation/micro_step", "loss_scale/scale",
+             "loss_scale/good_steps")
+
+# The heads each transformers class has (pooler: bert.pooler.*).
+_CLASS_PARTS = {
+    "BertModel": ("pooler",),
+    "BertForPreTraining": ("pooler", "mlm", "nsp"),
+    "BertForMaskedLM": ("mlm",),
+    "BertForNextSentencePrediction": ("pooler", "nsp"),
+    "BertForSequenceClassification": ("pooler", "task"),
+    "BertForTokenClassification": ("task",),
+    "BertForQuestionAnswering": ("task",),
+    "BertForMultipleChoice": ("pooler", "task"),
+}
+
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
+
+
+def classify_variables(names):
+    """Sorts a checkpoint's variables.
+
+    Args:
+      names: the checkpoint's variable names.
+
+    Returns:
+      (weights, dropped): the model's variables (every name that is not
+      training state), and name -> why it is not converted.
+
+    Raises:
+      InputError: a variable that is neither BERT's, a head's nor training
+        state of one of them (naming it).
+    """
+    weights = set(names) - set(_COUNTERS)
+    weights -= {n for n in names if _SLOT.match(n)}
+    dropped = {n: "a training counter" for n in names if n in _COUNTERS}
+    known = re.compile(r"^(bert/(embeddings|encoder/layer_\d+|pooler)/|cls/(predictions|"
+                       r"seq_relationship)/)")
+    heads = {var for head in TASK_HEADS.values() for var, _ in head}
+    for name in sorted(names):
+        match = _SLOT.match(name)
+        if match:
+            if match.group(1) not in weights:
+                raise InputError("--init_checkpoint: %s is optimizer state of %s, which the "
+                                 "checkpoint does not hold" % (name, match.group(1)))
+            dropped[name] = "optimizer state"
+        elif name in weights and not known.match(name) and name not in heads:
+            raise InputError(
+                "--init_checkpoint: variable %s is not part of BERT or of a head of this "
+                "project's scripts (%s); nothing was written" % (
+                    name, ", ".join(var for head in TASK_HEADS.values() for var, _ in head)))
+    return weights, dropped
+
+
+def detect_architecture(weights):
+    """(transformers class, the variables it was told by) for a checkpoint's
+    model variables. InputError if they show two task heads."""
+    tasks = [(cls, [var for var, _ in head]) for cls, head in TASK_HEADS.items()
+             if head[0][0] in weights]
+    if len(tasks) > 1:
+        raise InputError("--init_checkpoint holds the heads of %s: choose one with "
+                         "--hf_architecture" % " and ".join(cls for cls, _ in tasks))
+    if tasks:
+        return tasks[0]
+    mlm = "cls/predictions/output_bias" in weights
+    nsp = "cls/seq_relationship/output_weights" in weights
+    if mlm and nsp:
+        return "BertForPreTraining", ["cls/predictions/*", "cls/seq_relationship/*"]
+    if mlm:
+        return "BertForMaskedLM", ["cls/predictions/*"]
+    if nsp:
+        return "BertForNextSentencePrediction", ["cls/seq_relationship/*"]
+    return "BertModel", ["no head"]
+
+
+def _labels_of(architecture, record, checkpoint, num_outputs):
+    """(labels or None, problem_type or None, where they come from) of a
+    classifier or tagger: the run record's, else labels.txt
+    (run_classifier.py on own data) or ner_labels.json (run_ner.py) next to
+    the checkpoint."""
+    if architecture not in ("BertForSequenceClassification", "BertForTokenClassification"):
+        return None, None, None
+    if record is not None:
+        problem_type = record.problem_type
+        if architecture == "BertForTokenClassification":
+            problem_type = None
+        return record.labels, problem_type, record.path
+    folder = os.path.dirname(checkpoint)
+    if architecture == "BertForTokenClassification":
+        path = os.path.join(folder, "ner_labels.json")
+        if tf.io.gfile.exists(path):
+            labels = run_common.read_json_object(path).get("labels")
+            if isinstance(labels, list):
+                return labels, None, path
+        return None, None, None
+    path = os.path.join(folder, "labels.txt")
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            labels = [line.strip() for line in f if line.strip()]
+        return labels, ("regression" if num_outputs == 1 and not labels else None), path
+    return None, None, None
+
+
+def hf_config_for(config, architecture, vocab, labels=None, problem_type=None):
+    """The config.json of the Hugging Face folder.
+
+    Args:
+      config: modeling.BertConfig.
+      architecture: the transformers class.
+      vocab: token -> id of the vocabulary (for pad_token_id).
+      labels: the classifier's or tagger's labels in output order, or None.
+      problem_type: Hugging Face's problem_type of a classifier, or None.
+
+    Returns:
+      dict.
+    """
+    values = {
+        "architectures": [architecture], "model_type": "bert",
+        "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": HF_HIDDEN_ACT[config.hidden_act.lower()],
+        "hidden_dropout_prob": config.hidden_dropout_prob,
+        "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+        "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": LAYER_NORM_EPS, "position_embedding_type": "absolute",
+        "pad_token_id": vocab.get("[PAD]", 0), "tie_word_embeddings": True,
+    }
+    if labels:
+        values["id2label"] = {str(i): label for i, label in enumerate(labels)}
+        values["label2id"] = {label: i for i, label in enumerate(labels)}
+    if problem_type:
+        values["problem_type"] = problem_type
+    return values
+
+
+def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file=None,
+                  do_lower_case=None, architecture=None):
+    """Writes a checkpoint of this project as a Hugging Face folder.
+
+    Args:
+      init_checkpoint: a checkpoint prefix or a directory (its latest).
+      output_dir: the folder to write.
+      bert_config_file: the model's config, or None: the run record's, else
+        bert_config.json next to the checkpoint.
+      vocab_file: the vocabulary, or None: the run record's, else vocab.txt
+        next to the checkpoint.
+      do_lower_case: the casing, or None: the run record's, else
+        tokenizer_config.json next to the vocabulary's, else True.
+      architecture: the transformers class to write, or None to detect it.
+
+    Returns:
+      dict: "architecture", "config" (config.json's dict), "tensors" (name ->
+      np.ndarray written), "dropped" (variable -> why).
+
+    Raises:
+      InputError: naming the flag, file or variable at fault; nothing is
+        written then.
+    """
+    run_common.check_output_dir(output_dir)
+    checkpoint = run_common.resolve_checkpoint("init_checkpoint", init_checkpoint,
+                                               required=True)
+    record = run_common.read_run_record(None, init_checkpoint)
+    beside = os.path.dirname(checkpoint)
+    if not bert_config_file and not (record and record.bert_config):
+        bert_config_file = os.path.join(beside, "bert_config.json")
+        if not tf.io.gfile.exists(bert_config_file):
+            raise InputError("--bert_config_file is required (no run record and no "
+                             "bert_config.json next to %s)" % checkpoint)
+    if not vocab_file:
+        recorded = record.flags.get("vocab_file") if record else None
+        vocab_file = recorded if recorded and run_common.exists(recorded) else \
+            os.path.join(beside, "vocab.txt")
+        if not tf.io.gfile.exists(vocab_file):
+            raise InputError("--vocab_file is required (no run record naming one and no "
+                             "vocab.txt next to %s)" % checkpoint)
+    if do_lower_case is None:
+        do_lower_case = record.flags.get("do_lower_case") if record else None
+    if do_lower_case is None:
+        known = os.path.join(os.path.dirname(vocab_file), run_common.TOKENIZER_CONFIG_FILE)
+        do_lower_case = bool(run_common.read_json_object(known).get("do_lower_case", True)) \
+            if tf.io.gfile.exists(known) else True
+    tokenizer = run_common.load_tokenizer(vocab_file, do_lower_case, checkpoint)
+    config = run_common.load_bert_config(bert_config_file, vocab=tokenizer.vocab,
+                                         vocab_file=vocab_file, record=record)
+    config_name = bert_config_file or record.path
+    if config.hidden_act.lower() not in HF_HIDDEN_ACT:
+        raise InputError("%s: hidden_act %r has no Hugging Face counterpart"
+                         % (config_name, config.hidden_act))
+
+    stored = dict(tf.train.list_variables(checkpoint))
+    weights, dropped = classify_variables(stored)
+    found, told_by = detect_architecture(weights)
+    if architecture is None:
+        architecture = found
+        tf.logging.info("Architecture: %s (from %s in %s)", architecture,
+                        ", ".join(told_by), checkpoint)
+    else:
+        tf.logging.info("Architecture: %s (--hf_architecture; the checkpoint's variables "
+                        "show %s)", architecture, found)
+    parts = _CLASS_PARTS[architecture]
+
+    # The variables each part needs, and their shapes by the config.
+    shapes = collections.OrderedDict(run_common.bert_variable_shapes(config))
+    expected = expected_variables(config.to_dict())
+    part_vars = {"pooler": list(_POOLER), "mlm": list(_MLM_HEAD), "nsp": list(_NSP_HEAD),
+                 "task": [var for var, _ in TASK_HEADS.get(architecture, ())]}
+    wanted = [n for n in shapes if n not in _POOLER]
+    for part in parts:
+        wanted += part_vars[part]
+    missing = [n for n in wanted if n not in weights]
+    if missing:
+        raise InputError("--init_checkpoint %s has no %s, which %s needs%s" % (
+            checkpoint, ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""),
+            architecture, "" if architecture == found else
+            " (its variables show %s)" % found))
+    for name in sorted(weights - set(wanted)):
+        if name in _POOLER:
+            # transformers builds these classes without one, and would report
+            # the tensors as unexpected; the task never reads it.
+            dropped[name] = "%s has no pooler" % architecture
+        else:
+            dropped[name] = "%s has no place for it (--hf_architecture)" % architecture
+    weights = [n for n in wanted if n not in dropped]
+
+    labels = problem_type = labels_from = None
+    for name in weights:
+        want = expected.get(name)
+        got = list(stored[name])
+        if name in part_vars["task"]:
+            outputs = _HEAD_OUTPUTS[architecture]
+            want = [outputs or got[0], config.hidden_size] if name.endswith("weights") \
+                else [outputs or stored[part_vars["task"][0]][0]]
+        if got != want:
+            raise InputError(
+                "--init_checkpoint %s does not fit %s: %s has shape %s, the config implies %s"
+                % (checkpoint, config_name, name, got, want))
+    if "task" in parts:
+        num_outputs = stored[part_vars["task"][0]][0]
+        labels, problem_type, labels_from = _labels_of(architecture, record, checkpoint,
+                                                       num_outputs)
+        if labels is not None and len(labels) != num_outputs and problem_type != "regression":
+            raise InputError("%s lists %d labels but %s has %d outputs"
+                             % (labels_from, len(labels), part_vars["task"][0], num_outputs))
+        if architecture == "BertForSequenceClassification" and problem_type is None:
+            problem_type = "regression" if num_outputs == 1 else "single_label_classification"
+        if labels is None and architecture in ("BertForSequenceClassification",
+                                               "BertForTokenClassification") \
+                and problem_type != "regression":
+            tf.logging.warning("No run record or label file next to %s: the labels are "
+                               "written as LABEL_0..LABEL_%d", checkpoint, num_outputs - 1)
+            labels = ["LABEL_%d" % i for i in range(num_outputs)]
+        if problem_type == "regression":
+            # One output; transformers reads its count from id2label.
+            labels = ["LABEL_0"]
+
+    # Google name -> Hugging Face name (and whether to transpose).
+    encoder_prefix = "" if architecture == "BertModel" else "bert."
+    names = {g: (hf[0], transpose) for g, (hf, transpose)
+             in _name_map(config.to_dict(), encoder_prefix, "").items()}
+    for var, hf in TASK_HEADS.get(architecture, ()):
+        names[var] = (hf, False)
+    reader = tf.train.load_checkpoint(checkpoint)
+    tensors = collections.OrderedDict()
+    for name in [n for n in names if n in weights]:
+        hf_name, transpose = names[name]
+        value = np.asarray(reader.get_tensor(name), dtype=np.float32)
+        tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
+
+    hf_config = hf_config_for(config, architecture, tokenizer.vocab, labels, problem_type)
+    tokenizer_config = dict(SPECIAL_TOKENS, do_lower_case=bool(do_lower_case),
+                            model_max_length=config.max_position_embeddings,
+                            tokenizer_class="BertTokenizer", tokenize_chinese_chars=True,
+                            strip_accents=None, do_basic_tokenize=True)
+    for name in ("pytorch_model.bin", "model.safetensors.index.json",
+                 "pytorch_model.bin.index.json", "tf_model.h5", "tokenizer.json"):
+        if tf.io.gfile.exists(os.path.join(output_dir, name)):
+            raise InputError("--output_dir %s holds %s, which transformers would read "
+                             "instead of or beside the converted files: choose an empty "
+                             "folder" % (output_dir, name))
+
+    def write_files(folder):
+        from safetensors.numpy import save_file
+        local, cleanup = _local_output(os.path.join(folder, "model.safetensors"))
+        try:
+            # "format": "pt" is what transformers expects of a PyTorch model's file.
+            save_file(dict(tensors), local, metadata={"format": "pt"})
+            if local != os.path.join(folder, "model.safetensors"):
+                tf.io.gfile.copy(local, os.path.join(folder, "model.safetensors"))
+        finally:
+            cleanup()
+        _write_json(os.path.join(folder, "config.json"), hf_config)
+        tf.io.gfile.copy(vocab_file, os.path.join(folder, "vocab.txt"), overwrite=True)
+        _write_json(os.path.join(folder, run_common.TOKENIZER_CONFIG_FILE), tokenizer_config)
+        _write_json(os.path.join(folder, "special_tokens_map.json"), SPECIAL_TOKENS)
+
+    _write_folder(output_dir, write_files)
+
+    reasons = collections.Counter(dropped.values())
+    if dropped:
+        tf.logging.info("Left out %d of the checkpoint's %d variables: %s", len(dropped),
+                        len(stored), "; ".join("%d %s" % (n, why) for why, n in
+                                               sorted(reasons.items())))
+    run_common.report_output(
+        os.path.join(output_dir, "model.safetensors"), "%s, %d tensors from %s" % (
+            architecture, len(tensors), checkpoint))
+    run_common.report_output(os.path.join(output_dir, "config.json"), ", ".join(
+        ["hidden_act=%s" % hf_config["hidden_act"]]
+        + (["labels %s from %s" % (",".join(labels), labels_from)]
+           if labels and labels_from and problem_type != "regression" else [])
+        + (["problem_type=%s" % problem_type] if problem_type else [])))
+    for name in ("vocab.txt", run_common.TOKENIZER_CONFIG_FILE, "special_tokens_map.json"):
+        run_common.report_output(os.path.join(output_dir, name),
+                                 "do_lower_case=%s" % bool(do_lower_case)
+                                 if name == run_common.TOKENIZER_CONFIG_FILE else "")
+    return {"architecture": architecture, "config": hf_config, "tensors": tensors,
+            "dropped": dropped}
+
+
+def _local_output(path):
+    """(local path to write, cleanup function): a remote `path` (gs://) is
+    written locally first, since safetensors writes local files only."""
+    if not run_base.is_remote(path):
+        return path, lambda: None
+    tmp_dir = tempfile.mkdtemp(prefix="convert_checkpoint_")
+    return os.path.join(tmp_dir, os.path.basename(path)), \
+        lambda: shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
-    convert(FLAGS.hf_model_dir, FLAGS.output_dir)
+    if FLAGS.to_hf:
+        if FLAGS.hf_model_dir:
+            raise InputError("--hf_model_dir and --to_hf are two directions: give one")
+        convert_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
+                      FLAGS.vocab_file, None if FLAGS["do_lower_case"].using_default_value
+                      else FLAGS.do_lower_case, FLAGS.hf_architecture)
+    else:
+        convert(FLAGS.hf_model_dir, FLAGS.output_dir)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,17 @@ def hf_pretraining(tmp_path_factory, reference):
     return directory, state_dict(reference, "pretraining")
 
 
+# The parts of a Transformer layer: Hugging Face's name -> Google's.
+LAYER_DENSES = [("attention.self.query", "attention/self/query"),
+                ("attention.self.key", "attention/self/key"),
+                ("attention.self.value", "attention/self/value"),
+                ("attention.output.dense", "attention/output/dense"),
+                ("intermediate.dense", "intermediate/dense"),
+                ("output.dense", "output/dense")]
+LAYER_NORMS = [("attention.output.LayerNorm", "attention/output/LayerNorm"),
+               ("output.LayerNorm", "output/LayerNorm")]
+
+
 def expected_google_tensors(state):
     """Google name -> expected value, from a Hugging Face state dict
     (BertForPreTraining names), written out by hand."""
@@ -124,16 +135,10 @@ def expected_google_tensors(state):
     for n in range(LAYERS):
         hf = "bert.encoder.layer.%d." % n
         g = "bert/encoder/layer_%d/" % n
-        for hf_part, g_part in [("attention.self.query", "attention/self/query"),
-                                ("attention.self.key", "attention/self/key"),
-                                ("attention.self.value", "attention/self/value"),
-                                ("attention.output.dense", "attention/output/dense"),
-                                ("intermediate.dense", "intermediate/dense"),
-                                ("output.dense", "output/dense")]:
+        for hf_part, g_part in LAYER_DENSES:
             out[g + g_part + "/kernel"] = t(hf + hf_part + ".weight").T
             out[g + g_part + "/bias"] = t(hf + hf_part + ".bias")
-        for hf_part, g_part in [("attention.output.LayerNorm", "attention/output/LayerNorm"),
-                                ("output.LayerNorm", "output/LayerNorm")]:
+        for hf_part, g_part in LAYER_NORMS:
             out[g + g_part + "/gamma"] = t(hf + hf_part + ".weight")
             out[g + g_part + "/beta"] = t(hf + hf_part + ".bias")
     return out
