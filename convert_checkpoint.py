@@ -708,10 +708,11 @@ def _write_folder(output_dir, write_files, stale=()):
             tf.io.gfile.rmtree(tmp_dir)
 
 
-def _do_lower_case(hf_model_dir):
-    """The casing of a Hugging Face model (True, False), from its
-    tokenizer_config.json, or None where it does not say."""
-    path = os.path.join(hf_model_dir, run_common.TOKENIZER_CONFIG_FILE)
+def _do_lower_case(folder):
+    """The casing (True, False) that the tokenizer_config.json in `folder`
+    records (a Hugging Face model's, or the one written next to a converted
+    vocabulary), or None where there is none or it does not say."""
+    path = os.path.join(folder, run_common.TOKENIZER_CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         return None
     lower = read_json(path).get("do_lower_case")
@@ -911,9 +912,9 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
     if do_lower_case is None:
         do_lower_case = record.flags.get("do_lower_case") if record else None
     if do_lower_case is None:
-        known = os.path.join(os.path.dirname(vocab_file), run_common.TOKENIZER_CONFIG_FILE)
-        do_lower_case = bool(run_common.read_json_object(known).get("do_lower_case", True)) \
-            if tf.io.gfile.exists(known) else True
+        do_lower_case = _do_lower_case(os.path.dirname(vocab_file))
+    if do_lower_case is None:
+        do_lower_case = True
     tokenizer = run_common.load_tokenizer(vocab_file, do_lower_case, checkpoint)
     config = run_common.load_bert_config(bert_config_file, vocab=tokenizer.vocab,
                                          vocab_file=vocab_file, record=record)
@@ -935,11 +936,10 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
     parts = _CLASS_PARTS[architecture]
 
     # The variables each part needs, and their shapes by the config.
-    shapes = collections.OrderedDict(run_common.bert_variable_shapes(config))
     expected = expected_variables(config.to_dict())
     part_vars = {"pooler": list(_POOLER), "mlm": list(_MLM_HEAD), "nsp": list(_NSP_HEAD),
                  "task": [var for var, _ in TASK_HEADS.get(architecture, ())]}
-    wanted = [n for n in shapes if n not in _POOLER]
+    wanted = [n for n in expected if n not in _POOLER + _MLM_HEAD + _NSP_HEAD]
     for part in parts:
         wanted += part_vars[part]
     missing = [n for n in wanted if n not in weights]

@@ -256,8 +256,9 @@ def _sources():
 
 
 def _decoded_lines(name, lines):
-    """(line number, text without its line break) per line; a line that is
-    not UTF-8 gives (number, RequestError)."""
+    """(line number, text without its line break) per line that is not
+    blank (every format skips those); a line that is not UTF-8 gives
+    (number, RequestError)."""
     for number, raw in enumerate(lines, 1):
         try:
             text = raw.decode("utf-8")
@@ -266,7 +267,8 @@ def _decoded_lines(name, lines):
             continue
         if number == 1 and text.startswith("\ufeff"):
             text = text[1:]
-        yield number, text.rstrip("\r\n")
+        if text.strip():
+            yield number, text.rstrip("\r\n")
 
 
 def _detect_format(first_line, signature):
@@ -298,7 +300,7 @@ def read_inputs(name, lines, signature):
     for number, line in lines:
         if isinstance(line, RequestError):
             yield number, line
-        elif line.strip():
+        else:
             first = (number, line)
             break
     if first is None:
@@ -313,8 +315,7 @@ def read_inputs(name, lines, signature):
                 "%s: give JSON Lines, or TSV/CSV with a header naming them"
                 % (name, signature.name, ", ".join(sorted(signature.inputs))))
         rows = (((n, {text_inputs[0]: line}) if isinstance(line, str) else (n, line))
-                for n, line in itertools.chain([first], lines)
-                if not isinstance(line, str) or line.strip())
+                for n, line in itertools.chain([first], lines))
     else:
         rows = _delimited_rows(name, data_format, first, lines, signature)
     for number, row in rows:
@@ -352,7 +353,7 @@ def _jsonl_rows(lines):
     for number, line in lines:
         if isinstance(line, RequestError):
             yield number, line
-        elif line.strip():
+        else:
             try:
                 value = json.loads(line)
             except ValueError as e:
@@ -378,8 +379,6 @@ def _delimited_rows(name, data_format, first, lines, signature):
     for number, line in lines:
         if isinstance(line, RequestError):
             yield number, line
-            continue
-        if not line.strip():
             continue
         if data_format == "tsv":
             fields = line.split("\t")

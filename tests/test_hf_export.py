@@ -32,7 +32,7 @@ import modeling
 import run_common
 import tokenization
 from run_common import InputError
-from test_convert_checkpoint import LAYER_DENSES, LAYER_NORMS, hf_model_dir
+from test_convert_checkpoint import LAYER_DENSES, LAYER_NORMS, hf_model_dir, read_checkpoint
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -234,11 +234,6 @@ def read_safetensors(folder):
     return safetensors_numpy.load_file(os.path.join(folder, "model.safetensors"))
 
 
-def read_checkpoint(prefix):
-    reader = tf.train.load_checkpoint(prefix)
-    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """case -> (checkpoint folder, converted folder, convert_to_hf's result)."""
@@ -378,11 +373,17 @@ def tf_outputs(case, checkpoint):
                 _, _, nsp = run_pretraining.get_next_sentence_output(
                     config, model.get_pooled_output(), tf.zeros([2, 1], tf.int32))
                 outputs = {"masked_lm_log_probs": mlm, "next_sentence_log_probs": nsp}
-        tf.train.init_from_checkpoint(checkpoint, {v.op.name: v.op.name
-                                                   for v in tf.global_variables()})
-        with tf.Session() as sess:
-            sess.run(tf.global_variables_initializer())
-            return sess.run(outputs)
+        return run_restored(outputs, checkpoint)
+
+
+def run_restored(fetches, checkpoint):
+    """Runs `fetches` of the current graph with every variable restored
+    from `checkpoint`."""
+    tf.train.init_from_checkpoint(checkpoint, {v.op.name: v.op.name
+                                               for v in tf.global_variables()})
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        return sess.run(fetches)
 
 
 def _log_softmax(x):
@@ -437,12 +438,7 @@ def test_pipeline_gives_run_classifiers_labels_and_scores(exported, reference):
                 tf.zeros([len(PAIRS), len(labels)] if case == "multi_label"
                          else [len(PAIRS)], tf.int32), len(labels), False,
                 multi_label=case == "multi_label")
-            checkpoint = checkpoint_of(exported[case][0])
-            tf.train.init_from_checkpoint(checkpoint, {v.op.name: v.op.name
-                                                       for v in tf.global_variables()})
-            with tf.Session() as sess:
-                sess.run(tf.global_variables_initializer())
-                probabilities = sess.run(probabilities)
+            probabilities = run_restored(probabilities, checkpoint_of(exported[case][0]))
         # The pipeline's top label and score per pair, and all scores.
         scores = reference["pipeline:%s:scores" % case]
         top = [str(label) for label in reference["pipeline:%s:labels" % case]]

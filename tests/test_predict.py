@@ -90,12 +90,13 @@ def test_labels_json_lines_tsv_and_csv_as_the_signature_does(exports, tmp_path):
     base = os.path.dirname(exports["pair"])
     expected = _direct(exports["pair"], {"text_a": [a for a, _ in PAIRS],
                                          "text_b": [b for _, b in PAIRS]})
+    # Blank lines (first, after the header) are skipped in every format.
     files = {
-        "in.jsonl": "".join(json.dumps({"id": i, "text_a": a, "text_b": b}) + "\n"
-                            for i, (a, b) in enumerate(PAIRS)),
+        "in.jsonl": "\n" + "".join(json.dumps({"id": i, "text_a": a, "text_b": b}) + "\n"
+                                   for i, (a, b) in enumerate(PAIRS)),
         # Tabs and commas inside the texts are not in these.
-        "in.tsv": "label\ttext_a\ttext_b\n" + "".join("x\t%s\t%s\n" % p for p in PAIRS),
-        "in.csv": "text_b,text_a\n" + "".join('"%s","%s"\n' % (b, a) for a, b in PAIRS)}
+        "in.tsv": "label\ttext_a\ttext_b\n\n" + "".join("x\t%s\t%s\n" % p for p in PAIRS),
+        "in.csv": "text_b,text_a\n \n" + "".join('"%s","%s"\n' % (b, a) for a, b in PAIRS)}
     for name, content in files.items():
         (tmp_path / name).write_text(content, encoding="utf-8")
         out = _predict(base, input_file=str(tmp_path / name),
