@@ -24,6 +24,7 @@ sets its default and help text; a script run from the shell always gets its
 own.
 """
 
+import collections
 import contextlib
 import ctypes
 import ctypes.util
@@ -229,6 +230,18 @@ _SHARED_FLAGS = {
         flags.DEFINE_string, None,
         "If set, export a SavedModel for serving under this directory (in a "
         "timestamped subdirectory)."),
+    "dynamic_padding": (
+        flags.DEFINE_bool, False,
+        "Pad each batch only to its longest input (rounded up to a length "
+        "bucket, see --length_buckets) instead of --max_seq_length; training "
+        "batches are formed from inputs of similar length. Same results up to "
+        "float rounding; not on TPUs, which need fixed shapes."),
+    "length_buckets": (
+        flags.DEFINE_list, None,
+        "With --dynamic_padding: the lengths a batch may be padded to, "
+        "comma-separated and increasing (--max_seq_length is always the last). "
+        "Each is one input shape, compiled once with --use_xla. Default: 8 "
+        "even steps up to --max_seq_length, in multiples of 8."),
     "tpu_job_name": (
         flags.DEFINE_string, None,
         "With --use_tpu: the TPU worker job's name, when it is not 'tpu_worker'."),
@@ -253,7 +266,8 @@ FINE_TUNING_FLAGS = ("bert_config_file", "vocab_file", "output_dir", "init_check
                      "train_batch_size", "eval_batch_size", "predict_batch_size",
                      "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
                      "save_checkpoints_steps", "iterations_per_loop") + TPU_FLAGS + \
-    TRAINING_OPTION_FLAGS + ("data_dir", "train_file", "dev_file", "test_file", "export_dir")
+    TRAINING_OPTION_FLAGS + ("data_dir", "train_file", "dev_file", "test_file", "export_dir",
+                             "dynamic_padding", "length_buckets")
 
 
 def define_flags(*names, helps=None, **defaults):
@@ -983,6 +997,39 @@ def pack_sequence_pair(tokens_a, tokens_b, max_seq_length, tokenizer):
     input_mask = [1] * len(input_ids)
     padding = [0] * (max_seq_length - len(input_ids))
     return tokens, input_ids + padding, input_mask + padding, segment_ids + padding
+
+
+Span = collections.namedtuple("Span", ["start", "length"])
+
+
+def window_spans(num_pieces, max_pieces, doc_stride, max_windows=0):
+    """The windows that read a text of `num_pieces` pieces, at most
+    `max_pieces` at a time (the reading of long texts in run_classifier,
+    run_ner and run_squad).
+
+    Each window starts `doc_stride` pieces after the previous one (or right
+    after its end, when the stride is longer than the window), and the last
+    one reaches the text's end. Hand-worked: 10 pieces, 4 per window, stride
+    2 give (0, 4), (2, 4), (4, 4), (6, 4).
+
+    Args:
+      num_pieces: length of the text (0: no windows).
+      max_pieces: the most pieces a window holds (>= 1).
+      doc_stride: pieces from one window's start to the next's (>= 1).
+      max_windows: keep only the first this many windows (0: all).
+
+    Returns:
+      list of Span(start, length).
+    """
+    spans = []
+    start = 0
+    while start < num_pieces and not (max_windows and len(spans) >= max_windows):
+        length = min(max_pieces, num_pieces - start)
+        spans.append(Span(start, length))
+        if start + length >= num_pieces:
+            break
+        start += min(length, doc_stride)
+    return spans
 
 
 # ---------------------------------------------------------------------------

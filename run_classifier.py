@@ -41,8 +41,15 @@ FLAGS = flags.FLAGS
 # The original's flags, with its names, meanings and defaults, and the shared
 # ones beyond it (export, own data, training options).
 run_common.define_flags(
-    run_common.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", max_seq_length=128,
+    run_common.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", "doc_stride",
+    max_seq_length=128, doc_stride=None,
     helps={
+        "doc_stride": "Read an input too long for --max_seq_length in overlapping windows "
+                      "instead of cutting it: windows of the first text (a pair's second "
+                      "text is kept whole in each) that start this many word pieces apart. "
+                      "Training learns each window with the input's label; evaluation and "
+                      "prediction combine the windows' outputs per input "
+                      "(--window_aggregation). Unset: inputs are cut, as the original.",
         "data_dir": "Directory with the task's data files (train.tsv, dev.tsv, test.tsv "
                     "for GLUE tasks, as the GLUE download lays them out).",
         "export_dir": "If set, export a SavedModel for serving under this directory (in a "
@@ -93,6 +100,17 @@ flags.DEFINE_string(
     "the task's main metric: eval_matthews_corr for CoLA, eval_f1 for MRPC and "
     "QQP, eval_spearman for STS-B, eval_accuracy otherwise). Higher is better, "
     "except for metrics whose name contains 'loss'.")
+
+flags.DEFINE_integer(
+    "max_windows", 0,
+    "With --doc_stride: read at most this many windows of each input (its "
+    "first ones); 0: as many as it takes.")
+
+flags.DEFINE_enum(
+    "window_aggregation", "mean", ["mean", "max", "first"],
+    "With --doc_stride: how an input's prediction is made from its windows': "
+    "the mean or the maximum of their logits (of their probabilities for "
+    "multi-label tasks), or the first window's.")
 
 flags.DEFINE_string(
     "diagnostic_file", None,
@@ -690,7 +708,32 @@ def get_processor(task_name, xnli_language="zh"):
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
                            multi_label=False):
-    """Turns one `InputExample` into the model's `InputFeatures`.
+    """Turns one `InputExample` into the model's `InputFeatures` (one),
+    cutting what does not fit: `convert_example` without a doc_stride, with
+    the same arguments."""
+    return convert_example(ex_index, example, label_list, max_seq_length, tokenizer,
+                           multi_label=multi_label)[0][0]
+
+
+def first_text_windows(tokens_a, tokens_b, max_seq_length, doc_stride, max_windows=0):
+    """The first text's pieces, in the windows that fit next to the second
+    text (kept whole) in `max_seq_length` (see run_common.window_spans).
+
+    Returns:
+      list of piece lists (one, possibly empty, if the text fits); None if
+      the second text leaves no room for any piece of the first.
+    """
+    room = max_seq_length - (3 + len(tokens_b) if tokens_b else 2)
+    if room < 1:
+        return None
+    spans = run_common.window_spans(len(tokens_a), room, doc_stride, max_windows)
+    return [tokens_a[start:start + length] for start, length in spans] or [tokens_a]
+
+
+def convert_example(ex_index, example, label_list, max_seq_length, tokenizer,
+                    multi_label=False, doc_stride=None, max_windows=0):
+    """Turns one `InputExample` into the model's `InputFeatures`: one, or
+    one per window with a `doc_stride`.
 
     Args:
       ex_index: position of the example (the first 5 are logged).
@@ -702,13 +745,19 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
       tokenizer: FullTokenizer.
       multi_label: the example's label is a tuple of labels (multi-label
         task).
+      doc_stride: None: a text that does not fit is cut (the original's
+        way). Else the first text is read in windows that start this many
+        pieces apart (`first_text_windows`), each with the whole second text.
+      max_windows: with doc_stride, the most windows (0: all).
 
     Returns:
-      InputFeatures: [CLS] A [SEP] (B [SEP]) as ids, zero-padded to
-      max_seq_length, with input_mask (1 for real tokens) and segment_ids
-      (0 for A, 1 for B); label_id is the label's index in label_list (its
-      float value for regression; for multi-label a list of len(label_list)
-      ints, 1 for each of the example's labels).
+      (features, cut): features is a list of InputFeatures, one per window:
+      [CLS] A [SEP] (B [SEP]) as ids, zero-padded to max_seq_length, with
+      input_mask (1 for real tokens) and segment_ids (0 for A, 1 for B);
+      label_id is the label's index in label_list (its float value for
+      regression; for multi-label a list of len(label_list) ints, 1 for each
+      of the example's labels). cut is True when windows were asked for but
+      the second text alone leaves no room, so the pair was cut instead.
     """
     if isinstance(example, PaddingInputExample):
         zeros = [0] * max_seq_length
@@ -716,15 +765,17 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
             label_id = 0.0
         else:
             label_id = [0] * len(label_list) if multi_label else 0
-        return InputFeatures(input_ids=zeros, input_mask=list(zeros), segment_ids=list(zeros),
-                             label_id=label_id, is_real_example=False)
+        return [InputFeatures(input_ids=zeros, input_mask=list(zeros),
+                              segment_ids=list(zeros), label_id=label_id,
+                              is_real_example=False)], False
 
     tokens_a = tokenizer.tokenize(example.text_a)
     tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-    # The classifier reads the final vector of [CLS] (the pooled output):
-    # fine-tuning the whole model makes it a summary of the input.
-    tokens, input_ids, input_mask, segment_ids = run_common.pack_sequence_pair(
-        tokens_a, tokens_b, max_seq_length, tokenizer)
+    windows = None
+    if doc_stride is not None:
+        windows = first_text_windows(tokens_a, tokens_b, max_seq_length, doc_stride,
+                                     max_windows)
+    cut = doc_stride is not None and windows is None
     if label_list is None:
         label_id = float(example.label)
     elif multi_label:
@@ -732,53 +783,92 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
     else:
         label_id = label_list.index(example.label)
 
-    if ex_index < 5:
-        # Test sets carry a placeholder label ("test..." guids, see
-        # DataProcessor._create_examples).
-        label = ("none (test data)" if example.guid.startswith("test")
-                 else "%s (id = %s)" % (example.label, label_id))
-        run_common.log_example(
-            [("guid", example.guid),
-             ("tokens", [tokenization.printable_text(t) for t in tokens]),
-             ("length", len(tokens)), ("label", label)], debug=ex_index > 0,
-            ids=[("input_ids", input_ids), ("input_mask", input_mask),
-                 ("segment_ids", segment_ids)])
-
-    return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
-                         label_id=label_id, is_real_example=True)
+    features = []
+    for window_a in windows or [tokens_a]:
+        # The classifier reads the final vector of [CLS] (the pooled output):
+        # fine-tuning the whole model makes it a summary of the input.
+        tokens, input_ids, input_mask, segment_ids = run_common.pack_sequence_pair(
+            list(window_a), list(tokens_b) if tokens_b else None, max_seq_length, tokenizer)
+        if ex_index < 5 and not features:
+            # Test sets carry a placeholder label ("test..." guids, see
+            # DataProcessor._create_examples).
+            label = ("none (test data)" if example.guid.startswith("test")
+                     else "%s (id = %s)" % (example.label, label_id))
+            fields = [("guid", example.guid),
+                      ("tokens", [tokenization.printable_text(t) for t in tokens]),
+                      ("length", len(tokens)), ("label", label)]
+            if windows and len(windows) > 1:
+                fields.append(("windows", len(windows)))
+            run_common.log_example(fields, debug=ex_index > 0,
+                                   ids=[("input_ids", input_ids), ("input_mask", input_mask),
+                                        ("segment_ids", segment_ids)])
+        features.append(InputFeatures(input_ids=input_ids, input_mask=input_mask,
+                                      segment_ids=segment_ids, label_id=label_id,
+                                      is_real_example=True))
+    return features, cut
 
 
 def file_based_convert_examples_to_features(
-        examples, label_list, max_seq_length, tokenizer, output_file, multi_label=False):
-    """Converts `InputExample`s (see `convert_single_example`) into a TFRecord
-    file, written atomically, of one tf.train.Example each: int64
-    input_ids, input_mask, segment_ids [max_seq_length], label_ids [1]
-    (float for regression, label_list None; [len(label_list)] 0/1 with
-    multi_label) and is_real_example [1]."""
+        examples, label_list, max_seq_length, tokenizer, output_file, multi_label=False,
+        doc_stride=None, max_windows=0, pad_to_multiple=1):
+    """Converts `InputExample`s (see `convert_example`) into a TFRecord
+    file, written atomically, of one tf.train.Example per input (per window
+    with a doc_stride): int64 input_ids, input_mask, segment_ids
+    [max_seq_length], label_ids [1] (float for regression, label_list None;
+    [len(label_list)] 0/1 with multi_label) and is_real_example [1].
+
+    Args:
+      doc_stride, max_windows: the windows of long inputs (`convert_example`).
+      pad_to_multiple: all-zero records (is_real_example 0) follow until the
+        number of records is a multiple of this (full batches for TPUs).
+
+    Returns:
+      list with the index in `examples` of each record's input (-1 for the
+      padding records), in file order: an input's windows are consecutive.
+    """
     label_feature = (run_common.float_feature if label_list is None
                      else run_common.int64_feature)
     progress = run_common.Progress("Converting examples for %s" % os.path.basename(output_file),
                                    len(examples))
+    example_of_record = []
+    cut = []
     with run_common.atomic_path(output_file) as tmp_file, \
             tf.io.TFRecordWriter(tmp_file) as writer:
-        for ex_index, example in enumerate(examples):
-            progress.update()
-            feature = convert_single_example(ex_index, example, label_list, max_seq_length,
-                                             tokenizer, multi_label=multi_label)
-            label_ids = feature.label_id if multi_label else [feature.label_id]
-            record = tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": run_common.int64_feature(feature.input_ids),
-                "input_mask": run_common.int64_feature(feature.input_mask),
-                "segment_ids": run_common.int64_feature(feature.segment_ids),
-                "label_ids": label_feature(label_ids),
-                "is_real_example": run_common.int64_feature([int(feature.is_real_example)]),
-            }))
-            writer.write(record.SerializeToString())
+        for ex_index, example in itertools.chain(
+                enumerate(examples), itertools.repeat((-1, PaddingInputExample()))):
+            if ex_index < 0 and len(example_of_record) % pad_to_multiple == 0:
+                break
+            if ex_index >= 0:
+                progress.update()
+            features, was_cut = convert_example(
+                ex_index, example, label_list, max_seq_length, tokenizer,
+                multi_label=multi_label, doc_stride=doc_stride, max_windows=max_windows)
+            if was_cut:
+                cut.append(example.guid)
+            for feature in features:
+                label_ids = feature.label_id if multi_label else [feature.label_id]
+                record = tf.train.Example(features=tf.train.Features(feature={
+                    "input_ids": run_common.int64_feature(feature.input_ids),
+                    "input_mask": run_common.int64_feature(feature.input_mask),
+                    "segment_ids": run_common.int64_feature(feature.segment_ids),
+                    "label_ids": label_feature(label_ids),
+                    "is_real_example": run_common.int64_feature(
+                        [int(feature.is_real_example)]),
+                }))
+                writer.write(record.SerializeToString())
+                example_of_record.append(ex_index)
     progress.done()
+    if cut:
+        tf.logging.warning(
+            "%d inputs of %s (the first: %s) have a second text that leaves no room for "
+            "the first in --max_seq_length=%d: they are cut, not read in windows",
+            len(cut), os.path.basename(output_file), cut[0], max_seq_length)
+    return example_of_record
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                is_regression=False, skip_records=0, num_multi_labels=0):
+                                is_regression=False, skip_records=0, num_multi_labels=0,
+                                length_buckets=None):
     """Builds the `input_fn` reading a file of
     `file_based_convert_examples_to_features` for the runner.
 
@@ -792,10 +882,12 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
         file (to continue where an earlier `train` call stopped).
       num_multi_labels: a multi-label task's number of labels (label_ids are
         then 0/1 vectors of that length); 0 for other tasks.
+      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 tensors
-      [batch, seq_length] (input_ids, input_mask, segment_ids) and [batch]
+      [batch, seq_length] (input_ids, input_mask, segment_ids; with
+      length_buckets, [batch, a bucket's length]) and [batch]
       (label_ids, float32 for regression, [batch, num_multi_labels] for
       multi-label; is_real_example).
     """
@@ -810,7 +902,8 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
     }
 
     return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, skip_records=skip_records)
+                                        drop_remainder, skip_records=skip_records,
+                                        length_buckets=length_buckets)
 
 
 # The original's name for it.
@@ -909,8 +1002,9 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       loss and its train_op. EVAL: eval_loss and (single-label
       classification only) eval_accuracy over the real examples. PREDICT:
       "probabilities" [batch, num_labels] ("scores" [batch] for
-      regression), plus "label_ids" and "is_real_example" when the features
-      have them; the serving signature returns only the former.
+      regression) and "logits" [batch, num_labels], plus "label_ids" and
+      "is_real_example" when the features have them; the serving signature
+      returns only the first.
     """
 
     def model_fn(features, labels, mode, params):
@@ -963,7 +1057,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                 scaffold_fn=scaffold_fn)
 
         output_name = "scores" if is_regression else "probabilities"
-        predictions = {output_name: probabilities}
+        # The logits too: windows of one input are combined over them.
+        predictions = {output_name: probabilities, "logits": logits}
         for name in ("label_ids", "is_real_example"):
             if name in features:
                 predictions[name] = features[name]
@@ -1092,6 +1187,7 @@ def spearman_corr(x, y):
 
 
 METRIC_FUNCTIONS = {
+    "accuracy": accuracy,
     "f1": f1_score,
     "matthews_corr": matthews_corrcoef,
     "pearson": pearson_corr,
@@ -1140,14 +1236,6 @@ def _use_fixed_size_batches():
     return FLAGS.use_tpu
 
 
-def _pad_examples(examples, multiple):
-    """`examples` plus PaddingInputExamples up to a multiple of `multiple`."""
-    examples = list(examples)
-    while len(examples) % multiple != 0:
-        examples.append(PaddingInputExample())
-    return examples
-
-
 def _lcm(a, b):
     return a * b // np.gcd(a, b)
 
@@ -1161,34 +1249,157 @@ def _num_multi_labels(processor, label_list):
     return len(label_list) if processor.is_multi_label else 0
 
 
+class Windows:
+    """How inputs too long for --max_seq_length are read (`convert_example`)
+    and their windows' outputs combined (`aggregate_windows`); None stands
+    for the original's cutting."""
+
+    def __init__(self, doc_stride, max_windows=0, aggregation="mean"):
+        self.doc_stride = doc_stride
+        self.max_windows = max_windows
+        self.aggregation = aggregation
+
+    @classmethod
+    def from_flags(cls):
+        """The Windows of --doc_stride, --max_windows and --window_aggregation,
+        or None without --doc_stride.
+
+        Raises:
+          InputError: a value out of range, or window flags without
+            --doc_stride.
+        """
+        if FLAGS.doc_stride is None:
+            for name in ("max_windows", "window_aggregation"):
+                if FLAGS[name].present or FLAGS[name].value != FLAGS[name].default:
+                    raise run_common.InputError("--%s is for --doc_stride, which is unset"
+                                                % name)
+            return None
+        if FLAGS.doc_stride < 1:
+            raise run_common.InputError("--doc_stride=%d: must be at least 1"
+                                        % FLAGS.doc_stride)
+        if FLAGS.max_windows < 0:
+            raise run_common.InputError("--max_windows=%d: must be 0 (all) or more"
+                                        % FLAGS.max_windows)
+        return cls(FLAGS.doc_stride, FLAGS.max_windows, FLAGS.window_aggregation)
+
+    def convert_args(self):
+        """file_based_convert_examples_to_features' arguments."""
+        return {"doc_stride": self.doc_stride, "max_windows": self.max_windows}
+
+
+def aggregate_windows(values, example_of_record, num_examples, how):
+    """Combines the outputs of each input's windows.
+
+    Args:
+      values: [num_records, ...] outputs, in record order.
+      example_of_record: [num_records] input index of each record (-1:
+        padding, left out), as file_based_convert_examples_to_features
+        returns it; an input's windows are consecutive.
+      num_examples: number of inputs; each has at least one window.
+      how: "mean", "max" or "first" (over the windows, value by value).
+
+    Returns:
+      float64 array [num_examples, ...].
+    """
+    values = np.asarray(values, dtype=np.float64)
+    index = np.asarray(example_of_record)
+    values, index = values[index >= 0], index[index >= 0]
+    if not num_examples:
+        return values[:0]
+    if not np.array_equal(np.unique(index), np.arange(num_examples)):
+        raise RuntimeError("The windows do not cover inputs 0..%d" % (num_examples - 1))
+    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+    if how == "first":
+        return values[starts]
+    if how == "max":
+        return np.maximum.reduceat(values, starts, axis=0)
+    counts = np.diff(np.r_[starts, len(index)]).reshape((-1,) + (1,) * (values.ndim - 1))
+    return np.add.reduceat(values, starts, axis=0) / counts
+
+
+def example_outputs(predictions, example_of_record, num_examples, processor, windows):
+    """Each input's output from its windows' predictions.
+
+    Args:
+      predictions: the model_fn's prediction dicts, one per record.
+      example_of_record, num_examples: as for `aggregate_windows`.
+      processor: the task's DataProcessor (its problem type).
+      windows: the Windows (its aggregation).
+
+    Returns:
+      (outputs, logits): outputs [num_examples, num_labels] probabilities
+      (a softmax of the combined logits; for multi-label the combined
+      probabilities), or [num_examples] scores for regression; logits the
+      combined logits of single-label tasks, else None.
+    """
+    how = windows.aggregation
+    if processor.is_regression:
+        return aggregate_windows([p["scores"] for p in predictions], example_of_record,
+                                 num_examples, how), None
+    if processor.is_multi_label:
+        return aggregate_windows([p["probabilities"] for p in predictions],
+                                 example_of_record, num_examples, how), None
+    logits = aggregate_windows([p["logits"] for p in predictions], example_of_record,
+                               num_examples, how)
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True), logits
+
+
+def example_losses(outputs, logits, label_ids, processor):
+    """[n] losses of combined outputs (`example_outputs`), as the model_fn
+    computes them: cross-entropy, mean sigmoid cross-entropy over the labels
+    (multi-label), or squared error (regression)."""
+    label_ids = np.asarray(label_ids)
+    if processor.is_regression:
+        return np.square(outputs - label_ids)
+    if processor.is_multi_label:
+        p = np.clip(outputs, 1e-12, 1 - 1e-12)
+        return -np.mean(label_ids * np.log(p) + (1 - label_ids) * np.log(1 - p), axis=-1)
+    log_norm = np.log(np.sum(np.exp(logits - logits.max(axis=-1, keepdims=True)), axis=-1))
+    chosen = np.take_along_axis(logits, label_ids.reshape(-1, 1), axis=-1)[:, 0]
+    return logits.max(axis=-1) + log_norm - chosen
+
+
 class _EvalSet:
     """A dev set written to a TFRecord file, ready to evaluate."""
 
-    def __init__(self, suffix, examples, label_list, tokenizer, processor):
+    def __init__(self, suffix, examples, label_list, tokenizer, processor, windows=None,
+                 length_buckets=None):
         self.suffix = suffix
         self.num_actual = len(examples)
+        self.windows = windows
         fixed = _use_fixed_size_batches()
+        multiple = 1
         if fixed:
-            # Full batches only: PaddingInputExamples fill the last one. They
+            # Full batches only: all-zero records fill the last one. They
             # have weight 0 in every metric. The predict pass for the task's
             # own metrics reads the same file, so the count must suit both
             # batch sizes.
             multiple = FLAGS.eval_batch_size
-            if processor.metric_names:
+            if processor.metric_names or windows:
                 multiple = _lcm(FLAGS.eval_batch_size, FLAGS.predict_batch_size)
-            examples = _pad_examples(examples, multiple)
-        self.num_examples = len(examples)
         name = "eval.tf_record" if not suffix else "eval_%s.tf_record" % suffix
         self.file = os.path.join(FLAGS.output_dir, name)
-        file_based_convert_examples_to_features(
+        self.example_of_record = file_based_convert_examples_to_features(
             examples, label_list, FLAGS.max_seq_length, tokenizer, self.file,
-            multi_label=processor.is_multi_label)
+            multi_label=processor.is_multi_label, pad_to_multiple=multiple,
+            **(windows.convert_args() if windows else {}))
+        self.num_examples = len(self.example_of_record)
         # None: until the data runs out. A TPU needs the number of steps.
         self.steps = self.num_examples // FLAGS.eval_batch_size if fixed else None
         self.input_fn = file_based_input_fn_builder(
             input_file=self.file, seq_length=FLAGS.max_seq_length, is_training=False,
             drop_remainder=fixed, is_regression=processor.is_regression,
-            num_multi_labels=_num_multi_labels(processor, label_list))
+            num_multi_labels=_num_multi_labels(processor, label_list),
+            length_buckets=length_buckets)
+
+    def describe_count(self):
+        """The "Num examples" of the logs."""
+        if not self.windows:
+            return _count_with_padding(self.num_examples, self.num_actual)
+        num_windows = sum(1 for index in self.example_of_record if index >= 0)
+        return "%d in %d windows (%d padding records)" % (
+            self.num_actual, num_windows, self.num_examples - num_windows)
 
 
 def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoint=None):
@@ -1201,11 +1412,14 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoi
       pass on the same data, padding rows excluded).
     """
     run_common.log_phase("Running evaluation", [
-        ("Num examples", _count_with_padding(eval_set.num_examples, eval_set.num_actual)),
+        ("Num examples", eval_set.describe_count()),
         ("Batch size", FLAGS.eval_batch_size)])
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(FLAGS.output_dir)
     run_common.log_checkpoint_used("Evaluating", checkpoint_path, FLAGS.output_dir,
                                    init_checkpoint)
+    if eval_set.windows:
+        return _evaluate_windows(estimator, eval_set, processor, checkpoint_path,
+                                 init_checkpoint)
     batches = run_common.num_batches(eval_set.num_examples, FLAGS.eval_batch_size)
     result = estimator.evaluate(input_fn=eval_set.input_fn, steps=eval_set.steps,
                                 checkpoint_path=checkpoint_path,
@@ -1224,6 +1438,42 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoi
         result.update(compute_metrics(processor.metric_names, label_ids, outputs, is_real,
                                       processor.is_regression, threshold=threshold))
     return result
+
+
+def _evaluate_windows(estimator, eval_set, processor, checkpoint_path, init_checkpoint):
+    """`evaluate` of a dev set read in windows: every metric over the inputs'
+    combined outputs (`example_outputs`), one value per input."""
+    batches = run_common.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
+    predictions = list(estimator.predict(
+        input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
+        hooks=[run_common.ProgressHook("Evaluating", batches)]))
+    outputs, logits = example_outputs(predictions, eval_set.example_of_record,
+                                      eval_set.num_actual, processor, eval_set.windows)
+    label_ids = aggregate_windows([p["label_ids"] for p in predictions],
+                                  eval_set.example_of_record, eval_set.num_actual, "first")
+    if not processor.is_regression:
+        label_ids = label_ids.astype(np.int64)
+    loss = float(np.mean(example_losses(outputs, logits, label_ids, processor)))
+    result = {"eval_loss": loss, "loss": loss,
+              "global_step": _checkpoint_step(checkpoint_path or init_checkpoint)}
+    real = np.ones(len(outputs))
+    if not (processor.is_regression or processor.is_multi_label):
+        result.update(compute_metrics(["accuracy"], label_ids, outputs, real, False))
+    threshold = processor.multi_label_threshold if processor.is_multi_label else None
+    result.update(compute_metrics(processor.metric_names, label_ids, outputs, real,
+                                  processor.is_regression, threshold=threshold))
+    return result
+
+
+def _checkpoint_step(checkpoint_path):
+    """The global step saved in a checkpoint (0 if it has none, or for
+    None)."""
+    if not checkpoint_path:
+        return 0
+    try:
+        return int(tf.train.load_variable(checkpoint_path, tf.GraphKeys.GLOBAL_STEP))
+    except (tf.errors.NotFoundError, ValueError):
+        return 0
 
 
 def _is_better(metric, value, best_value):
@@ -1310,44 +1560,55 @@ def _global_step(estimator):
 
 
 def write_predictions(estimator, examples, suffix, submission_name, label_list,
-                      tokenizer, processor, checkpoint_path=None, init_checkpoint=None):
+                      tokenizer, processor, checkpoint_path=None, init_checkpoint=None,
+                      windows=None, length_buckets=None):
     """Predicts a test set; writes test_results[_<suffix>].tsv (one line of
     tab-separated class probabilities, or one score, per example, in input
     order) and, for GLUE tasks, <submission_name>.tsv ("index\\tprediction");
     for own data (GenericProcessor), predictions[_<suffix>].tsv (id and
-    predicted label names).
+    predicted label names). With `windows` (a Windows), each example's line
+    combines its windows' outputs (`example_outputs`).
     """
     num_actual = len(examples)
     fixed = _use_fixed_size_batches()
-    if fixed:
-        # Full batches only; the padding examples' predictions are dropped.
-        examples = _pad_examples(examples, FLAGS.predict_batch_size)
-
     name = "predict.tf_record" if not suffix else "predict_%s.tf_record" % suffix
     predict_file = os.path.join(FLAGS.output_dir, name)
-    file_based_convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
-                                            tokenizer, predict_file,
-                                            multi_label=processor.is_multi_label)
+    # Full batches only on TPUs; the padding records' predictions are dropped.
+    example_of_record = file_based_convert_examples_to_features(
+        examples, label_list, FLAGS.max_seq_length, tokenizer, predict_file,
+        multi_label=processor.is_multi_label,
+        pad_to_multiple=FLAGS.predict_batch_size if fixed else 1,
+        **(windows.convert_args() if windows else {}))
+    num_records = len(example_of_record)
+    num_real = sum(1 for index in example_of_record if index >= 0)
 
+    count = _count_with_padding(num_records, num_actual)
+    if windows:
+        count = "%d in %d windows (%d padding records)" % (num_actual, num_real,
+                                                            num_records - num_real)
     run_common.log_phase("Running prediction", [
-        ("Num examples", _count_with_padding(len(examples), num_actual)),
-        ("Batch size", FLAGS.predict_batch_size)])
+        ("Num examples", count), ("Batch size", FLAGS.predict_batch_size)])
     input_fn = file_based_input_fn_builder(
         input_file=predict_file, seq_length=FLAGS.max_seq_length, is_training=False,
         drop_remainder=fixed, is_regression=processor.is_regression,
-        num_multi_labels=_num_multi_labels(processor, label_list))
+        num_multi_labels=_num_multi_labels(processor, label_list),
+        length_buckets=length_buckets)
     run_common.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir,
                                    init_checkpoint)
-    batches = run_common.num_batches(len(examples), FLAGS.predict_batch_size)
+    batches = run_common.num_batches(num_records, FLAGS.predict_batch_size)
     predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path,
                                     hooks=[run_common.ProgressHook("Predicting", batches)])
 
-    # In input order; the padding examples come last.
-    output_name = "scores" if processor.is_regression else "probabilities"
-    outputs = [prediction[output_name]
-               for prediction in itertools.islice(predictions, num_actual)]
-    if len(outputs) != num_actual:
-        raise RuntimeError("Got %d predictions for %d examples" % (len(outputs), num_actual))
+    # In input order; the padding records come last.
+    predictions = list(itertools.islice(predictions, num_real))
+    if len(predictions) != num_real:
+        raise RuntimeError("Got %d predictions for %d inputs" % (len(predictions), num_real))
+    if windows:
+        outputs = list(example_outputs(predictions, example_of_record[:num_real],
+                                       num_actual, processor, windows)[0])
+    else:
+        output_name = "scores" if processor.is_regression else "probabilities"
+        outputs = [prediction[output_name] for prediction in predictions]
 
     name = "test_results.tsv" if not suffix else "test_results_%s.tsv" % suffix
     output_predict_file = os.path.join(FLAGS.output_dir, name)
@@ -1380,7 +1641,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
 
 
 def export_model(bert_config, processor, label_list, checkpoint_path, export_dir, vocab_file,
-                 do_lower_case, max_seq_length=128, options=None):
+                 do_lower_case, max_seq_length=128, options=None, windows=None):
     """Exports a SavedModel (tag "serve") for serving from `checkpoint_path`
     (see serving.py) and returns its directory (timestamped, in
     `export_dir`).
@@ -1409,6 +1670,8 @@ def export_model(bert_config, processor, label_list, checkpoint_path, export_dir
       vocab_file, do_lower_case: the tokenizer, built into the export.
       max_seq_length: longer inputs are cut as for training.
       options: the run's run_common.TrainingOptions (its precision is kept).
+      windows: a Windows: longer texts are read in windows instead, and
+        each text's outputs combine its windows' as --do_predict does.
     """
     num_labels = 1 if processor.is_regression else len(label_list)
     model_fn = model_fn_builder(
@@ -1419,15 +1682,45 @@ def export_model(bert_config, processor, label_list, checkpoint_path, export_dir
         inputs = {"text_a": serving.string_input("text_a")}
         if processor.text_pairs:
             inputs["text_b"] = serving.string_input("text_b")
-        features = serving.pack(
-            tokenizer.tokenize(inputs["text_a"]),
-            tokenizer.tokenize(inputs["text_b"]) if processor.text_pairs else None,
-            max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
-        return inputs, features, lambda predictions: _text_outputs(predictions, processor,
-                                                                   label_list)
+        pieces_a = tokenizer.tokenize(inputs["text_a"])
+        pieces_b = tokenizer.tokenize(inputs["text_b"]) if processor.text_pairs else None
+        combine = None
+        if windows:
+            pieces_a, pieces_b, example_of_window = serving.first_text_windows(
+                pieces_a, pieces_b, max_seq_length, windows.doc_stride, windows.max_windows)
 
+            def combine(predictions):
+                return _combine_window_predictions(predictions, example_of_window, processor,
+                                                   windows.aggregation)
+
+        features = serving.pack(pieces_a, pieces_b, max_seq_length, tokenizer.cls_id,
+                                tokenizer.sep_id)
+        return inputs, features, lambda predictions: _text_outputs(
+            combine(predictions) if combine else predictions, processor, label_list)
+
+    settings = {"max_seq_length": max_seq_length}
+    if windows:
+        settings.update(doc_stride=windows.doc_stride, max_windows=windows.max_windows,
+                        window_aggregation=windows.aggregation)
     return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
-                          text_signature, settings={"max_seq_length": max_seq_length})
+                          text_signature, settings=settings)
+
+
+def _combine_window_predictions(predictions, example_of_window, processor, how):
+    """`example_outputs` in the graph: the model_fn's predictions for
+    windows ([windows, ...]) -> those of their inputs ([inputs, ...])."""
+    def combine(values):
+        if how == "first":
+            position = tf.range(tf.shape(example_of_window)[0])
+            return tf.gather(values, tf.math.segment_min(position, example_of_window))
+        segment_fn = tf.math.segment_max if how == "max" else tf.math.segment_mean
+        return segment_fn(values, example_of_window)
+
+    if processor.is_regression:
+        return {"scores": combine(predictions["scores"])}
+    if processor.is_multi_label:
+        return {"probabilities": combine(predictions["probabilities"])}
+    return {"probabilities": tf.nn.softmax(combine(predictions["logits"]), axis=-1)}
 
 
 def _text_outputs(predictions, processor, label_list):
@@ -1465,6 +1758,9 @@ def write_run_record(bert_config, processor, label_list):
     """Writes the run record of a training run (run_common.write_run_record):
     the task, the labels and the flags that shape the model's inputs."""
     names = ["task_name", "do_lower_case", "max_seq_length", "vocab_file"]
+    if FLAGS.doc_stride is not None:
+        # Later runs read and combine windows as this one did.
+        names += ["doc_stride", "max_windows", "window_aggregation"]
     if isinstance(processor, XnliProcessor):
         names.append("xnli_language")
     if isinstance(processor, GenericProcessor):
@@ -1516,6 +1812,7 @@ def main(_):
     if FLAGS.export_dir:
         serving.check_export_flags(FLAGS.vocab_file)
     options = run_common.training_options_from_flags()
+    windows = Windows.from_flags()
 
     periodic_eval = FLAGS.eval_every_n_steps > 0 or FLAGS.keep_best_checkpoint
     if periodic_eval and not (FLAGS.do_train and FLAGS.do_eval):
@@ -1548,8 +1845,18 @@ def main(_):
     if isinstance(processor, GenericProcessor):
         # The label order of the model's outputs, for later runs and for users.
         processor.write_labels(FLAGS.output_dir)
+    num_train_records = None
     if FLAGS.do_train:
         write_run_record(bert_config, processor, label_list)
+        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+        num_train_records = len(file_based_convert_examples_to_features(
+            train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
+            multi_label=processor.is_multi_label,
+            **(windows.convert_args() if windows else {})))
+        if windows:
+            # Each window is a training example.
+            num_train_steps, num_warmup_steps = run_common.train_schedule(
+                num_train_records, options, what="training windows")
 
     model_fn = model_fn_builder(
         bert_config, num_labels, init_checkpoint=init_checkpoint,
@@ -1562,25 +1869,25 @@ def main(_):
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
 
-    eval_sets = [_EvalSet(suffix, examples, label_list, tokenizer, processor)
+    eval_sets = [_EvalSet(suffix, examples, label_list, tokenizer, processor, windows,
+                          options.length_buckets)
                  for suffix, examples in eval_sets]
 
     best_checkpoint = None
     last_result = None
     if FLAGS.do_train:
-        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-        file_based_convert_examples_to_features(
-            train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
-            multi_label=processor.is_multi_label)
-        run_common.log_training(options, [("Num examples", len(train_examples))],
-                                num_train_steps)
+        count = [("Num examples", len(train_examples))]
+        if windows:
+            count.append(("Num windows", num_train_records))
+        run_common.log_training(options, count, num_train_steps)
 
         def train_input_fn_for(skip_records):
             return file_based_input_fn_builder(
                 input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
                 drop_remainder=True, is_regression=processor.is_regression,
                 skip_records=skip_records,
-                num_multi_labels=_num_multi_labels(processor, label_list))
+                num_multi_labels=_num_multi_labels(processor, label_list),
+                length_buckets=options.length_buckets)
 
         if periodic_eval:
             every = FLAGS.eval_every_n_steps or FLAGS.save_checkpoints_steps
@@ -1588,7 +1895,7 @@ def main(_):
                 estimator, train_input_fn_for, num_train_steps, eval_sets, processor,
                 every, FLAGS.keep_best_checkpoint, best_metric,
                 FLAGS.train_batch_size * options.gradient_accumulation_steps,
-                len(train_examples))
+                num_train_records)
         else:
             estimator.train(input_fn=train_input_fn_for(0), max_steps=num_train_steps)
         run_common.report_trained_checkpoint(FLAGS.output_dir)
@@ -1607,13 +1914,14 @@ def main(_):
     for suffix, examples, submission_name in predict_sets:
         write_predictions(estimator, examples, suffix, submission_name, label_list,
                           tokenizer, processor, checkpoint_path=best_checkpoint,
-                          init_checkpoint=init_checkpoint)
+                          init_checkpoint=init_checkpoint, windows=windows,
+                          length_buckets=options.length_buckets)
 
     if FLAGS.export_dir:
         checkpoint = _checkpoint_to_export(init_checkpoint, best_checkpoint)
         export_model(bert_config, processor, label_list, checkpoint, FLAGS.export_dir,
                      FLAGS.vocab_file, FLAGS.do_lower_case,
-                     max_seq_length=FLAGS.max_seq_length, options=options)
+                     max_seq_length=FLAGS.max_seq_length, options=options, windows=windows)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -57,6 +58,8 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
     Progress,
     truncate_seq_pair,
     pack_sequence_pair,
+    Span,
+    window_spans,
     atomic_path,
     atomic_output,
     AtomicFile,
@@ -648,6 +651,9 @@ class TrainingOptions:
       use_xla: XLA auto-clustering of the whole graph.
       distribution_strategy: "none", "mirrored" or "multi_worker_mirrored".
       num_gpus: GPUs for "mirrored" (0: all).
+      length_buckets: with dynamic padding, the increasing lengths a batch
+        may be padded to (the last is max_seq_length); None: every batch is
+        padded to max_seq_length (see `tfrecord_input_fn`).
     """
 
     precision: str = "fp32"
@@ -657,6 +663,7 @@ class TrainingOptions:
     use_xla: bool = False
     distribution_strategy: str = "none"
     num_gpus: int = 0
+    length_buckets: tuple = None
 
     def model_kwargs(self):
         """The keyword arguments of `modeling.BertModel` these options set."""
@@ -674,6 +681,8 @@ class TrainingOptions:
             parts.append("XLA")
         if self.distribution_strategy != "none":
             parts.append("%s strategy" % self.distribution_strategy)
+        if self.length_buckets:
+            parts.append("dynamic padding to %s" % ",".join(map(str, self.length_buckets)))
         return ", ".join(parts)
 
     def for_export(self):
@@ -697,7 +706,51 @@ def training_options_from_flags():
         fused_ops=choose_fused_ops(FLAGS.fused_ops, start_xla=not multi_worker),
         gradient_accumulation_steps=max(1, FLAGS.gradient_accumulation_steps or 1),
         use_xla=FLAGS.use_xla, distribution_strategy=FLAGS.distribution_strategy,
-        num_gpus=FLAGS.num_gpus)
+        num_gpus=FLAGS.num_gpus, length_buckets=length_buckets_from_flags())
+
+
+def default_length_buckets(max_seq_length):
+    """--length_buckets' default: 8 even steps up to max_seq_length, each
+    rounded up to a multiple of 8 (which suits the matrix units of GPUs and
+    CPUs alike)."""
+    return tuple(sorted({min(max_seq_length, -(-max_seq_length * i // 64) * 8)
+                         for i in range(1, 9)}))
+
+
+def length_buckets_from_flags():
+    """TrainingOptions.length_buckets of --dynamic_padding and
+    --length_buckets (scripts without them: None).
+
+    Raises:
+      InputError: --length_buckets not increasing positive integers, or
+        past --max_seq_length.
+    """
+    if "dynamic_padding" not in FLAGS:
+        return None
+    max_seq_length = FLAGS.max_seq_length
+    if not FLAGS.dynamic_padding:
+        if FLAGS.length_buckets:
+            raise InputError("--length_buckets is for --dynamic_padding, which is off")
+        return None
+    if FLAGS.use_tpu:
+        tf.logging.warning("--dynamic_padding is off on TPUs (they need fixed shapes): "
+                           "batches are padded to --max_seq_length=%d", max_seq_length)
+        return None
+    if not FLAGS.length_buckets:
+        return default_length_buckets(max_seq_length)
+    try:
+        buckets = [int(value) for value in FLAGS.length_buckets]
+    except ValueError:
+        raise InputError("--length_buckets=%s: expected comma-separated whole numbers"
+                         % ",".join(FLAGS.length_buckets))
+    if any(b < 1 for b in buckets) or buckets != sorted(set(buckets)) or \
+            buckets[-1] > max_seq_length:
+        raise InputError("--length_buckets=%s: expected increasing lengths from 1 to "
+                         "--max_seq_length=%d" % (",".join(FLAGS.length_buckets),
+                                                  max_seq_length))
+    if buckets[-1] != max_seq_length:
+        buckets.append(max_seq_length)
+    return tuple(buckets)
 
 
 def choose_fused_ops(setting, start_xla=True):
@@ -865,8 +918,18 @@ def decode_record(record, name_to_features):
             for name, t in example.items()}
 
 
+# Dynamic padding sorts training inputs by length within pools of this many
+# batches: enough for batches of like lengths, few enough that the order
+# stays random.
+LENGTH_POOL_BATCHES = 32
+
+# The features that run along the sequence (their last axis is trimmed).
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
 def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
-                      shuffle_buffer=100, skip_records=0):
+                      shuffle_buffer=100, skip_records=0, length_buckets=None,
+                      sequence_features=SEQUENCE_FEATURES):
     """The runner's input_fn(params) for a TFRecord file of tf.train.Examples
     (decoded by `decode_record`), in batches of params["batch_size"].
 
@@ -877,8 +940,19 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
         in (to continue where an earlier `train` call stopped), shuffled
         `shuffle_buffer` records at a time; otherwise once, in order.
       drop_remainder: drop a last, smaller batch (TPU).
+      length_buckets: dynamic padding (TrainingOptions.length_buckets):
+        each batch's `sequence_features` are cut, on their last axis, to
+        the first bucket that holds its longest input (by input_mask), and
+        training batches are made of inputs of like length: the shuffled
+        stream is read in pools of LENGTH_POOL_BATCHES batches, each pool
+        sorted by length, cut into batches, and the batches shuffled. A pool
+        holds the same inputs as the same batches without it, so each input
+        is read as often. Evaluation and prediction keep the input order.
+        None: every batch keeps the file's length.
+      sequence_features: the features of one value per position.
     """
     def input_fn(params):
+        batch_size = params["batch_size"]
         d = tf.data.TFRecordDataset(input_file)
         if is_training:
             d = d.repeat()
@@ -887,10 +961,56 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
             d = d.shuffle(buffer_size=shuffle_buffer)
         d = d.map(lambda record: decode_record(record, name_to_features),
                   num_parallel_calls=tf.data.AUTOTUNE)
-        d = d.batch(params["batch_size"], drop_remainder=drop_remainder)
+        if not length_buckets:
+            d = d.batch(batch_size, drop_remainder=drop_remainder)
+        elif is_training:
+            # The batches' order: random, from the run's seed if it has one.
+            seed = tf.get_seed(None)[1]
+            seed = random.randrange(2 ** 31) if seed is None else seed
+            d = d.batch(batch_size * LENGTH_POOL_BATCHES, drop_remainder=True).enumerate()
+            d = d.flat_map(lambda index, pool: tf.data.Dataset.from_tensor_slices(
+                _batches_by_length(pool, batch_size, [seed, index])))
+        else:
+            d = d.batch(batch_size, drop_remainder=drop_remainder)
+        if length_buckets:
+            d = d.map(lambda batch: _trim_to_bucket(batch, length_buckets,
+                                                    sequence_features))
         return d.prefetch(tf.data.AUTOTUNE)
 
     return input_fn
+
+
+def _input_lengths(features):
+    """[n] lengths (real positions) of a batch of inputs; inputs of several
+    sequences (multiple choice) count their longest."""
+    lengths = tf.reduce_sum(tf.cast(features["input_mask"], tf.int32), axis=-1)
+    while lengths.shape.ndims > 1:
+        lengths = tf.reduce_max(lengths, axis=-1)
+    return lengths
+
+
+def _batches_by_length(pool, batch_size, seed):
+    """A pool of inputs ([pool_batches * batch_size, ...] each) sorted by
+    length, cut into batches and the batches shuffled (by the stateless
+    `seed`, two integers): [pool_batches, batch_size, ...] each."""
+    order = tf.argsort(_input_lengths(pool), stable=True)
+    num_batches = tf.shape(order)[0] // batch_size
+    shuffle = tf.argsort(tf.random.stateless_uniform(
+        [num_batches], seed=tf.cast(tf.stack(seed), tf.int64)))
+    order = tf.gather(tf.reshape(order, [num_batches, batch_size]), shuffle)
+    return {name: tf.gather(values, order) for name, values in pool.items()}
+
+
+def _trim_to_bucket(batch, length_buckets, sequence_features):
+    """The batch with its sequence features cut to the first of
+    `length_buckets` that holds its longest input."""
+    buckets = tf.constant(length_buckets, dtype=tf.int32)
+    longest = tf.reduce_max(_input_lengths(batch))
+    length = tf.gather(buckets, tf.minimum(
+        tf.searchsorted(buckets, tf.reshape(longest, [1]), side="left")[0],
+        len(length_buckets) - 1))
+    return {name: (values[..., :length] if name in sequence_features else values)
+            for name, values in batch.items()}
 
 
 def log_features(features):

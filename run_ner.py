@@ -509,19 +509,8 @@ class WordPieceCache(dict):
         return ids
 
 
-def window_spans(num_pieces, max_pieces, doc_stride):
-    """(start, length) of the windows over `num_pieces` pieces: each holds up
-    to `max_pieces`, and each starts `doc_stride` after the previous one (but
-    never past the previous one's end), until the last piece is covered."""
-    spans = []
-    start = 0
-    while start < num_pieces:
-        length = min(max_pieces, num_pieces - start)
-        spans.append((start, length))
-        if start + length >= num_pieces:
-            break
-        start += min(length, doc_stride)
-    return spans
+# The windows over a document's pieces: (start, length) each.
+window_spans = run_common.window_spans
 
 
 def max_context_spans(spans, positions):
@@ -668,8 +657,10 @@ def write_windows(windows, output_file):
                     features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder):
-    """An input_fn over a TFRecord file of windows.
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                                length_buckets=None):
+    """An input_fn over a TFRecord file of windows (`length_buckets`: dynamic
+    padding, run_common.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 [batch,
@@ -681,7 +672,9 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
     # Windows of a document are adjacent in the file: a larger buffer mixes
     # them.
     return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, shuffle_buffer=1000)
+                                        drop_remainder, shuffle_buffer=1000,
+                                        length_buckets=length_buckets,
+                                        sequence_features=FEATURE_NAMES)
 
 
 def word_predictions(windows, probabilities, num_words):
@@ -837,7 +830,7 @@ def read_labels(path):
 
 
 def predict_windows(estimator, windows, record_file, max_seq_length, batch_size, fixed,
-                    phase="Predicting", init_checkpoint=None):
+                    phase="Predicting", init_checkpoint=None, length_buckets=None):
     """Runs the model on windows, through the TFRecord file `record_file`,
     with the latest checkpoint in the runner's model directory (else the
     model_fn's `init_checkpoint`).
@@ -849,9 +842,11 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
       fixed: every batch must be full (TPU): padding windows are added, and
         their outputs dropped.
       phase: "Evaluating" or "Predicting", for the log.
+      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
 
     Returns:
-      list of [max_seq_length, num_labels] arrays, aligned with `windows`.
+      list of [max_seq_length, num_labels] arrays (with length_buckets, as
+      long as the window's batch), aligned with `windows`.
     """
     num_actual = len(windows)
     if fixed:
@@ -862,7 +857,8 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
         ("Num windows", "%d (%d actual)" % (len(windows), num_actual)),
         ("Batch size", batch_size)])
     input_fn = file_based_input_fn_builder(record_file, max_seq_length, is_training=False,
-                                           drop_remainder=fixed)
+                                           drop_remainder=fixed,
+                                           length_buckets=length_buckets)
     outputs = []
     run_common.log_checkpoint_used(phase, None, estimator.model_dir, init_checkpoint)
     hooks = [run_common.ProgressHook(phase, run_common.num_batches(len(windows), batch_size))]
@@ -877,7 +873,7 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
 
 def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, doc_stride,
              document_context, batch_size, record_file, fixed=False, phase="Predicting",
-             init_checkpoint=None):
+             init_checkpoint=None, length_buckets=None):
     """Predicts a file's tags (see `convert_file` and `predict_windows` for
     the arguments).
 
@@ -888,7 +884,7 @@ def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, do
     windows, num_words = convert_file(ner_file, pieces, max_seq_length, doc_stride,
                                       is_training=False, document_context=document_context)
     outputs = predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
-                              fixed, phase, init_checkpoint)
+                              fixed, phase, init_checkpoint, length_buckets)
     probabilities = word_predictions(windows, outputs, num_words)
     predicted_ids = np.argmax(probabilities, axis=-1)
     sentences = []
@@ -1228,8 +1224,8 @@ def main(_):
             ("Num sentences", sum(1 for _ in iter_sentences(train))),
             ("Num examples", "%d windows" % len(train_windows))], num_train_steps)
         estimator.train(input_fn=file_based_input_fn_builder(
-            train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True),
-            max_steps=num_train_steps)
+            train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True,
+            length_buckets=options.length_buckets), max_steps=num_train_steps)
         run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     checkpoint = _fine_tuned(init_checkpoint)
@@ -1242,7 +1238,7 @@ def main(_):
             estimator, dev, pieces, label_list, scheme, FLAGS.max_seq_length,
             FLAGS.doc_stride, FLAGS.document_context, FLAGS.eval_batch_size,
             os.path.join(FLAGS.output_dir, "eval.tf_record"), FLAGS.use_tpu, "Evaluating",
-            init_checkpoint)
+            init_checkpoint, options.length_buckets)
         result = score_file(dev, probabilities, predicted, label_map, scheme)
         if checkpoint:
             result["global_step"] = int(tf.train.load_variable(checkpoint,
@@ -1256,7 +1252,7 @@ def main(_):
             estimator, test, pieces, label_list, scheme, FLAGS.max_seq_length,
             FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
             os.path.join(FLAGS.output_dir, "predict.tf_record"), FLAGS.use_tpu,
-            init_checkpoint=init_checkpoint)
+            init_checkpoint=init_checkpoint, length_buckets=options.length_buckets)
         write_conll_predictions(os.path.join(FLAGS.output_dir, "test_predictions.txt"), test,
                                 predicted)
         if test.tagged:
@@ -1269,7 +1265,7 @@ def main(_):
             estimator, text, pieces, label_list, scheme, FLAGS.max_seq_length,
             FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
             os.path.join(FLAGS.output_dir, "predict_text.tf_record"), FLAGS.use_tpu,
-            init_checkpoint=init_checkpoint)
+            init_checkpoint=init_checkpoint, length_buckets=options.length_buckets)
         write_conll_predictions(os.path.join(FLAGS.output_dir, "text_predictions.txt"), text,
                                 predicted, with_gold=False)
 

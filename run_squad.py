@@ -63,7 +63,8 @@ run_common.define_flags(
     "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
     "save_checkpoints_steps", "iterations_per_loop", run_common.TPU_FLAGS,
     run_common.TRAINING_OPTION_FLAGS,
-    "train_file", "doc_stride", max_seq_length=384, doc_stride=128,
+    "train_file", "doc_stride", "dynamic_padding", "length_buckets", max_seq_length=384,
+    doc_stride=128,
     helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json)."})
 
 flags.DEFINE_string(
@@ -365,9 +366,6 @@ def _locate_answer(text, start, context, words, char_to_word):
     return first, last
 
 
-_DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
-
-
 def convert_examples_to_features(examples, tokenizer, max_seq_length,
                                  doc_stride, max_query_length, is_training,
                                  output_fn):
@@ -474,21 +472,13 @@ def _answer_pieces(example, pieces, word_to_piece, tokenizer):
 
 
 def _doc_windows(num_pieces, window_size, doc_stride):
-    """The windows (_DocSpan start, length) that cover pieces 0..num_pieces-1:
-    each at most `window_size` long and starting `doc_stride` pieces (or one
-    window, if shorter) after the previous one; the last reaches the end."""
+    """The windows (start, length) that cover pieces 0..num_pieces-1
+    (run_common.window_spans), or ValueError when the question leaves no
+    room."""
     if num_pieces and window_size < 1:
         raise ValueError("No room for the context: max_seq_length must exceed the "
                          "question's length + 3")
-    windows = []
-    start = 0
-    while start < num_pieces:
-        length = min(window_size, num_pieces - start)
-        windows.append(_DocSpan(start=start, length=length))
-        if start + length == num_pieces:
-            break
-        start += min(length, doc_stride)
-    return windows
+    return run_common.window_spans(num_pieces, window_size, doc_stride)
 
 
 def _window_target(answer, window, doc_offset):
@@ -496,7 +486,7 @@ def _window_target(answer, window, doc_offset):
 
     Args:
       answer: (first, last) piece of the answer, or None if there is none.
-      window: _DocSpan.
+      window: run_common.Span (start, length).
       doc_offset: position in the tokens of the window's first piece.
 
     Returns:
@@ -578,7 +568,7 @@ def _check_is_max_context(doc_spans, cur_span_index, position):
     piece is used as an answer start.
 
     Args:
-      doc_spans: the example's windows (_DocSpan start, length).
+      doc_spans: the example's windows (run_common.Span start, length).
       cur_span_index: the window asked about.
       position: index of the piece in the whole context.
     """
@@ -757,7 +747,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
 # ---------------------------------------------------------------------------
 # input_fn.
 
-def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
+def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                     length_buckets=None):
     """Makes the input_fn that reads a FeatureWriter file.
 
     Args:
@@ -766,11 +757,13 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
       is_training: also read start_positions and end_positions; repeat the
         file forever and shuffle it (buffer of 100 records).
       drop_remainder: drop a last, smaller batch.
+      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 tensors
       (unique_ids [batch_size], input_ids, input_mask, segment_ids
-      [batch_size, seq_length], ...), batch_size from params.
+      [batch_size, seq_length or a bucket's length], ...), batch_size from
+      params.
     """
     name_to_features = {
         "unique_ids": tf.io.FixedLenFeature([], tf.int64),
@@ -785,7 +778,7 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
     # The examples were shuffled before writing; the shuffle buffer only
     # mixes neighbours between epochs.
     return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder)
+                                        drop_remainder, length_buckets=length_buckets)
 
 
 # ---------------------------------------------------------------------------
@@ -1061,7 +1054,7 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
                          predict_batch_size=8, n_best_size=20, max_answer_length=30,
                          do_lower_case=True, version_2_with_negative=False,
                          null_score_diff_threshold=0.0, tune_threshold=False,
-                         verbose_logging=False, init_checkpoint=None):
+                         verbose_logging=False, init_checkpoint=None, length_buckets=None):
     """Answers the questions of a predict file with the model, writes the
     predictions and, if the file has answers, scores them.
 
@@ -1088,6 +1081,7 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
         log).
       tune_threshold: also choose the best SQuAD 2.0 null threshold on the
         file (--tune_null_threshold).
+      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
 
     Returns:
       The eval dict of predictions.json, or None when the file has no answers.
@@ -1106,7 +1100,7 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
         ("Batch size", predict_batch_size)])
 
     input_fn = input_fn_builder(writer.filename, max_seq_length, is_training=False,
-                                drop_remainder=False)
+                                drop_remainder=False, length_buckets=length_buckets)
     results = []
     run_common.log_checkpoint_used("Predicting", None, output_dir, init_checkpoint)
     progress = run_common.Progress("Predicting", len(features), unit="features")
@@ -1264,7 +1258,8 @@ def main(_):
         del train_examples  # Only the file is read from here on.
         estimator.train(
             input_fn=input_fn_builder(writer.filename, FLAGS.max_seq_length,
-                                      is_training=True, drop_remainder=True),
+                                      is_training=True, drop_remainder=True,
+                                      length_buckets=options.length_buckets),
             max_steps=num_train_steps)
         run_common.report_trained_checkpoint(FLAGS.output_dir)
 
@@ -1277,7 +1272,7 @@ def main(_):
             predict_batch_size=FLAGS.predict_batch_size, n_best_size=FLAGS.n_best_size,
             max_answer_length=FLAGS.max_answer_length, do_lower_case=FLAGS.do_lower_case,
             verbose_logging=FLAGS.verbose_logging, init_checkpoint=init_checkpoint,
-            **_evaluation_settings())
+            length_buckets=options.length_buckets, **_evaluation_settings())
 
 
 if __name__ == "__main__":

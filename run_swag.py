@@ -274,8 +274,9 @@ def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_mult
 
 
 def file_based_input_fn_builder(input_file, num_choices, seq_length, is_training,
-                                drop_remainder):
-    """An input_fn over a file of `write_features`.
+                                drop_remainder, length_buckets=None):
+    """An input_fn over a file of `write_features` (`length_buckets`: dynamic
+    padding, run_common.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask,
@@ -291,7 +292,8 @@ def file_based_input_fn_builder(input_file, num_choices, seq_length, is_training
     }
 
     return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, shuffle_buffer=1000)
+                                        drop_remainder, shuffle_buffer=1000,
+                                        length_buckets=length_buckets)
 
 
 # ---------------------------------------------------------------------------
@@ -537,7 +539,8 @@ def main(_):
             num_train_steps)
         estimator.train(input_fn=file_based_input_fn_builder(
             train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
-            drop_remainder=True), max_steps=num_train_steps)
+            drop_remainder=True, length_buckets=options.length_buckets),
+            max_steps=num_train_steps)
         run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     def eval_input(examples, name, phase, batch_size):
@@ -551,7 +554,7 @@ def main(_):
             ("Batch size", batch_size)])
         return num_records, file_based_input_fn_builder(
             path, len(examples[0].endings), FLAGS.max_seq_length, is_training=False,
-            drop_remainder=fixed)
+            drop_remainder=fixed, length_buckets=options.length_buckets)
 
     checkpoint = _fine_tuned(init_checkpoint)
     if FLAGS.do_eval:

@@ -128,6 +128,52 @@ def pack(pieces_a, pieces_b, max_seq_length, cls_id, sep_id):
             "segment_ids": tf.cast(in_b, tf.int32)}
 
 
+def first_text_windows(pieces_a, pieces_b, max_seq_length, doc_stride, max_windows=0):
+    """`run_classifier.first_text_windows` for a batch: the windows of each
+    first text that fit next to its whole second text, ready for `pack`.
+
+    An input whose second text leaves no room gets one window holding all
+    of it, which `pack` then cuts as without windows.
+
+    Args:
+      pieces_a, pieces_b: RaggedTensor int [n, (pieces)] (pieces_b None for
+        single texts).
+      max_seq_length, doc_stride, max_windows: as for the script.
+
+    Returns:
+      (windows_a, windows_b, example_of_window): RaggedTensors [w, (pieces)]
+      (windows_b None without pieces_b), and int32 [w], the input of each
+      window (ascending: an input's windows are consecutive).
+    """
+    len_a = tf.cast(pieces_a.row_lengths(), tf.int32)
+    len_b = (tf.zeros_like(len_a) if pieces_b is None
+             else tf.cast(pieces_b.row_lengths(), tf.int32))
+    room = max_seq_length - tf.where(len_b > 0, 3 + len_b, 2 + tf.zeros_like(len_b))
+    fits = room >= 1
+    room = tf.maximum(room, 1)
+    step = tf.minimum(room, doc_stride)
+    # The first window, then one per step until a window reaches the end.
+    count = 1 + tf.maximum(0, (len_a - room + step - 1) // step)
+    count = tf.where(fits, count, tf.ones_like(count))
+    if max_windows:
+        count = tf.minimum(count, max_windows)
+    example_of_window = tf.repeat(tf.range(tf.size(len_a)), count)
+
+    def per_window(values):
+        return tf.gather(values, example_of_window)
+
+    start = per_window(step) * tf.cast(tf.ragged.range(count).values, tf.int32)
+    length = tf.where(per_window(fits),
+                      tf.minimum(per_window(room), per_window(len_a) - start),
+                      per_window(len_a))
+    first = per_window(tf.cast(pieces_a.row_starts(), tf.int32)) + start
+    index = tf.ragged.range(first, first + length).values
+    windows_a = tf.RaggedTensor.from_row_lengths(tf.gather(pieces_a.values, index),
+                                                 tf.cast(length, tf.int64))
+    windows_b = None if pieces_b is None else tf.gather(pieces_b, example_of_window)
+    return windows_a, windows_b, example_of_window
+
+
 def check_export_flags(vocab_file):
     """Checks up front, before a run trains, what its --export_dir will
     need: a vocabulary the graph's tokenizer can read

@@ -9,6 +9,8 @@ Usage:
       one device, global batch 8;
   distributed_driver.py OUT_NPZ MODEL_DIR mirrored INIT_CKPT
       MirroredStrategy over two logical CPU devices in this process;
+  distributed_driver.py OUT_NPZ MODEL_DIR mirrored_dynamic INIT_CKPT
+      the same, each batch cut to its longest input (dynamic padding);
   distributed_driver.py OUT_NPZ MODEL_DIR worker INDEX PORTS INIT_CKPT
       one of two MultiWorkerMirroredStrategy workers on localhost ports
       PORTS ("p0,p1"), configured through TF_CONFIG.
@@ -32,7 +34,7 @@ def main():
             "cluster": {"worker": ["localhost:%s" % p for p in ports]},
             "task": {"type": "worker", "index": index}})
     import tensorflow as tf2
-    if mode == "mirrored":
+    if mode.startswith("mirrored"):
         cpu = tf2.config.list_physical_devices("CPU")[0]
         tf2.config.set_logical_device_configuration(
             cpu, [tf2.config.LogicalDeviceConfiguration()] * 2)
@@ -44,7 +46,7 @@ def main():
     import runtime
     run_common.define_flags(run_common.TRAINING_OPTION_FLAGS)
     strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
-                "worker": "multi_worker_mirrored"}[mode]
+                     "mirrored_dynamic": "mirrored", "worker": "multi_worker_mirrored"}[mode]
     flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name])
     options = run_common.training_options_from_flags()
 
@@ -53,11 +55,15 @@ def main():
                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                                  max_position_embeddings=16, type_vocab_size=2)
     rng = np.random.RandomState(0)
-    ids = rng.randint(0, 30, (GLOBAL_BATCH * STEPS, 8)).astype(np.int32)
+    ids = rng.randint(1, 30, (GLOBAL_BATCH * STEPS, 8)).astype(np.int32)
+    # Inputs of 2 to 8 positions, zero-padded to 8.
+    mask = (np.arange(8)[None, :] < rng.randint(2, 9, (GLOBAL_BATCH * STEPS, 1))).astype(
+        np.int32)
+    ids *= mask
     label_values = (ids[:, 0] > 15).astype(np.int32)
 
-    def build_loss(input_ids, label):
-        model = modeling.BertModel(config, True, input_ids)
+    def build_loss(input_ids, label, input_mask=None):
+        model = modeling.BertModel(config, True, input_ids, input_mask)
         weights = tf.get_variable("output_weights", [2, 16],
                                   initializer=tf.truncated_normal_initializer(stddev=0.02))
         logits = tf.matmul(model.get_pooled_output(), weights, transpose_b=True)
@@ -77,14 +83,27 @@ def main():
         return
 
     def model_fn(features, labels, mode, params):  # noqa: ARG001 (names required)
-        loss = build_loss(features["input_ids"], features["label"])
+        loss = build_loss(features["input_ids"], features["label"], features["input_mask"])
         run_common.init_from_checkpoint(init_checkpoint, False)
         train_op = run_common.create_train_op(loss, 1e-2, 10, 0, False, options)
         return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
-    def input_fn(params):
-        dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "label": label_values})
-        return dataset.batch(params["batch_size"], drop_remainder=True)
+    # The data in order, through the scripts' input pipeline.
+    records = os.path.join(os.path.dirname(os.path.abspath(out_npz)),
+                           os.path.basename(out_npz) + ".tf_record")
+    with tf.io.TFRecordWriter(records) as writer:
+        for row_ids, row_mask, label in zip(ids, mask, label_values):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": run_common.int64_feature(row_ids.tolist()),
+                "input_mask": run_common.int64_feature(row_mask.tolist()),
+                "segment_ids": run_common.int64_feature([0] * 8),
+                "label": run_common.int64_feature([int(label)])})).SerializeToString())
+    names = {name: tf.io.FixedLenFeature([8], tf.int64)
+             for name in ("input_ids", "input_mask", "segment_ids")}
+    names["label"] = tf.io.FixedLenFeature([], tf.int64)
+    input_fn = run_common.tfrecord_input_fn(
+        records, names, is_training=False, drop_remainder=True,
+        length_buckets=(4, 8) if mode == "mirrored_dynamic" else None)
 
     run_config = run_common.make_run_config(model_dir, save_checkpoints_steps=STEPS,
                                             options=options)

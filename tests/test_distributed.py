@@ -79,6 +79,15 @@ def test_mirrored_strategy_two_logical_cpus(reference):
     _assert_same_variables(dict(np.load(root / "mirrored.npz")), expected)
 
 
+def test_mirrored_strategy_with_dynamic_padding(reference):
+    """Batches cut to their longest input, split over two replicas: the
+    variables of padded batches on one device."""
+    root, init_checkpoint, expected = reference
+    _finish(_start(root / "dynamic.npz", root / "dynamic", "mirrored_dynamic",
+                   init_checkpoint))
+    _assert_same_variables(dict(np.load(root / "dynamic.npz")), expected)
+
+
 @pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "
                     "Estimator (TensorFlow 2.15); the session runner refuses it")
 def test_multi_worker_two_processes_on_localhost(reference):

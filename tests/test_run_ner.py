@@ -469,6 +469,24 @@ def test_learns_tags_from_context(ner_run):
 
 
 @pytest.mark.slow
+def test_dynamic_padding_tags_the_same(ner_run, tmp_path):
+    """Evaluating and predicting the trained model with --dynamic_padding
+    gives the same scores and tags."""
+    output_dir = str(tmp_path / "dynamic")
+    run_main(data_dir=ner_run["data_dir"], vocab_file=ner_run["vocab"],
+             bert_config_file=ner_run["config"], output_dir=output_dir, do_eval=True,
+             do_predict=True, dynamic_padding=True, length_buckets=["8", "16"],
+             init_checkpoint=tf.train.latest_checkpoint(ner_run["output_dir"]))
+    padded = tiny.read_eval_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
+    dynamic = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+    for key in ("eval_f1", "eval_accuracy", "eval_loss"):
+        assert dynamic[key] == pytest.approx(padded[key], abs=1e-5), key
+    for name in ("eval_predictions.txt", "test_predictions.txt"):
+        assert _read_columns(os.path.join(output_dir, name)) == _read_columns(
+            os.path.join(ner_run["output_dir"], name))
+
+
+@pytest.mark.slow
 def test_run_record(ner_run):
     """The training run's record: the tags the model outputs, in order, and
     the settings that shape its windows."""

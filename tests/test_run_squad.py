@@ -966,7 +966,8 @@ def _main_flags(tmp_path, version_2, **overrides):
         version_2_with_negative=version_2, null_score_diff_threshold=0.0,
         evaluate_only=False, tune_null_threshold=version_2, use_tpu=False,
         gradient_accumulation_steps=1, recompute_grad=False, use_xla=False,
-        precision="fp32", distribution_strategy="none")
+        precision="fp32", distribution_strategy="none", dynamic_padding=False,
+        length_buckets=None)
     values.update(overrides)
     return values, dev
 
@@ -1040,6 +1041,17 @@ def test_main_squad_v1_train_predict_evaluate(tmp_path):
     rescored = _read(os.path.join(out, "eval_results.json"))
     assert rescored == run_squad.evaluate_v1(dev, predictions)
     assert rescored["exact_match"] >= result["exact_match"]
+
+    # --dynamic_padding predicts the same answers with the same scores.
+    dynamic = dict(values, output_dir=str(tmp_path / "dynamic"), do_train=False,
+                   init_checkpoint=tf.train.latest_checkpoint(out), dynamic_padding=True,
+                   length_buckets=["24", "48"])
+    _run_main(dynamic)
+    dynamic_nbest = _read(os.path.join(dynamic["output_dir"], "nbest_predictions.json"))
+    for qid, entries in nbest.items():
+        assert [e["text"] for e in dynamic_nbest[qid]] == [e["text"] for e in entries]
+        np.testing.assert_allclose([e["probability"] for e in dynamic_nbest[qid]],
+                                   [e["probability"] for e in entries], atol=1e-5)
 
 
 @pytest.mark.slow

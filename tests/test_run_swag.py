@@ -272,6 +272,24 @@ def test_test_results_file(swag_run):
 
 
 @pytest.mark.slow
+def test_dynamic_padding_predicts_the_same(swag_run, tmp_path):
+    output_dir = str(tmp_path / "dynamic")
+    run_main(data_dir=swag_run["data_dir"], vocab_file=swag_run["vocab"],
+             bert_config_file=swag_run["config"], output_dir=output_dir, do_eval=True,
+             do_predict=True, dynamic_padding=True, length_buckets=["8"],
+             init_checkpoint=tf.train.latest_checkpoint(swag_run["output_dir"]))
+    padded = tiny.read_eval_results(os.path.join(swag_run["output_dir"], "eval_results.txt"))
+    dynamic = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+    for key in ("eval_accuracy", "eval_loss"):
+        assert dynamic[key] == pytest.approx(padded[key], abs=1e-5), key
+    (_, rows), (_, padded_rows) = (_read_test_results(output_dir),
+                                   _read_test_results(swag_run["output_dir"]))
+    assert [r[:2] for r in rows] == [r[:2] for r in padded_rows]
+    np.testing.assert_allclose(np.array([r[2:] for r in rows], dtype=float),
+                               np.array([r[2:] for r in padded_rows], dtype=float), atol=1e-5)
+
+
+@pytest.mark.slow
 def test_saved_model_reproduces_the_predictions(swag_run):
     tokenizer = tokenization.FullTokenizer(swag_run["vocab"], do_lower_case=True)
     test = run_swag.read_swag_csv(os.path.join(swag_run["data_dir"], "test.csv"))

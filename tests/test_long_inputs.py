@@ -1,0 +1,418 @@
+"""Real text lengths in the classifier: inputs longer than --max_seq_length
+read in windows (--doc_stride, --max_windows, --window_aggregation), and
+batches padded to their longest input (--dynamic_padding,
+--length_buckets)."""
+
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import modeling
+import run_classifier
+import run_common
+import serving
+import test_run_classifier
+import tiny
+import tokenization
+
+FILLER = ["w%d" % i for i in range(40)]
+SIGNALS = ["alpha", "beta"]
+
+
+# ---------------------------------------------------------------------------
+# Window arithmetic and the combination of window outputs, hand-worked.
+
+def test_window_spans_hand_worked():
+    assert run_common.window_spans(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
+    assert run_common.window_spans(10, 4, 2, max_windows=2) == [(0, 4), (2, 4)]
+    assert run_common.window_spans(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]
+    assert run_common.window_spans(4, 4, 2) == [(0, 4)]
+    assert run_common.window_spans(0, 4, 2) == []
+
+
+def test_first_text_windows_keep_the_second_text_whole():
+    a = ["a%d" % i for i in range(10)]
+    # One text: 8 - 2 = 6 pieces a window, starting 3 apart.
+    assert run_classifier.first_text_windows(a, None, 8, 3) == [a[0:6], a[3:9], a[6:10]]
+    # A pair: 8 - 3 - 2 = 3 pieces of the first text next to the second.
+    assert run_classifier.first_text_windows(a, ["b0", "b1"], 8, 3) == [
+        a[0:3], a[3:6], a[6:9], a[9:10]]
+    assert run_classifier.first_text_windows(a[:2], None, 8, 3) == [a[:2]]
+    assert run_classifier.first_text_windows([], None, 8, 3) == [[]]
+    # No room left by the second text: None (the caller cuts instead).
+    assert run_classifier.first_text_windows(a, ["b"] * 5, 8, 3) is None
+
+
+def test_graph_windows_equal_the_scripts(tmp_path):
+    """serving.first_text_windows (the exports') makes the windows of
+    run_classifier.first_text_windows (--do_predict's), input by input:
+    single texts, pairs, pairs whose second text leaves no room, empty
+    texts, with and without --max_windows."""
+    rng = random.Random(5)
+    cases = []
+    for _ in range(60):
+        a = ["a%d" % i for i in range(rng.choice([0, 1, 5, 9, 14, 23, 40]))]
+        b = ["b%d" % i for i in range(rng.choice([0, 0, 1, 3, 6, 9, 12]))]
+        cases.append((a, b))
+    vocab = {t: i for i, t in enumerate(sorted({t for a, b in cases for t in a + b}))}
+    for max_seq_length, stride, max_windows in ((12, 4, 0), (12, 9, 0), (16, 3, 2)):
+        with tf.Graph().as_default(), tf.Session() as sess:
+            pieces = [tf.ragged.constant([[vocab[t] for t in x] for x in side], dtype=tf.int32,
+                                         ragged_rank=1)
+                      for side in zip(*cases)]
+            windows_a, windows_b, example_of_window = sess.run(serving.first_text_windows(
+                pieces[0], pieces[1], max_seq_length, stride, max_windows))
+        expected_a, expected_b, expected_index = [], [], []
+        for index, (a, b) in enumerate(cases):
+            windows = run_classifier.first_text_windows(a, b, max_seq_length, stride,
+                                                        max_windows) or [a]
+            expected_a += [[vocab[t] for t in w] for w in windows]
+            expected_b += [[vocab[t] for t in b]] * len(windows)
+            expected_index += [index] * len(windows)
+        assert example_of_window.tolist() == expected_index
+        assert windows_a.to_list() == expected_a
+        assert windows_b.to_list() == expected_b
+
+
+def test_aggregate_windows_hand_worked():
+    values = [[1.0, 5.0], [3.0, 1.0], [7.0, 0.0], [2.0, 2.0], [0.0, 0.0]]
+    example_of_record = [0, 0, 1, 2, -1]  # The last is padding.
+    assert run_classifier.aggregate_windows(values, example_of_record, 3, "mean").tolist() == [
+        [2.0, 3.0], [7.0, 0.0], [2.0, 2.0]]
+    assert run_classifier.aggregate_windows(values, example_of_record, 3, "max").tolist() == [
+        [3.0, 5.0], [7.0, 0.0], [2.0, 2.0]]
+    assert run_classifier.aggregate_windows(values, example_of_record, 3, "first").tolist() == [
+        [1.0, 5.0], [7.0, 0.0], [2.0, 2.0]]
+    assert run_classifier.aggregate_windows([0.5, 1.5, 4.0], [0, 0, 1], 2,
+                                            "mean").tolist() == [1.0, 4.0]
+
+
+def test_example_losses_equal_the_model_heads():
+    class Task:
+        is_regression = False
+        is_multi_label = False
+
+    logits = np.array([[2.0, -1.0, 0.5], [0.0, 0.0, 3.0]])
+    labels = np.array([0, 1])
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    expected = -np.log(probabilities[[0, 1], labels])
+    np.testing.assert_allclose(
+        run_classifier.example_losses(probabilities, logits, labels, Task), expected)
+    Task.is_multi_label = True
+    p = np.array([[0.9, 0.2]])
+    np.testing.assert_allclose(run_classifier.example_losses(p, None, np.array([[1, 0]]), Task),
+                               [-(np.log(0.9) + np.log(0.8)) / 2])
+    Task.is_multi_label, Task.is_regression = False, True
+    np.testing.assert_allclose(
+        run_classifier.example_losses(np.array([1.5, 2.0]), None, np.array([1.0, 4.0]), Task),
+        [0.25, 4.0])
+
+
+def test_windows_of_fitting_inputs_are_the_cut_features(tmp_path):
+    """With --doc_stride, an input that fits gives byte for byte the record
+    it gives without; a long one gives windows with the whole second text."""
+    vocab = tiny.write_vocab(str(tmp_path), FILLER + SIGNALS)
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    short = run_classifier.InputExample("a-0", "w1 w2 w3", "w4 w5", "0")
+    long = run_classifier.InputExample("a-1", " ".join(FILLER[:20]), "w4 w5", "1")
+    paths = {}
+    for name, stride in (("cut", None), ("windows", 4)):
+        paths[name] = str(tmp_path / name)
+        index = run_classifier.file_based_convert_examples_to_features(
+            [short, long], ["0", "1"], 12, tokenizer, paths[name], doc_stride=stride)
+        # 12 - 3 - 2 = 7 pieces a window, starting 4 apart: 0, 4, 8, 12, 16.
+        assert index == ([0, 1] if stride is None else [0, 1, 1, 1, 1, 1])
+    cut = list(tf.io.tf_record_iterator(paths["cut"]))
+    windows = list(tf.io.tf_record_iterator(paths["windows"]))
+    assert windows[0] == cut[0]
+    features, was_cut = run_classifier.convert_example(1, long, ["0", "1"], 12, tokenizer,
+                                                       doc_stride=4)
+    assert not was_cut
+    ids = tokenizer.convert_tokens_to_ids
+    for k, feature in enumerate(features):
+        piece_ids = ids(FILLER[4 * k:min(4 * k + 7, 20)])
+        expected = ids(["[CLS]"]) + piece_ids + ids(["[SEP]", "w4", "w5", "[SEP]"])
+        assert feature.input_ids == expected + [0] * (12 - len(expected))
+        assert feature.segment_ids[:len(expected)] == [0] * (len(piece_ids) + 2) + [1] * 3
+    _, was_cut = run_classifier.convert_example(
+        1, run_classifier.InputExample("a-2", "w1", " ".join(FILLER[:12]), "1"), ["0", "1"],
+        12, tokenizer, doc_stride=4)
+    assert was_cut
+
+
+# ---------------------------------------------------------------------------
+# Learning from text past the first window.
+
+def _long_document(rng, label):
+    """30 filler words, the label's signal word somewhere in the last 12:
+    nothing in the first window (14 pieces) tells the label."""
+    words = [rng.choice(FILLER) for _ in range(30)]
+    words[rng.randrange(18, 30)] = SIGNALS[label]
+    return " ".join(words)
+
+
+def _write_long_task(data_dir, seed=0, num_train=160, num_dev=64, num_test=6):
+    rng = random.Random(seed)
+    os.makedirs(data_dir)
+    for split, n in (("train", num_train), ("dev", num_dev), ("test", num_test)):
+        with open(os.path.join(data_dir, split + ".csv"), "w") as f:
+            f.write("id,text,label\n")
+            for i in range(n):
+                label = i % 2 if split == "test" else rng.randint(0, 1)
+                f.write("%s-%d,%s,%s\n" % (split, i, _long_document(rng, label),
+                                           ["no", "yes"][label]))
+
+
+def _generic_flags(**overrides):
+    return tiny.fine_tuning_flags(**dict(
+        test_run_classifier.CLASSIFIER_FLAGS, task_name="generic", max_seq_length=16,
+        id_column="id", train_batch_size=32, num_train_epochs=6.0, learning_rate=2e-3,
+        **overrides))
+
+
+@pytest.fixture(scope="module")
+def long_task(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("long")
+    data_dir = str(tmp / "data")
+    _write_long_task(data_dir)
+    vocab = tiny.write_vocab(str(tmp), FILLER + SIGNALS)
+    config = tiny.write_config(str(tmp), vocab_size=len(FILLER) + 7)
+    return dict(tmp=tmp, data_dir=data_dir, vocab=vocab, config=config)
+
+
+def test_windows_learn_what_truncation_cannot_see(long_task):
+    """Inputs whose label is told only past their first window: cut, the
+    model stays at chance; read in windows (combined by their maximum), it
+    learns the task, and its export reads raw text in the same windows."""
+    results = {}
+    export_dir = str(long_task["tmp"] / "export")
+    for name, windows in (("cut", {}), ("windows", dict(doc_stride=7, window_aggregation="max",
+                                                         export_dir=export_dir))):
+        output_dir = str(long_task["tmp"] / name)
+        tiny.run_main_seeded(run_classifier.main, _generic_flags(
+            data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
+            bert_config_file=long_task["config"], output_dir=output_dir, do_train=True,
+            do_eval=True, do_predict=True, **windows))
+        results[name] = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+        with open(os.path.join(output_dir, "predictions.tsv")) as f:
+            predictions = [line.rstrip("\n").split("\t") for line in f]
+        # One row per input, in input order, whatever its number of windows.
+        assert [row[0] for row in predictions] == ["id"] + ["test-%d" % i for i in range(6)]
+        with open(os.path.join(output_dir, "test_results.tsv")) as f:
+            probabilities = np.loadtxt(f)
+        assert probabilities.shape == (6, 2)
+        if name == "windows":
+            right = [row[1] for row in predictions[1:]] == np.array(["no", "yes"] * 3)
+            assert right.sum() >= 5
+            import test_serving
+            (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
+            with open(os.path.join(long_task["data_dir"], "test.csv")) as f:
+                texts = [line.split(",")[1] for line in f.readlines()[1:]]
+            served = test_serving._run_signature(path, "serving_default", {"text_a": texts})
+            np.testing.assert_allclose(served["probabilities"], probabilities, atol=1e-5)
+            assert [x.decode() for x in served["labels"]] == [row[1] for row in predictions[1:]]
+    # 64 dev inputs: chance is 0.5 +- 0.0625.
+    assert results["cut"]["eval_accuracy"] <= 0.7
+    assert results["windows"]["eval_accuracy"] >= 0.9
+    assert set(results["windows"]) == set(results["cut"])
+    # A prediction run in the training run's folder reads windows as it did,
+    # from its run record.
+    output_dir = str(long_task["tmp"] / "windows")
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        trained = f.read()
+    os.remove(os.path.join(output_dir, "test_results.tsv"))
+    with open(os.path.join(output_dir, "run_config.json")) as f:
+        recorded = json.load(f)["flags"]
+    assert (recorded["doc_stride"], recorded["max_windows"],
+            recorded["window_aggregation"]) == (7, 0, "max")
+    tiny.run_main_seeded(run_classifier.main, dict(
+        output_dir=output_dir, data_dir=long_task["data_dir"], do_predict=True))
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        assert f.read() == trained
+
+
+def test_window_flags_need_doc_stride(long_task):
+    common = dict(data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
+                  bert_config_file=long_task["config"],
+                  output_dir=str(long_task["tmp"] / "refused"), do_train=True)
+    tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
+                            _generic_flags(max_windows=2, **common),
+                            "--max_windows is for --doc_stride")
+    tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
+                            _generic_flags(doc_stride=0, **common), "--doc_stride=0")
+    tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
+                            _generic_flags(doc_stride=8, max_windows=-1, **common),
+                            "--max_windows=-1")
+
+
+# ---------------------------------------------------------------------------
+# Dynamic padding.
+
+def _write_records(path, lengths, seq_length):
+    """Records whose input_ids are 100 * index + position on `lengths[i]`
+    positions, then zeros."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for i, length in enumerate(lengths):
+            ids = [100 * i + p + 1 for p in range(length)] + [0] * (seq_length - length)
+            mask = [1] * length + [0] * (seq_length - length)
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": run_common.int64_feature(ids),
+                "input_mask": run_common.int64_feature(mask),
+                "segment_ids": run_common.int64_feature([0] * seq_length),
+                "label_ids": run_common.int64_feature([i]),
+            })).SerializeToString())
+
+
+def _batches(input_fn, batch_size, count):
+    with tf.Graph().as_default():
+        tf.set_random_seed(7)
+        next_batch = tf.data.make_one_shot_iterator(
+            input_fn({"batch_size": batch_size})).get_next()
+        with tf.Session() as sess:
+            out = []
+            for _ in range(count):
+                try:
+                    out.append(sess.run(next_batch))
+                except tf.errors.OutOfRangeError:
+                    break
+            return out
+
+
+def test_default_length_buckets():
+    def buckets(max_seq_length, **values):
+        from absl.testing import flagsaver
+        with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=max_seq_length,
+                                 use_tpu=False, **values):
+            return run_common.length_buckets_from_flags()
+
+    run_classifier  # noqa: B018  (defines the flags)
+    assert buckets(128) == (16, 32, 48, 64, 80, 96, 112, 128)
+    assert buckets(512) == (64, 128, 192, 256, 320, 384, 448, 512)
+    assert buckets(100) == (16, 32, 40, 56, 64, 80, 88, 100)
+    assert buckets(128, length_buckets=["32", "64"]) == (32, 64, 128)
+    for bad in (["64", "32"], ["0"], ["200"], ["x"]):
+        with pytest.raises(run_common.InputError, match="--length_buckets"):
+            buckets(128, length_buckets=bad)
+    with pytest.raises(run_common.InputError, match="--length_buckets"):
+        from absl.testing import flagsaver
+        with flagsaver.flagsaver(dynamic_padding=False, length_buckets=["32"]):
+            run_common.length_buckets_from_flags()
+    from absl.testing import flagsaver
+    with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=128, use_tpu=True,
+                             length_buckets=None):
+        assert run_common.length_buckets_from_flags() is None
+
+
+def test_dynamic_batches_read_the_same_inputs_cut_to_a_bucket(tmp_path):
+    rng = random.Random(3)
+    seq_length, batch_size = 32, 4
+    pool = batch_size * run_common.LENGTH_POOL_BATCHES
+    lengths = [rng.choice([3, 5, 9, 14, 20, 31, 32]) for _ in range(pool + 50)]
+    path = str(tmp_path / "records")
+    _write_records(path, lengths, seq_length)
+    names = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
+             for name in ("input_ids", "input_mask", "segment_ids")}
+    names["label_ids"] = tf.io.FixedLenFeature([], tf.int64)
+    buckets = (8, 16, 24, 32)
+
+    def input_fn(is_training, length_buckets):
+        return run_common.tfrecord_input_fn(path, names, is_training,
+                                            drop_remainder=is_training,
+                                            length_buckets=length_buckets)
+
+    # Training: the first pool of batches holds the same inputs as the padded
+    # batches, each batch cut to the first bucket that holds its longest.
+    count = 2 * run_common.LENGTH_POOL_BATCHES
+    padded = _batches(input_fn(True, None), batch_size, count)
+    dynamic = _batches(input_fn(True, buckets), batch_size, count)
+    for first in (0, run_common.LENGTH_POOL_BATCHES):
+        window = slice(first, first + run_common.LENGTH_POOL_BATCHES)
+        assert sorted(i for b in padded[window] for i in b["label_ids"]) == \
+            sorted(i for b in dynamic[window] for i in b["label_ids"])
+    spread = []
+    for batch in dynamic:
+        batch_lengths = [lengths[i] for i in batch["label_ids"]]
+        width = batch["input_ids"].shape[1]
+        assert width == min(b for b in buckets if b >= max(batch_lengths))
+        spread.append(max(batch_lengths) - min(batch_lengths))
+        for row, i in zip(batch["input_ids"], batch["label_ids"]):
+            expected = [100 * i + p + 1 for p in range(lengths[i])]
+            assert row.tolist() == (expected + [0] * width)[:width]
+    # Inputs of like length go together, so batches are narrower than padded.
+    assert np.mean(spread) < 5
+    # Evaluation: the file's order, batch by batch.
+    in_order = _batches(input_fn(False, buckets), batch_size, 1000)
+    assert [i for b in in_order for i in b["label_ids"]] == list(range(len(lengths)))
+    assert in_order[0]["input_ids"].shape[1] == min(
+        b for b in buckets if b >= max(lengths[:batch_size]))
+
+
+@pytest.mark.parametrize("precision,tolerance", [("fp32", 1e-5), ("bf16", 2e-2)])
+def test_padding_is_inert_in_loss_gradients_and_outputs(precision, tolerance):
+    """The classifier's loss, its gradients and its probabilities on a batch
+    equal those on the same batch cut to its longest input (bf16: to its
+    rounding)."""
+    config = modeling.BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=64,
+                                 max_position_embeddings=64)
+    rng = np.random.RandomState(0)
+    lengths = [5, 9, 3, 7]
+    ids = np.zeros([4, 32], np.int32)
+    mask = np.zeros([4, 32], np.int32)
+    segments = np.zeros([4, 32], np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.randint(5, 30, length)
+        mask[row, :length] = 1
+        segments[row, length // 2:length] = 1
+    labels = np.array([0, 1, 1, 0], np.int32)
+
+    def run(width):
+        with tf.Graph().as_default():
+            tf.set_random_seed(1)
+            inputs = [tf.constant(x[:, :width]) for x in (ids, mask, segments)]
+            loss, _, _, probabilities = run_classifier.create_model(
+                config, False, *inputs, tf.constant(labels), 2, False,
+                options=run_common.TrainingOptions(precision=precision))
+            grads = [tf.convert_to_tensor(g) for g in tf.gradients(loss, tf.trainable_variables())]
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                return sess.run([loss, probabilities, grads])
+
+    full, cut = run(32), run(max(lengths))
+    np.testing.assert_allclose(cut[0], full[0], rtol=tolerance)
+    np.testing.assert_allclose(cut[1], full[1], atol=tolerance)
+    for a, b in zip(cut[2], full[2]):
+        np.testing.assert_allclose(a, b, atol=tolerance, rtol=tolerance)
+
+
+def test_dynamic_padding_end_to_end_gives_the_padded_results(tmp_path):
+    """Training with --dynamic_padding (and gradient accumulation) learns the
+    task; evaluating and predicting the same checkpoint with and without it
+    gives the same metrics and probabilities."""
+    data_dir = str(tmp_path / "data")
+    test_run_classifier._write_mrpc_task(data_dir, num_train=128)
+    vocab, config = test_run_classifier._model_files(tmp_path)
+    output_dir = str(tmp_path / "output")
+    common = dict(task_name="mrpc", data_dir=data_dir, vocab_file=vocab,
+                  bert_config_file=config, max_seq_length=32)
+    test_run_classifier.run_main(output_dir=output_dir, do_train=True, do_eval=True,
+                                 do_predict=True, dynamic_padding=True,
+                                 length_buckets=["8", "16"], gradient_accumulation_steps=2,
+                                 train_batch_size=8, num_train_epochs=8.0, **common)
+    dynamic = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+    assert dynamic["eval_accuracy"] >= 0.9
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        dynamic_probabilities = np.loadtxt(f)
+    padded_dir = str(tmp_path / "padded")
+    test_run_classifier.run_main(output_dir=padded_dir, do_eval=True, do_predict=True,
+                                 init_checkpoint=tf.train.latest_checkpoint(output_dir),
+                                 **common)
+    padded = tiny.read_eval_results(os.path.join(padded_dir, "eval_results.txt"))
+    for key in ("eval_accuracy", "eval_f1", "eval_loss"):
+        assert padded[key] == pytest.approx(dynamic[key], abs=1e-5)
+    with open(os.path.join(padded_dir, "test_results.tsv")) as f:
+        np.testing.assert_allclose(np.loadtxt(f), dynamic_probabilities, atol=1e-5)
