@@ -3,7 +3,8 @@
     benchmarks/gpu_check.sh                 # the wrapper: picks the interpreter
     .venv/bin/python benchmarks/gpu_check.py [--layers=12 --seq_length=128 ...]
 
-What it does, in about five minutes on one GPU:
+What it does, meant to take under five minutes on one GPU (it has not yet
+run on a GPU):
 
 1. Records the machine: nvidia-smi's view of the GPUs and driver, Python,
    TensorFlow and the CUDA/cuDNN it was built with. Without a GPU visible to
@@ -17,13 +18,14 @@ What it does, in about five minutes on one GPU:
    is turned off for these runs, so fp32 means fp32). fp16 steps that dynamic
    loss scaling skips are reported, and then only the losses before the first
    skip are compared.
-3. Times training steps at --batch_size on the GPU for each configuration
-   (sequences/s), and forward passes at batch 8 in fp32 (TensorFlow's default
-   math: TensorFloat-32 where the GPU has it) and fp16, which it prints next
-   to NVIDIA's published single-GPU BERT-Base inference figures for the same
-   sequence length (see NVIDIA_SOURCE; NVIDIA publishes TensorFlow BERT
-   fine-tuning *training* throughput only for BERT-Large, so the training
-   figures are printed on their own).
+3. Times training steps at --batch_size (by default the comparison's batch,
+   so that XLA compiles each configuration once) on the GPU for each
+   configuration (sequences/s), and forward passes at batch 8 in fp32
+   (TensorFlow's default math: TensorFloat-32 where the GPU has it) and
+   fp16, which it prints next to NVIDIA's published single-GPU BERT-Base
+   inference figures for the same sequence length (see NVIDIA_SOURCE;
+   NVIDIA's TensorFlow BERT READMEs give fine-tuning *training* throughput
+   only for BERT-Large, so the training figures are printed on their own).
 4. Trains the same model through the scripts' runner (run_common.make_estimator)
    once on one GPU and once with --distribution_strategy=mirrored on every
    visible GPU, at the same global batch, and compares the trained variables.
@@ -87,14 +89,18 @@ def parse_args(argv):
     p.add_argument("--intermediate_size", type=int, default=3072)
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument("--seq_length", type=int, default=128)
-    p.add_argument("--check_batch", type=int, default=8, help="batch of the CPU comparison")
+    p.add_argument("--check_batch", type=int, default=16, help="batch of the CPU comparison")
     p.add_argument("--check_steps", type=int, default=3)
-    p.add_argument("--batch_size", type=int, default=32, help="batch of the timed steps")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="batch of the timed steps (default: --check_batch)")
     p.add_argument("--timed_steps", type=int, default=20)
     for precision, tol in TOLERANCE.items():
         p.add_argument("--%s_rtol" % precision, type=float, default=tol,
                        help="relative loss tolerance of %s against the CPU" % precision)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.batch_size is None:
+        args.batch_size = args.check_batch
+    return args
 
 
 class Checker(object):
@@ -338,8 +344,8 @@ def main(argv):
         % (args.batch_size, args.seq_length))
     for name, speed in speeds.items():
         say("  %-12s %8.1f" % (name, speed))
-    say("  (NVIDIA publishes TensorFlow fine-tuning training throughput for BERT-Large only; "
-        "no BERT-Base figure to compare with.)")
+    say("  (NVIDIA's TensorFlow BERT READMEs give fine-tuning training throughput for "
+        "BERT-Large only: no BERT-Base figure to compare with.)")
 
     fp32 = checker.infer(device, "fp32", mixed_math=True)
     fp16 = checker.infer(device, "fp16", mixed_math=True)
