@@ -21,6 +21,12 @@ Differences, all deliberate:
   peak training memory by about 0.4 GB.
 * ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
   of several micro-batches before one update.
+
+Beyond the original, for pre-training with large batches: the LAMB optimizer
+(`LambOptimizer`, ``optimizer_name="lamb"``), and a schedule with a
+polynomial decay of any power and a warm-up that may start at a later step
+(``poly_power``, ``start_warmup_step``; the keyword names of the MLPerf
+reference). Their defaults give the original's optimizer and schedule.
 """
 
 import re
@@ -28,26 +34,57 @@ import re
 import tensorflow.compat.v1 as tf
 
 
-def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps):
+def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps,
+                           poly_power=1.0, start_warmup_step=0):
     """The learning rate at `global_step` (a scalar integer tensor).
 
-    Linear warm-up from 0 to `init_lr` over `num_warmup_steps`, then linear
-    decay from `init_lr` to 0 at `num_train_steps` (both counted in optimizer
-    updates). Exactly the original's formula: during warm-up
-    ``init_lr * step / num_warmup_steps``, after it
-    ``init_lr * (1 - min(step, num_train_steps) / num_train_steps)``.
+    Linear warm-up from 0 to `init_lr` over `num_warmup_steps`, then
+    polynomial decay from `init_lr` to 0 at `num_train_steps` (both counted
+    in optimizer updates):
+    ``init_lr * (1 - min(step, num_train_steps) / num_train_steps) ** poly_power``.
+    With the defaults this is exactly the original's formula (linear decay;
+    during warm-up ``init_lr * step / num_warmup_steps``).
+
+    `start_warmup_step` moves the warm-up only: it runs while
+    ``step - start_warmup_step < num_warmup_steps`` at
+    ``init_lr * (step - start_warmup_step) / num_warmup_steps``, so a run
+    that continues an earlier run's global step can warm up again from where
+    it starts; the decay still counts from step 0. Steps before
+    `start_warmup_step` get a rate of 0 (the MLPerf reference, whose keyword
+    names these are, would give them a negative one).
+
+    Args:
+      global_step: scalar integer tensor, the optimizer updates done.
+      init_lr: peak learning rate (float).
+      num_train_steps: positive int, where the rate reaches 0.
+      num_warmup_steps: int (0 or None: no warm-up).
+      poly_power: positive float, the power of the decay (1.0: linear).
+      start_warmup_step: int, the global step at which the warm-up begins.
 
     Returns:
       float32 scalar tensor.
     """
     if num_train_steps <= 0:
         raise ValueError("num_train_steps must be positive, got %r" % (num_train_steps,))
+    if not poly_power > 0:
+        raise ValueError("poly_power must be positive, got %r" % (poly_power,))
     step = tf.cast(global_step, tf.float32)
-    decayed = init_lr * (1.0 - tf.minimum(step, float(num_train_steps)) / float(num_train_steps))
+    remaining = 1.0 - tf.minimum(step, float(num_train_steps)) / float(num_train_steps)
+    # (Only a non-default power adds an op: the default graph stays the
+    # original's, op for op.)
+    if poly_power != 1.0:
+        remaining = tf.pow(remaining, float(poly_power))
+    decayed = init_lr * remaining
     if not num_warmup_steps:
         return decayed
-    warmup = init_lr * (step / float(num_warmup_steps))
-    is_warmup = tf.cast(tf.cast(global_step, tf.int32) < int(num_warmup_steps), tf.float32)
+    warmup_step = tf.cast(global_step, tf.int32)
+    if start_warmup_step:
+        warmup_step -= int(start_warmup_step)
+        warmup = tf.maximum(init_lr * (tf.cast(warmup_step, tf.float32)
+                                       / float(num_warmup_steps)), 0.0)
+    else:
+        warmup = init_lr * (step / float(num_warmup_steps))
+    is_warmup = tf.cast(warmup_step < int(num_warmup_steps), tf.float32)
     return (1.0 - is_warmup) * decayed + is_warmup * warmup
 
 
@@ -59,9 +96,15 @@ _NO_DECAY_PATTERNS = ["LayerNorm", "layer_norm", "bias"]
 _CLIP_NORM = 1.0
 
 
+# The values of `create_optimizer`'s `optimizer_name` (and of --optimizer).
+OPTIMIZERS = ("adamw", "lamb")
+
+
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
-                     gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None):
-    """Builds the op of one training step of `loss` with BERT's optimizer.
+                     gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None,
+                     optimizer_name="adamw", poly_power=1.0, start_warmup_step=0):
+    """Builds the op of one training step of `loss` with BERT's optimizer
+    (or LAMB).
 
     Args:
       loss: float32 scalar loss tensor.
@@ -82,19 +125,34 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         unscaled, and a step with non-finite gradients is skipped (its
         learning-rate step is not consumed).
       tvars: variables to train (default: all trainable variables).
+      optimizer_name: "adamw" (`AdamWeightDecayOptimizer`, the original's)
+        or "lamb" (`LambOptimizer`, for large batches); both with the same
+        hyperparameters, exclusions, clipping and schedule.
+      poly_power, start_warmup_step: the schedule's decay power and the
+        step its warm-up begins at (see `learning_rate_schedule`).
 
     Returns:
       The train op. Running it once performs one forward/backward pass and,
       when due, one update and one increment of the global step.
     """
+    if optimizer_name not in OPTIMIZERS:
+        raise ValueError("optimizer_name must be one of %s, got %r"
+                         % (", ".join(OPTIMIZERS), optimizer_name))
     global_step = tf.train.get_or_create_global_step()
     learning_rate = learning_rate_schedule(global_step, init_lr, num_train_steps,
-                                           num_warmup_steps)
+                                           num_warmup_steps, poly_power=poly_power,
+                                           start_warmup_step=start_warmup_step)
     # Fine-tuning uses the pre-training optimizer too. Its m/v slots start
     # at zero: init_checkpoint restores the weights only.
-    optimizer = AdamWeightDecayOptimizer(
-        learning_rate, weight_decay_rate=_WEIGHT_DECAY_RATE, beta_1=0.9, beta_2=0.999,
-        epsilon=1e-6, exclude_from_weight_decay=_NO_DECAY_PATTERNS)
+    hyperparameters = dict(weight_decay_rate=_WEIGHT_DECAY_RATE, beta_1=0.9, beta_2=0.999,
+                           epsilon=1e-6, exclude_from_weight_decay=_NO_DECAY_PATTERNS)
+    if optimizer_name == "lamb":
+        # LAMB's bias correction needs the update's number t, from 1: the
+        # global step counts updates (and is checkpointed), so a resumed run
+        # continues with the right t and no extra counter is needed.
+        optimizer = LambOptimizer(learning_rate, step=global_step + 1, **hyperparameters)
+    else:
+        optimizer = AdamWeightDecayOptimizer(learning_rate, **hyperparameters)
     if use_tpu:
         optimizer = tf.tpu.CrossShardOptimizer(optimizer)
 
@@ -366,3 +424,108 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     def _get_variable_name(self, param_name):
         """`param_name` without a tensor's ":<index>" suffix."""
         return _variable_name(param_name)
+
+
+class LambOptimizer(AdamWeightDecayOptimizer):
+    """LAMB: Adam with bias correction and decoupled weight decay, whose step
+    for each variable is rescaled to the size of the variable (a per-variable
+    trust ratio), which keeps large learning rates, and so large batches,
+    stable.
+
+    For each variable w with gradient g, at update t (from 1):
+    ``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g^2``,
+    ``r = (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * w``,
+    ``w = w - lr * ratio * r`` with ``ratio = |w| / |r|`` (L2 norms over the
+    whole variable) when both norms are positive, else 1. Variables matching
+    `exclude_from_weight_decay` get neither the decay term nor the ratio
+    (ratio 1), as in the MLPerf reference.
+
+    The slots are ``<name>/adam_m`` and ``<name>/adam_v``, the names and
+    meaning of `AdamWeightDecayOptimizer`'s (and of LAMB checkpoints of the
+    MLPerf reference): the moments themselves are the same running averages,
+    stored without the bias correction, which is applied when they are used.
+
+    Args:
+      learning_rate: float or scalar float tensor.
+      step: the update's number t, counted from 1 (scalar tensor, any
+        numeric type); None: the global step + 1, read when the update is
+        built.
+      weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
+        name: as for `AdamWeightDecayOptimizer`.
+    """
+
+    def __init__(self,
+                 learning_rate,
+                 step=None,
+                 weight_decay_rate=0.0,
+                 beta_1=0.9,
+                 beta_2=0.999,
+                 epsilon=1e-6,
+                 exclude_from_weight_decay=None,
+                 name="LambOptimizer"):
+        super().__init__(learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
+                         beta_2=beta_2, epsilon=epsilon,
+                         exclude_from_weight_decay=exclude_from_weight_decay, name=name)
+        self.step = step
+
+    def _prepare(self):
+        super()._prepare()
+        step = self.step
+        if step is None:
+            step = tf.train.get_or_create_global_step() + 1
+        t = tf.cast(step, tf.float32)
+        # 1 / (1 - b^t), once per update rather than once per variable.
+        self._m_correction = 1.0 / (1.0 - tf.pow(tf.constant(self.beta_1, tf.float32), t))
+        self._v_correction = 1.0 / (1.0 - tf.pow(tf.constant(self.beta_2, tf.float32), t))
+
+    def _direction_and_rate(self, m_t, v_t, weights, var_name):
+        """The step direction r and the rate lr * ratio of one variable.
+
+        Args:
+          m_t, v_t: the updated moments, shaped like the variable.
+          weights: the variable's value before the update.
+          var_name: its name, for the exclusions.
+
+        Returns:
+          (r, rate): r shaped like the variable, rate a float32 scalar.
+        """
+        r = (m_t * self._m_correction) / (tf.sqrt(v_t * self._v_correction) + self.epsilon)
+        if not self._do_use_weight_decay(var_name):
+            return r, self._lr_t
+        r += self.weight_decay_rate * weights
+        w_norm = tf.norm(weights)
+        r_norm = tf.norm(r)
+        both_positive = tf.logical_and(w_norm > 0.0, r_norm > 0.0)
+        # (The quotient's divisor is made 1 where it is not used, so that no
+        # inf or nan is computed even in the branch tf.where discards.)
+        ratio = tf.where(both_positive,
+                         w_norm / tf.where(both_positive, r_norm, tf.ones_like(r_norm)),
+                         tf.ones_like(w_norm))
+        return r, self._lr_t * ratio
+
+    def _resource_apply_dense(self, grad, var):
+        """Moments updated in place, then ``w -= (lr * ratio) * r`` in one
+        kernel. Transient memory: r and the moments' arithmetic, the size
+        of this one variable."""
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
+        m_t = m.assign(self.beta_1 * m.read_value() + (1.0 - self.beta_1) * grad)
+        v_t = v.assign(self.beta_2 * v.read_value() + (1.0 - self.beta_2) * tf.square(grad))
+        # The weights are read once `grad` exists, after the backward pass
+        # (see AdamWeightDecayOptimizer._resource_apply_dense).
+        with tf.control_dependencies([grad]):
+            weights = var.read_value()
+        r, rate = self._direction_and_rate(m_t, v_t, weights,
+                                           self._get_variable_name(var.name))
+        return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate, delta=r,
+                                                       use_locking=False)
+
+    def _apply_dense(self, grad, var):
+        """The same update for reference (non-resource) variables."""
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
+        new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+        new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+        r, rate = self._direction_and_rate(new_m, new_v, tf.identity(var),
+                                           self._get_variable_name(var.name))
+        return tf.group(var.assign(var - rate * r), m.assign(new_m), v.assign(new_v))

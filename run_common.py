@@ -648,6 +648,10 @@ class TrainingOptions:
       use_xla: XLA auto-clustering of the whole graph.
       distribution_strategy: "none", "mirrored" or "multi_worker_mirrored".
       num_gpus: GPUs for "mirrored" (0: all).
+      optimizer: "adamw" or "lamb" (optimization.create_optimizer's
+        optimizer_name).
+      poly_power, start_warmup_step: the learning-rate schedule's decay power
+        and the step its warm-up begins at.
     """
 
     precision: str = "fp32"
@@ -657,6 +661,9 @@ class TrainingOptions:
     use_xla: bool = False
     distribution_strategy: str = "none"
     num_gpus: int = 0
+    optimizer: str = "adamw"
+    poly_power: float = 1.0
+    start_warmup_step: int = 0
 
     def model_kwargs(self):
         """The keyword arguments of `modeling.BertModel` these options set."""
@@ -674,6 +681,12 @@ class TrainingOptions:
             parts.append("XLA")
         if self.distribution_strategy != "none":
             parts.append("%s strategy" % self.distribution_strategy)
+        if self.optimizer != "adamw":
+            parts.append("optimizer %s" % self.optimizer)
+        if self.poly_power != 1.0:
+            parts.append("decay power %g" % self.poly_power)
+        if self.start_warmup_step:
+            parts.append("warm-up from step %d" % self.start_warmup_step)
         return ", ".join(parts)
 
     def for_export(self):
@@ -687,6 +700,8 @@ def training_options_from_flags():
     defines TRAINING_OPTION_FLAGS). Applies the process-wide ones now, before
     any session: --limit_memory_fragmentation, and XLA's start for fused
     kernels (`choose_fused_ops`)."""
+    if not FLAGS.poly_power > 0:
+        raise InputError("--poly_power=%s must be positive" % FLAGS.poly_power)
     if FLAGS.limit_memory_fragmentation:
         limit_memory_fragmentation()
     # A multi-worker strategy must configure TensorFlow's collective ops
@@ -697,7 +712,8 @@ def training_options_from_flags():
         fused_ops=choose_fused_ops(FLAGS.fused_ops, start_xla=not multi_worker),
         gradient_accumulation_steps=max(1, FLAGS.gradient_accumulation_steps or 1),
         use_xla=FLAGS.use_xla, distribution_strategy=FLAGS.distribution_strategy,
-        num_gpus=FLAGS.num_gpus)
+        num_gpus=FLAGS.num_gpus, optimizer=FLAGS.optimizer, poly_power=FLAGS.poly_power,
+        start_warmup_step=FLAGS.start_warmup_step)
 
 
 def choose_fused_ops(setting, start_xla=True):
@@ -907,7 +923,8 @@ def log_features(features):
 def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                     options=None):
     """`optimization.create_optimizer` with the `TrainingOptions` `options`
-    applied (gradient accumulation, dynamic loss scaling for fp16)."""
+    applied (optimizer and schedule shape, gradient accumulation, dynamic
+    loss scaling for fp16)."""
     options = options or TrainingOptions()
     loss_scale = None
     if options.precision == "fp16":
@@ -916,7 +933,8 @@ def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_
     return optimization.create_optimizer(
         loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
         gradient_accumulation_steps=options.gradient_accumulation_steps,
-        loss_scale_manager=loss_scale)
+        loss_scale_manager=loss_scale, optimizer_name=options.optimizer,
+        poly_power=options.poly_power, start_warmup_step=options.start_warmup_step)
 
 
 def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,

@@ -1,7 +1,8 @@
 """tf.distribute through run_common.make_estimator: MirroredStrategy over two
 logical CPU devices in one process (both runtimes), and, with the Estimator,
 MultiWorkerMirroredStrategy with two worker processes on localhost; each must
-end with the same variables as one process training on the combined batch.
+end with the same variables as one process training on the combined batch,
+with either optimizer (AdamW and LAMB).
 
 Every run is a subprocess of tests/distributed_driver.py (logical devices and
 TF_CONFIG must be set before TensorFlow starts); all use loopback ports only
@@ -56,13 +57,26 @@ def _free_ports(count):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """Initial checkpoint and the single-process result (global batch 8)."""
+def initial(tmp_path_factory):
+    """The initial checkpoint every run starts from."""
     root = tmp_path_factory.mktemp("distributed")
     _finish(_start(root / "unused", root, "init"))
-    init_checkpoint = root / "init.ckpt"
-    _finish(_start(root / "single.npz", root / "single", "single", init_checkpoint))
-    return root, init_checkpoint, dict(np.load(root / "single.npz"))
+    return root, root / "init.ckpt"
+
+
+@pytest.fixture(scope="module", params=["adamw", "lamb"])
+def reference(request, initial):
+    """(folder, initial checkpoint, the single-process result with global
+    batch 8, optimizer)."""
+    root, init_checkpoint = initial
+    root = root / request.param
+    root.mkdir(exist_ok=True)
+    out = root / "single.npz"
+    _finish(_start(out, root / "single", "single", init_checkpoint, request.param))
+    # The --optimizer reached the graph the run saved.
+    graph = (root / "single" / "graph.pbtxt").read_text()
+    assert ("LambOptimizer" in graph) == (request.param == "lamb")
+    return root, init_checkpoint, dict(np.load(out)), request.param
 
 
 def _assert_same_variables(result, expected):
@@ -74,19 +88,20 @@ def _assert_same_variables(result, expected):
 
 
 def test_mirrored_strategy_two_logical_cpus(reference):
-    root, init_checkpoint, expected = reference
-    _finish(_start(root / "mirrored.npz", root / "mirrored", "mirrored", init_checkpoint))
+    root, init_checkpoint, expected, optimizer = reference
+    _finish(_start(root / "mirrored.npz", root / "mirrored", "mirrored", init_checkpoint,
+                   optimizer))
     _assert_same_variables(dict(np.load(root / "mirrored.npz")), expected)
 
 
 @pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "
                     "Estimator (TensorFlow 2.15); the session runner refuses it")
 def test_multi_worker_two_processes_on_localhost(reference):
-    root, init_checkpoint, expected = reference
+    root, init_checkpoint, expected, optimizer = reference
     ports = ",".join(str(p) for p in _free_ports(2))
     model_dir = root / "multi_worker"
     workers = [_start(root / ("worker%d.npz" % i), model_dir, "worker", i, ports,
-                      init_checkpoint) for i in range(2)]
+                      init_checkpoint, optimizer) for i in range(2)]
     for worker in workers:
         _finish(worker)
     # The chief (worker 0) writes the checkpoint and the variables.

@@ -319,6 +319,7 @@ def test_input_fn_decodes_records_as_int32_batches(tmp_path):
     ({"max_seq_length": 48}, "has length 32 but --max_seq_length=48"),
     ({"max_predictions_per_seq": 7}, "has length 5 but --max_predictions_per_seq=7"),
     ({"init_checkpoint": "/nonexistent/model.ckpt"}, "--init_checkpoint"),
+    ({"poly_power": 0}, "--poly_power=0.0 must be positive"),
 ])
 def test_bad_flags_raise_input_error(setup, tmp_path, overrides, message):
     values = base_flags(setup, str(tmp_path / "out"), do_train=True)
@@ -488,3 +489,24 @@ def test_init_checkpoint_restores_cls_variables(trained, setup, tmp_path):
     assert read_results(os.path.join(output_dir, "eval_results.txt"))["global_step"] == 3
     assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-3")
 
+
+@pytest.mark.slow
+def test_lamb_with_accumulation_trains_from_the_flags(setup, tmp_path):
+    """--optimizer=lamb with --gradient_accumulation_steps, --poly_power and
+    --start_warmup_step: the run builds LAMB (its graph), counts optimizer
+    updates, and checkpoints the moments under the usual slot names."""
+    output_dir = str(tmp_path / "lamb")
+    run_main(**base_flags(setup, output_dir, do_train=True, optimizer="lamb",
+                          gradient_accumulation_steps=2, train_batch_size=8,
+                          num_train_steps=3, num_warmup_steps=1, poly_power=2.0,
+                          start_warmup_step=1, learning_rate=1e-2))
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-3")
+    checkpoint = os.path.join(output_dir, "model.ckpt-3")
+    names = dict(tf.train.list_variables(checkpoint))
+    assert names["cls/predictions/output_bias/adam_v"] == [VOCAB_SIZE]
+    assert "cls/predictions/output_bias/grad_accum" in names
+    with open(os.path.join(output_dir, "graph.pbtxt")) as f:
+        assert "LambOptimizer" in f.read()
+    # The accumulated gradients reached the moments.
+    moment = tf.train.load_variable(checkpoint, "bert/embeddings/word_embeddings/adam_m")
+    assert np.abs(moment).max() > 0
