@@ -474,12 +474,21 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         if step is None:
             step = tf.train.get_or_create_global_step() + 1
         t = tf.cast(step, tf.float32)
-        # 1 / (1 - b^t), once per update rather than once per variable.
-        self._m_correction = 1.0 / (1.0 - tf.pow(tf.constant(self.beta_1, tf.float32), t))
-        self._v_correction = 1.0 / (1.0 - tf.pow(tf.constant(self.beta_2, tf.float32), t))
+        # Once per update rather than once per variable. With
+        # s = sqrt(1 - b2^t) / (1 - b1^t) and eps' = eps * sqrt(1 - b2^t),
+        # the bias-corrected direction (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+        # equals s * m / (sqrt(v) + eps'): one multiplication of a whole
+        # variable fewer, and s goes into the scalar rate instead.
+        v_correction = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, tf.float32), t))
+        self._scale = v_correction / (1.0 - tf.pow(tf.constant(self.beta_1, tf.float32), t))
+        self._epsilon_hat = self.epsilon * v_correction
 
     def _direction_and_rate(self, m_t, v_t, weights, var_name):
-        """The step direction r and the rate lr * ratio of one variable.
+        """The update of one variable as (d, rate), w -= rate * d.
+
+        d = r / s (see `_prepare`), so that only scalars carry the
+        bias correction: rate = lr * ratio * s, and the trust ratio
+        |w| / |r| = |w| / (s |d|), so rate = lr * |w| / |d| where it applies.
 
         Args:
           m_t, v_t: the updated moments, shaped like the variable.
@@ -487,37 +496,36 @@ class LambOptimizer(AdamWeightDecayOptimizer):
           var_name: its name, for the exclusions.
 
         Returns:
-          (r, rate): r shaped like the variable, rate a float32 scalar.
+          (d, rate): d shaped like the variable, rate a float32 scalar.
         """
-        r = (m_t * self._m_correction) / (tf.sqrt(v_t * self._v_correction) + self.epsilon)
+        d = m_t / (tf.sqrt(v_t) + self._epsilon_hat)
         if not self._do_use_weight_decay(var_name):
-            return r, self._lr_t
-        r += self.weight_decay_rate * weights
-        w_norm = tf.norm(weights)
-        r_norm = tf.norm(r)
-        both_positive = tf.logical_and(w_norm > 0.0, r_norm > 0.0)
+            return d, self._lr_t * self._scale
+        d += (self.weight_decay_rate / self._scale) * weights
+        # (l2_loss is sum(x^2) / 2 in one kernel, with no squared copy.)
+        w_norm = tf.sqrt(2.0 * tf.nn.l2_loss(weights))
+        d_norm = tf.sqrt(2.0 * tf.nn.l2_loss(d))
+        both_positive = tf.logical_and(w_norm > 0.0, d_norm > 0.0)
         # (The quotient's divisor is made 1 where it is not used, so that no
         # inf or nan is computed even in the branch tf.where discards.)
-        ratio = tf.where(both_positive,
-                         w_norm / tf.where(both_positive, r_norm, tf.ones_like(r_norm)),
-                         tf.ones_like(w_norm))
-        return r, self._lr_t * ratio
+        trusted = self._lr_t * w_norm / tf.where(both_positive, d_norm, tf.ones_like(d_norm))
+        return d, tf.where(both_positive, trusted, self._lr_t * self._scale)
 
     def _resource_apply_dense(self, grad, var):
-        """Moments updated in place, then ``w -= (lr * ratio) * r`` in one
-        kernel. Transient memory: r and the moments' arithmetic, the size
-        of this one variable."""
+        """Moments updated in place, then ``w -= rate * d`` in one kernel.
+        Transient memory: d and the moments' arithmetic, the size of this
+        one variable."""
         m = self.get_slot(var, "m")
         v = self.get_slot(var, "v")
-        m_t = m.assign(self.beta_1 * m.read_value() + (1.0 - self.beta_1) * grad)
-        v_t = v.assign(self.beta_2 * v.read_value() + (1.0 - self.beta_2) * tf.square(grad))
+        m_t = m.assign_add((grad - m.read_value()) * (1.0 - self.beta_1))
+        v_t = v.assign_add((tf.square(grad) - v.read_value()) * (1.0 - self.beta_2))
         # The weights are read once `grad` exists, after the backward pass
         # (see AdamWeightDecayOptimizer._resource_apply_dense).
         with tf.control_dependencies([grad]):
             weights = var.read_value()
-        r, rate = self._direction_and_rate(m_t, v_t, weights,
+        d, rate = self._direction_and_rate(m_t, v_t, weights,
                                            self._get_variable_name(var.name))
-        return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate, delta=r,
+        return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate, delta=d,
                                                        use_locking=False)
 
     def _apply_dense(self, grad, var):
@@ -526,6 +534,6 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         v = self.get_slot(var, "v")
         new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-        r, rate = self._direction_and_rate(new_m, new_v, tf.identity(var),
+        d, rate = self._direction_and_rate(new_m, new_v, tf.identity(var),
                                            self._get_variable_name(var.name))
-        return tf.group(var.assign(var - rate * r), m.assign(new_m), v.assign(new_v))
+        return tf.group(var.assign(var - rate * d), m.assign(new_m), v.assign(new_v))
