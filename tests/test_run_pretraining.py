@@ -136,7 +136,7 @@ def read_results(path):
     with open(path) as f:
         for line in f:
             key, value = line.rstrip("\n").split(" = ")
-            result[key] = float(value)
+            result[key] = value if value in ("True", "False") else float(value)
     return result
 
 
@@ -320,10 +320,19 @@ def test_input_fn_decodes_records_as_int32_batches(tmp_path):
     ({"max_predictions_per_seq": 7}, "has length 5 but --max_predictions_per_seq=7"),
     ({"init_checkpoint": "/nonexistent/model.ckpt"}, "--init_checkpoint"),
     ({"poly_power": 0}, "--poly_power=0.0 must be positive"),
+    ({"stop_threshold": 0.7}, "--stop_threshold needs --eval_file"),
+    ({"samples_between_eval": 64}, "--samples_between_eval needs --eval_file"),
+    ({"eval_file": "/nonexistent/eval.tfrecord"}, "--eval_file: no file matches"),
+    ({"eval_file": "DATA", "stop_threshold": 72}, "--stop_threshold=72 must be between"),
+    ({"eval_file": "DATA", "samples_start_eval": -1}, "--samples_start_eval=-1 must be"),
+    ({"eval_file": "DATA", "distribution_strategy": "multi_worker_mirrored"},
+     "--eval_file: evaluation during training is not supported"),
 ])
 def test_bad_flags_raise_input_error(setup, tmp_path, overrides, message):
     values = base_flags(setup, str(tmp_path / "out"), do_train=True)
     values.update(overrides)
+    if values.get("eval_file") == "DATA":
+        values["eval_file"] = setup["data"]
     with pytest.raises(run_common.InputError, match=message):
         run_main(**values)
     assert not os.path.exists(tmp_path / "out" / "checkpoint")
@@ -348,6 +357,27 @@ def test_bad_records_raise_input_error(setup, tmp_path):
             run_main(**base_flags(setup, str(tmp_path / "out"), input_file=path,
                                   do_train=True))
         assert path in str(info.value)
+
+
+def test_eval_file_records_are_checked_naming_the_flag(setup, tmp_path):
+    short = write_records(str(tmp_path / "short.tfrecord"), make_instances(2, seq=16))
+    with pytest.raises(run_common.InputError,
+                       match="--eval_file: feature 'input_ids' of .* has length 16"):
+        run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True, eval_file=short))
+
+
+@pytest.mark.parametrize("args, steps", [
+    ((10, 16, 0, 0), [10]),
+    ((10, 16, 0, 32), [2, 4, 6, 8, 10]),
+    # 20 examples a time with 16 a step: after 20, 40, 60, ... examples,
+    # rounded up to whole steps (2, 3, 4, 5, 7, 8, 9; 160 is step 10).
+    ((10, 16, 0, 20), [2, 3, 4, 5, 7, 8, 9, 10]),
+    # Every 48 examples (steps 3, 6, 9), none before 100 examples.
+    ((10, 16, 100, 48), [9, 10]),
+    ((10, 16, 0, 1000), [10]),
+])
+def test_evaluation_steps(args, steps):
+    assert run_pretraining.evaluation_steps(*args) == steps
 
 
 # ---------------------------------------------------------------------------
@@ -510,3 +540,43 @@ def test_lamb_with_accumulation_trains_from_the_flags(setup, tmp_path):
     # The accumulated gradients reached the moments.
     moment = tf.train.load_variable(checkpoint, "bert/embeddings/word_embeddings/adam_m")
     assert np.abs(moment).max() > 0
+
+
+def _summaries(directory):
+    """{tag: [(step, value), ...]} of the TensorBoard events in `directory`."""
+    values = {}
+    for path in sorted(tf.io.gfile.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for event in tf.train.summary_iterator(path):
+            for value in event.summary.value:
+                values.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return {tag: sorted(points) for tag, points in values.items()}
+
+
+@pytest.mark.slow
+def test_training_stops_at_the_target_accuracy(setup, tmp_path):
+    """--eval_file with --samples_between_eval and --stop_threshold: an
+    evaluation every 20 steps (320 examples), training ends at the first one
+    at or above the threshold, and eval_results.txt and TensorBoard say
+    where."""
+    output_dir = str(tmp_path / "target")
+    run_main(**base_flags(setup, output_dir, do_train=True, do_eval=True,
+                          eval_file=setup["data"], samples_between_eval=320,
+                          stop_threshold=0.3))
+    result = read_results(os.path.join(output_dir, "eval_results.txt"))
+    step = int(result["global_step"])
+    assert step % 20 == 0 and step < TRAIN_STEPS
+    assert result["examples_seen"] == step * 16
+    assert result["masked_lm_accuracy"] >= 0.3
+    assert result["stop_threshold_reached"] == "True"
+    assert result["wall_time_seconds"] > 0
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % step)
+    # One evaluation every 320 examples up to the stop; only the last one
+    # reached the threshold.
+    curve = _summaries(os.path.join(output_dir, run_pretraining.BY_EXAMPLES_DIR))
+    accuracy = curve["masked_lm_accuracy"]
+    assert [examples for examples, _ in accuracy] == list(range(320, step * 16 + 1, 320))
+    assert accuracy[-1][1] == pytest.approx(result["masked_lm_accuracy"], abs=1e-6)
+    assert all(value < 0.3 for _, value in accuracy[:-1])
+    # The runner's own evaluation summaries, by step.
+    by_step = _summaries(os.path.join(output_dir, "eval"))["masked_lm_accuracy"]
+    assert [s for s, _ in by_step] == list(range(20, step + 1, 20))
