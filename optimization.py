@@ -32,6 +32,9 @@ reference). Their defaults give the original's optimizer and schedule.
 import re
 
 import tensorflow.compat.v1 as tf
+from tensorflow.python.ops import control_flow_util
+
+import bert_ops
 
 
 def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps,
@@ -102,7 +105,8 @@ OPTIMIZERS = ("adamw", "lamb")
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
                      gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None,
-                     optimizer_name="adamw", poly_power=1.0, start_warmup_step=0):
+                     optimizer_name="adamw", poly_power=1.0, start_warmup_step=0,
+                     fused_update=None):
     """Builds the op of one training step of `loss` with BERT's optimizer
     (or LAMB).
 
@@ -130,6 +134,9 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         hyperparameters, exclusions, clipping and schedule.
       poly_power, start_warmup_step: the schedule's decay power and the
         step its warm-up begins at (see `learning_rate_schedule`).
+      fused_update: LAMB only: compute each variable's update as one
+        XLA-compiled loop (`LambOptimizer`'s `fused`); None: where no GPU
+        is visible. Never with `use_tpu` (the TPU compiler fuses by itself).
 
     Returns:
       The train op. Running it once performs one forward/backward pass and,
@@ -150,7 +157,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         # LAMB's bias correction needs the update's number t, from 1: the
         # global step counts updates (and is checkpointed), so a resumed run
         # continues with the right t and no extra counter is needed.
-        optimizer = LambOptimizer(learning_rate, step=global_step + 1, **hyperparameters)
+        optimizer = LambOptimizer(learning_rate, step=global_step + 1,
+                                  fused=False if use_tpu else fused_update, **hyperparameters)
     else:
         optimizer = AdamWeightDecayOptimizer(learning_rate, **hyperparameters)
     if use_tpu:
@@ -450,6 +458,13 @@ class LambOptimizer(AdamWeightDecayOptimizer):
       step: the update's number t, counted from 1 (scalar tensor, any
         numeric type); None: the global step + 1, read when the update is
         built.
+      fused: compute each variable's moments, direction and norms in one
+        XLA-compiled loop (True), or as separate TensorFlow ops (False);
+        None: fused where no GPU is visible (as bert_ops' "auto"). Same
+        values to float rounding. On a CPU every separate element-wise op
+        reads and writes the whole variable, which made the update about
+        4x as long as AdamWeightDecayOptimizer's fused kernel. Never fused
+        inside an XLA context (a TPU computation).
       weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
         name: as for `AdamWeightDecayOptimizer`.
     """
@@ -457,6 +472,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
     def __init__(self,
                  learning_rate,
                  step=None,
+                 fused=None,
                  weight_decay_rate=0.0,
                  beta_1=0.9,
                  beta_2=0.999,
@@ -467,6 +483,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
                          beta_2=beta_2, epsilon=epsilon,
                          exclude_from_weight_decay=exclude_from_weight_decay, name=name)
         self.step = step
+        self.fused = fused
 
     def _prepare(self):
         super()._prepare()
@@ -483,12 +500,22 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         self._scale = v_correction / (1.0 - tf.pow(tf.constant(self.beta_1, tf.float32), t))
         self._epsilon_hat = self.epsilon * v_correction
 
-    def _direction_and_rate(self, m_t, v_t, weights, var_name):
-        """The update of one variable as (d, rate), w -= rate * d.
+    def _rate(self, decayed, w_norm=None, d_norm=None):
+        """The scalar rate of ``w -= rate * d`` (d = r / s, see `_prepare`):
+        lr * s for an excluded variable or where a norm is 0 (ratio 1), else
+        lr * ratio * s with ratio = |w| / |r| = |w| / (s |d|), i.e.
+        lr * |w| / |d|."""
+        if not decayed:
+            return self._lr_t * self._scale
+        both_positive = tf.logical_and(w_norm > 0.0, d_norm > 0.0)
+        # (The quotient's divisor is made 1 where it is not used, so that no
+        # inf or nan is computed even in the branch tf.where discards.)
+        trusted = self._lr_t * w_norm / tf.where(both_positive, d_norm, tf.ones_like(d_norm))
+        return tf.where(both_positive, trusted, self._lr_t * self._scale)
 
-        d = r / s (see `_prepare`), so that only scalars carry the
-        bias correction: rate = lr * ratio * s, and the trust ratio
-        |w| / |r| = |w| / (s |d|), so rate = lr * |w| / |d| where it applies.
+    def _direction_and_rate(self, m_t, v_t, weights, var_name):
+        """The update of one variable as (d, rate), w -= rate * d, written
+        out as separate ops.
 
         Args:
           m_t, v_t: the updated moments, shaped like the variable.
@@ -500,33 +527,57 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         """
         d = m_t / (tf.sqrt(v_t) + self._epsilon_hat)
         if not self._do_use_weight_decay(var_name):
-            return d, self._lr_t * self._scale
+            return d, self._rate(False)
         d += (self.weight_decay_rate / self._scale) * weights
         # (l2_loss is sum(x^2) / 2 in one kernel, with no squared copy.)
-        w_norm = tf.sqrt(2.0 * tf.nn.l2_loss(weights))
-        d_norm = tf.sqrt(2.0 * tf.nn.l2_loss(d))
-        both_positive = tf.logical_and(w_norm > 0.0, d_norm > 0.0)
-        # (The quotient's divisor is made 1 where it is not used, so that no
-        # inf or nan is computed even in the branch tf.where discards.)
-        trusted = self._lr_t * w_norm / tf.where(both_positive, d_norm, tf.ones_like(d_norm))
-        return d, tf.where(both_positive, trusted, self._lr_t * self._scale)
+        return d, self._rate(True, tf.sqrt(2.0 * tf.nn.l2_loss(weights)),
+                             tf.sqrt(2.0 * tf.nn.l2_loss(d)))
+
+    def _fused_here(self):
+        """Whether an update built now runs as one XLA loop (`fused`)."""
+        fused = self.fused
+        if fused is None:
+            fused = bert_ops.choose_fused_ops("auto") != bert_ops.FusedOps()
+        if not fused:
+            return False
+        context = tf.get_default_graph()._get_control_flow_context()  # pylint: disable=protected-access
+        return not control_flow_util.GetContainingXLAContext(context)
 
     def _resource_apply_dense(self, grad, var):
-        """Moments updated in place, then ``w -= rate * d`` in one kernel.
-        Transient memory: d and the moments' arithmetic, the size of this
-        one variable."""
+        """Moments updated, then ``w -= rate * d`` in one kernel.
+        Transient memory: d and the new moments (or, written out, the
+        moments' arithmetic), the size of this one variable."""
         m = self.get_slot(var, "m")
         v = self.get_slot(var, "v")
-        m_t = m.assign_add((grad - m.read_value()) * (1.0 - self.beta_1))
-        v_t = v.assign_add((tf.square(grad) - v.read_value()) * (1.0 - self.beta_2))
-        # The weights are read once `grad` exists, after the backward pass
-        # (see AdamWeightDecayOptimizer._resource_apply_dense).
-        with tf.control_dependencies([grad]):
-            weights = var.read_value()
-        d, rate = self._direction_and_rate(m_t, v_t, weights,
-                                           self._get_variable_name(var.name))
-        return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate, delta=d,
-                                                       use_locking=False)
+        decayed = self._do_use_weight_decay(self._get_variable_name(var.name))
+        weights = None
+        if decayed:
+            # The weights are read once `grad` exists, after the backward
+            # pass (see AdamWeightDecayOptimizer._resource_apply_dense).
+            with tf.control_dependencies([grad]):
+                weights = var.read_value()
+        if self._fused_here():
+            scalars = (tf.constant(1.0 - self.beta_1, tf.float32),
+                       tf.constant(1.0 - self.beta_2, tf.float32), self._epsilon_hat)
+            if decayed:
+                m_t, v_t, d, d_squares, w_squares = _fused_lamb_decayed(
+                    grad, m.read_value(), v.read_value(), weights, *scalars,
+                    self.weight_decay_rate / self._scale)
+                rate = self._rate(True, tf.sqrt(w_squares), tf.sqrt(d_squares))
+            else:
+                m_t, v_t, d = _fused_lamb_moments(grad, m.read_value(), v.read_value(),
+                                                  *scalars)
+                rate = self._rate(False)
+            deps = [m.assign(m_t, read_value=False), v.assign(v_t, read_value=False)]
+        else:
+            m_t = m.assign_add((grad - m.read_value()) * (1.0 - self.beta_1))
+            v_t = v.assign_add((tf.square(grad) - v.read_value()) * (1.0 - self.beta_2))
+            d, rate = self._direction_and_rate(m_t, v_t, weights,
+                                               self._get_variable_name(var.name))
+            deps = []
+        with tf.control_dependencies(deps):
+            return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate,
+                                                           delta=d, use_locking=False)
 
     def _apply_dense(self, grad, var):
         """The same update for reference (non-resource) variables."""
@@ -537,3 +588,29 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         d, rate = self._direction_and_rate(new_m, new_v, tf.identity(var),
                                            self._get_variable_name(var.name))
         return tf.group(var.assign(var - rate * d), m.assign(new_m), v.assign(new_v))
+
+
+def _lamb_moments_and_direction(grad, m, v, one_minus_beta_1, one_minus_beta_2, epsilon_hat):
+    """LAMB's new moments and undecayed direction m / (sqrt(v) + eps'), all
+    shaped like `grad` (see `LambOptimizer._prepare`)."""
+    m_t = m + (grad - m) * one_minus_beta_1
+    v_t = v + (grad * grad - v) * one_minus_beta_2
+    return m_t, v_t, m_t / (tf.sqrt(v_t) + epsilon_hat)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _fused_lamb_moments(grad, m, v, one_minus_beta_1, one_minus_beta_2, epsilon_hat):
+    """`_lamb_moments_and_direction` as one XLA loop: (m_t, v_t, d)."""
+    return _lamb_moments_and_direction(grad, m, v, one_minus_beta_1, one_minus_beta_2,
+                                       epsilon_hat)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _fused_lamb_decayed(grad, m, v, weights, one_minus_beta_1, one_minus_beta_2,
+                        epsilon_hat, decay):
+    """The same with the decay term d += decay * weights, and the sums of
+    squares of d and of the weights (scalars), in one XLA loop."""
+    m_t, v_t, d = _lamb_moments_and_direction(grad, m, v, one_minus_beta_1,
+                                              one_minus_beta_2, epsilon_hat)
+    d = d + decay * weights
+    return m_t, v_t, d, tf.reduce_sum(d * d), tf.reduce_sum(weights * weights)

@@ -934,7 +934,10 @@ def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_
         loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
         gradient_accumulation_steps=options.gradient_accumulation_steps,
         loss_scale_manager=loss_scale, optimizer_name=options.optimizer,
-        poly_power=options.poly_power, start_warmup_step=options.start_warmup_step)
+        poly_power=options.poly_power, start_warmup_step=options.start_warmup_step,
+        # LAMB's update is an XLA loop where the model's kernels are.
+        fused_update=(None if options.fused_ops is None
+                      else options.fused_ops != bert_ops.FusedOps()))
 
 
 def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,

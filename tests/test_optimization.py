@@ -236,10 +236,12 @@ def test_create_optimizer_matches_numpy_over_several_steps():
         assert max(norms) > 1.5
 
 
-def test_lamb_matches_numpy_over_several_steps():
+@pytest.mark.parametrize("fused", [True, False])
+def test_lamb_matches_numpy_over_several_steps(fused):
     """LAMB through create_optimizer against `np_lamb_step`: six updates with
     clipping, the exclusions, a warm-up that starts at step 1 and a decay of
-    power 2; one decayed kernel starts at zeros (ratio 1 at first)."""
+    power 2; one decayed kernel starts at zeros (ratio 1 at first). Both
+    builds of the update: one XLA loop per variable, and separate ops."""
     rng = np.random.RandomState(3)
     schedule = dict(poly_power=2.0, start_warmup_step=1)
     with tf.Graph().as_default(), tf.Session() as sess:
@@ -249,8 +251,12 @@ def test_lamb_matches_numpy_over_several_steps():
                    tf.gradients(loss, [variables[n] for n in names])]
         train_op = optimization.create_optimizer(
             loss, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS, use_tpu=False,
-            optimizer_name="lamb", **schedule)
+            optimizer_name="lamb", fused_update=fused, **schedule)
         global_step = tf.train.get_global_step()
+        # The fused build calls a compiled function for each variable.
+        calls = [op for op in tf.get_default_graph().get_operations()
+                 if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+        assert len(calls) == (len(variables) if fused else 0)
         sess.run(tf.global_variables_initializer())
 
         # The slots have AdamWeightDecayOptimizer's names.
