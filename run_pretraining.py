@@ -75,6 +75,12 @@ flags.DEFINE_float(
     "With --eval_file: stop training at the first evaluation whose "
     "masked_lm_accuracy is at least this (e.g. 0.72); 0: never stop early.")
 
+flags.DEFINE_integer(
+    "input_seed", 0,
+    "If not 0: the seed of the training input's order (files, interleaving "
+    "and record shuffle), the same in every run; 0: an unseeded order, read "
+    "as fast as the readers deliver (the original's).")
+
 START_RESULTS_FILE = "eval_results_at_start.txt"
 # TensorBoard folder of the evaluations during training, with the number of
 # training examples seen as the step (to compare runs of different batch
@@ -305,7 +311,8 @@ def input_fn_builder(input_files,
                      max_seq_length,
                      max_predictions_per_seq,
                      is_training,
-                     num_cpu_threads=4):
+                     num_cpu_threads=4,
+                     seed=None):
     """Builds the `input_fn` reading pre-training records for the runner.
 
     Args:
@@ -316,6 +323,15 @@ def input_fn_builder(input_files,
         repeated forever; otherwise in order, repeated (evaluation runs a
         fixed number of steps).
       num_cpu_threads: parallel file readers and record parsers.
+      seed: training only: an int fixes the order of the files, of the
+        interleaved records and of the record shuffle; None: unseeded, and
+        records taken as the readers deliver them.
+
+    Several workers (params[runtime.INPUT_PIPELINE] = (n, i), set by the
+    runner under multi_worker_mirrored): with at least n files, worker i
+    reads only files i, i + n, i + 2n, ... of `input_files` and says so
+    (params[runtime.INPUT_SHARDED]); with fewer, every worker reads all of
+    them and the runner gives each every n-th batch.
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of the
@@ -329,15 +345,22 @@ def input_fn_builder(input_files,
     def input_fn(params):
         """See input_fn_builder."""
         if is_training:
-            d = tf.data.Dataset.from_tensor_slices(tf.constant(input_files))
-            d = d.repeat().shuffle(buffer_size=len(input_files))
-            # Records of several files at once, taken in whatever order the
-            # readers deliver them (like the original's "sloppy" interleave):
-            # faster, and more mixing on top of the shuffles.
-            readers = min(num_cpu_threads, len(input_files))
+            files = list(input_files)
+            num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
+            if num_pipelines > 1 and len(files) >= num_pipelines:
+                # Distinct files for each worker: none reads another's.
+                files = files[index::num_pipelines]
+                params[runtime.INPUT_SHARDED] = True
+            d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+            d = d.repeat().shuffle(buffer_size=len(files), seed=seed)
+            # Records of several files at once. Unseeded, taken in whatever
+            # order the readers deliver them (like the original's "sloppy"
+            # interleave): faster, and more mixing on top of the shuffles.
+            # Seeded, in a fixed rotation over the open files.
+            readers = min(num_cpu_threads, len(files))
             d = d.interleave(tf.data.TFRecordDataset, cycle_length=readers,
-                             num_parallel_calls=readers, deterministic=False)
-            d = d.shuffle(buffer_size=100)
+                             num_parallel_calls=readers, deterministic=seed is not None)
+            d = d.shuffle(buffer_size=100, seed=seed)
         else:
             # Evaluation runs --max_eval_steps batches: repeating the input
             # means it never runs out.
@@ -678,7 +701,7 @@ def main(_):
     def input_fn(is_training):
         return input_fn_builder(input_files if is_training else eval_files,
                                 FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                                is_training=is_training)
+                                is_training=is_training, seed=FLAGS.input_seed or None)
 
     evaluated = None
     if FLAGS.do_train:

@@ -16,6 +16,7 @@ from absl.testing import flagsaver
 import modeling
 import run_common
 import run_pretraining
+import runtime
 import tiny
 
 FLAGS = flags.FLAGS
@@ -305,6 +306,63 @@ def test_input_fn_decodes_records_as_int32_batches(tmp_path):
     seen = {tuple(row) for b in batches for row in b["input_ids"]}
     assert seen <= written
     assert len(seen) > 4
+
+
+def _tagged_files(directory, num_files, records_per_file):
+    """Files whose records say where they come from: input_ids[1] is
+    5 + the file's index, input_ids[2] 5 + the record's index."""
+    paths = []
+    for f in range(num_files):
+        instances = make_instances(records_per_file, seed=f)
+        for r, instance in enumerate(instances):
+            instance["input_ids"][1] = 5 + f
+            instance["input_ids"][2] = 5 + r
+        paths.append(write_records(str(directory / ("part-%02d.tfrecord" % f)), instances))
+    return paths
+
+
+def _read(files, params, count, seed=None):
+    """(file index, record index) of `count` batches of 4 of the training
+    input_fn, with `params` (a copy is passed and returned)."""
+    params = dict(params, batch_size=4)
+    input_fn = run_pretraining.input_fn_builder(files, SEQ, PRED, is_training=True,
+                                                seed=seed)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        next_batch = tf.data.make_one_shot_iterator(input_fn(params)).get_next()
+        ids = [sess.run(next_batch["input_ids"]) for _ in range(count)]
+    return [(int(row[1]) - 5, int(row[2]) - 5) for batch in ids for row in batch], params
+
+
+def test_workers_read_distinct_files(tmp_path):
+    """With several input pipelines (workers), each reads only its own files,
+    every n-th of the list, and tells the runner so; with fewer files than
+    workers each reads all (the runner then shards the batches)."""
+    files = _tagged_files(tmp_path, 4, 6)
+    seen = {}
+    for index in range(2):
+        read, params = _read(files, {runtime.INPUT_PIPELINE: (2, index)}, 12)
+        assert params[runtime.INPUT_SHARDED] is True
+        seen[index] = {f for f, _ in read}
+    assert seen == {0: {0, 2}, 1: {1, 3}}
+    read, params = _read(files[:1], {runtime.INPUT_PIPELINE: (2, 1)}, 3)
+    assert runtime.INPUT_SHARDED not in params
+    assert {f for f, _ in read} == {0}
+    # One pipeline (one process): every file.
+    read, params = _read(files, {}, 12)
+    assert runtime.INPUT_SHARDED not in params and {f for f, _ in read} == {0, 1, 2, 3}
+
+
+def test_input_seed_fixes_the_training_order(tmp_path):
+    files = _tagged_files(tmp_path, 4, 6)
+    first, _ = _read(files, {runtime.INPUT_PIPELINE: (2, 0)}, 15, seed=7)
+    again, _ = _read(files, {runtime.INPUT_PIPELINE: (2, 0)}, 15, seed=7)
+    other, _ = _read(files, {runtime.INPUT_PIPELINE: (2, 0)}, 15, seed=8)
+    assert first == again
+    assert first != other
+    # Interleaved: the first batches already mix both of the worker's files.
+    assert {f for f, _ in first[:12]} == {0, 2}
+    # Repeated: more records read (60) than the two files hold (12).
+    assert len(set(first)) == 12
 
 
 # ---------------------------------------------------------------------------
