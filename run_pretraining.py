@@ -78,8 +78,9 @@ flags.DEFINE_float(
 flags.DEFINE_integer(
     "input_seed", 0,
     "If not 0: the seed of the training input's order (files, interleaving "
-    "and record shuffle), the same in every run; 0: an unseeded order, read "
-    "as fast as the readers deliver (the original's).")
+    "and record shuffle), the same in every run; training that starts at "
+    "step k (resumed, or after an evaluation) uses this + k. 0: an unseeded "
+    "order, read as fast as the readers deliver (the original's).")
 
 START_RESULTS_FILE = "eval_results_at_start.txt"
 # TensorBoard folder of the evaluations during training, with the number of
@@ -351,6 +352,9 @@ def input_fn_builder(input_files,
                 # Distinct files for each worker: none reads another's.
                 files = files[index::num_pipelines]
                 params[runtime.INPUT_SHARDED] = True
+                tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
+                                "from %s", index, num_pipelines, len(files),
+                                len(input_files), os.path.basename(files[0]))
             d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
             d = d.repeat().shuffle(buffer_size=len(files), seed=seed)
             # Records of several files at once. Unseeded, taken in whatever
@@ -567,10 +571,12 @@ def write_summaries(directory, step, values):
         writer.close()
 
 
-def train_with_evaluation(estimator, train_input_fn, eval_input_fn, examples_per_step):
+def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_per_step):
     """Trains to --num_train_steps, evaluating on --eval_file at the
     `evaluation_steps`, and stops at the first evaluation whose
     masked_lm_accuracy reaches --stop_threshold (when set).
+    `train_input_fn_at(step)` is the training input_fn of a segment that
+    starts at global step `step`.
 
     Each evaluation is logged and written to TensorBoard (output_dir/eval by
     step, output_dir/eval_by_examples by examples seen); the last one to
@@ -587,7 +593,8 @@ def train_with_evaluation(estimator, train_input_fn, eval_input_fn, examples_per
     done, _ = runtime_latest_step(FLAGS.output_dir)
     checkpoint, result = None, None
     for target in [step for step in steps if step > done] or steps[-1:]:
-        estimator.train(input_fn=train_input_fn, max_steps=target)
+        estimator.train(input_fn=train_input_fn_at(done), max_steps=target)
+        done = target
         checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
         result = dict(estimator.evaluate(input_fn=eval_input_fn, steps=FLAGS.max_eval_steps,
                                          checkpoint_path=checkpoint))
@@ -698,10 +705,18 @@ def main(_):
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size)
 
-    def input_fn(is_training):
+    def input_fn(is_training, start_step=None):
+        # A seeded run that starts at a later step (a resumed run, or the
+        # training after an evaluation) takes the seed plus that step: the
+        # same seed again would read the records already trained on.
+        seed = None
+        if FLAGS.input_seed:
+            if start_step is None:
+                start_step = runtime_latest_step(FLAGS.output_dir)[0]
+            seed = FLAGS.input_seed + start_step
         return input_fn_builder(input_files if is_training else eval_files,
                                 FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                                is_training=is_training, seed=FLAGS.input_seed or None)
+                                is_training=is_training, seed=seed)
 
     evaluated = None
     if FLAGS.do_train:
@@ -712,7 +727,7 @@ def main(_):
         run_common.log_training(options, [], FLAGS.num_train_steps)
         if FLAGS.eval_file:
             evaluated = train_with_evaluation(
-                estimator, input_fn(True), input_fn(False),
+                estimator, lambda step: input_fn(True, step), input_fn(False),
                 FLAGS.train_batch_size * options.gradient_accumulation_steps)
         else:
             estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)

@@ -756,7 +756,9 @@ _FINE_TUNING_HELP = ("data_dir", "train_file", "dev_file", "test_file", "export_
 _HELP_FLAGS = {
     "run_pretraining.py": ("input_file", "output_dir", "num_train_steps", "fused_ops",
                            "max_predictions_per_seq", "optimizer", "poly_power",
-                           "start_warmup_step", "log_every_seconds"),
+                           "start_warmup_step", "eval_file", "samples_between_eval",
+                           "samples_start_eval", "stop_threshold", "input_seed",
+                           "log_every_seconds"),
     "run_classifier.py": _FINE_TUNING_HELP + ("task_name", "labels", "text_column"),
     "run_squad.py": ("train_file", "predict_file", "doc_stride", "output_dir", "fused_ops",
                      "version_2_with_negative", "optimizer", "log_every_seconds"),

@@ -9,6 +9,7 @@ TF_CONFIG must be set before TensorFlow starts); all use loopback ports only
 and a bounded timeout.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -112,3 +113,49 @@ def test_multi_worker_two_processes_on_localhost(reference):
 def test_multi_worker_refused_by_the_session_runner():
     with pytest.raises(runtime.ConfigError, match="multi_worker_mirrored needs the Estimator"):
         runtime.make_distribution_strategy("multi_worker_mirrored")
+
+
+@pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "
+                    "Estimator (TensorFlow 2.15)")
+def test_pretraining_workers_read_distinct_files(tmp_path):
+    """run_pretraining.py with two localhost workers and four input files:
+    each worker reads its own two (files 0, 2 and 1, 3), both train with
+    LAMB, and the chief writes the checkpoint."""
+    import test_run_pretraining as pre
+    import tiny
+
+    tiny.write_vocab(str(tmp_path), ["w%d" % i for i in range(pre.NUM_WORDS)])
+    config = tiny.write_config(str(tmp_path), pre.VOCAB_SIZE)
+    for i in range(4):
+        pre.write_records(str(tmp_path / ("part-%02d.tfrecord" % i)),
+                          pre.make_instances(16, seed=i))
+    ports = _free_ports(2)
+    output_dir = tmp_path / "out"
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps({
+            "cluster": {"worker": ["localhost:%d" % p for p in ports]},
+            "task": {"type": "worker", "index": index}}))
+        workers.append(subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "run_pretraining.py"),
+             "--bert_config_file=%s" % config,
+             "--input_file=%s" % (tmp_path / "part-*.tfrecord"),
+             "--output_dir=%s" % output_dir, "--do_train", "--max_seq_length=%d" % pre.SEQ,
+             "--max_predictions_per_seq=%d" % pre.PRED, "--train_batch_size=8",
+             "--num_train_steps=2", "--num_warmup_steps=0", "--optimizer=lamb",
+             "--input_seed=3", "--distribution_strategy=multi_worker_mirrored"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for worker in workers:
+        try:
+            output, _ = worker.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate()
+            pytest.fail("worker timed out:\n" + output[-3000:])
+        assert worker.returncode == 0, output[-3000:]
+        outputs.append(output)
+    for index, output in enumerate(outputs):
+        assert ("Input pipeline %d of 2 reads 2 of the 4 input files, from part-%02d.tfrecord"
+                % (index, index)) in output, output[-3000:]
+    assert (output_dir / "model.ckpt-2.index").exists()

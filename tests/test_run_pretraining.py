@@ -365,6 +365,30 @@ def test_input_seed_fixes_the_training_order(tmp_path):
     assert len(set(first)) == 12
 
 
+def test_seeded_training_segments_continue_rather_than_repeat(setup, tmp_path, monkeypatch):
+    """With --input_seed, each training segment (between evaluations, or a
+    resumed run) is seeded with the seed plus its starting step, so it does
+    not read the records of the previous segment again."""
+    seeds = []
+    builder = run_pretraining.input_fn_builder
+
+    def recording_builder(*args, **kwargs):
+        if kwargs.get("is_training"):
+            seeds.append(kwargs.get("seed"))
+        return builder(*args, **kwargs)
+
+    monkeypatch.setattr(run_pretraining, "input_fn_builder", recording_builder)
+    output_dir = str(tmp_path / "seeded")
+    run_main(**base_flags(setup, output_dir, do_train=True, eval_file=setup["data"],
+                          samples_between_eval=32, num_train_steps=4, num_warmup_steps=0,
+                          max_eval_steps=1, input_seed=3))
+    assert seeds == [3, 5]
+    # Resumed (a longer run in the same folder): from step 4.
+    run_main(**base_flags(setup, output_dir, do_train=True, num_train_steps=5,
+                          num_warmup_steps=0, input_seed=3))
+    assert seeds == [3, 5, 7]
+
+
 # ---------------------------------------------------------------------------
 # Input checking: clear errors naming the flag and file at fault.
 
