@@ -220,7 +220,8 @@ _SHARED_FLAGS = {
         "they are faster; none on GPUs), all, none, or a comma-separated list of "
         "gelu, layer_norm, dropout. Same values to float rounding (fused dropout "
         "draws 16 random bits per value). Exports and TPU computations always "
-        "use the separate ops."),
+        "use the separate ops. Unless none, --optimizer=lamb's update is "
+        "compiled too, where no GPU is visible."),
     # Fine-tuning data, prediction and export.
     "data_dir": (
         flags.DEFINE_string, None,
