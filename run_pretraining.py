@@ -6,7 +6,11 @@ Flags, variable names (`cls/predictions/*` and `cls/seq_relationship/*`, so
 that Google's pre-trained checkpoints restore completely) and output files
 (checkpoints and eval_results.txt in --output_dir) are those of Google's
 original run_pretraining.py. Beyond it: --eval_at_start, evaluation of a
-fresh --output_dir, and the input files checked before training starts.
+fresh --output_dir, and the input files checked before training starts;
+evaluation during training on --eval_file with a stop at a target accuracy
+(--stop_threshold); distinct input files for each worker of several, and a
+seeded input order (--input_seed). The training options (run_common),
+--optimizer=lamb among them, apply as in every training script.
 """
 
 import os
@@ -590,7 +594,7 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
     started = time.time()
     steps = evaluation_steps(FLAGS.num_train_steps, examples_per_step,
                              FLAGS.samples_start_eval, FLAGS.samples_between_eval)
-    done, _ = runtime_latest_step(FLAGS.output_dir)
+    done, _ = latest_step(FLAGS.output_dir)
     checkpoint, result = None, None
     for target in [step for step in steps if step > done] or steps[-1:]:
         estimator.train(input_fn=train_input_fn_at(done), max_steps=target)
@@ -625,7 +629,7 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
     return checkpoint
 
 
-def runtime_latest_step(output_dir):
+def latest_step(output_dir):
     """(global step, path) of the latest checkpoint in `output_dir`; (0,
     None) without one."""
     checkpoint = tf.train.latest_checkpoint(output_dir)
@@ -712,7 +716,7 @@ def main(_):
         seed = None
         if FLAGS.input_seed:
             if start_step is None:
-                start_step = runtime_latest_step(FLAGS.output_dir)[0]
+                start_step = latest_step(FLAGS.output_dir)[0]
             seed = FLAGS.input_seed + start_step
         return input_fn_builder(input_files if is_training else eval_files,
                                 FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
