@@ -446,12 +446,12 @@ class LambOptimizer(AdamWeightDecayOptimizer):
     ``w = w - lr * ratio * r`` with ``ratio = |w| / |r|`` (L2 norms over the
     whole variable) when both norms are positive, else 1. Variables matching
     `exclude_from_weight_decay` get neither the decay term nor the ratio
-    (ratio 1), as in the MLPerf reference.
+    (ratio 1).
 
     The slots are ``<name>/adam_m`` and ``<name>/adam_v``, the names and
-    meaning of `AdamWeightDecayOptimizer`'s (and of LAMB checkpoints of the
-    MLPerf reference): the moments themselves are the same running averages,
-    stored without the bias correction, which is applied when they are used.
+    meaning of `AdamWeightDecayOptimizer`'s: the moments themselves are the
+    same running averages, stored without the bias correction, which is
+    applied when they are used.
 
     Args:
       learning_rate: float or scalar float tensor.
@@ -462,9 +462,10 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         XLA-compiled loop (True), or as separate TensorFlow ops (False);
         None: fused where no GPU is visible (as bert_ops' "auto"). Same
         values to float rounding. On a CPU every separate element-wise op
-        reads and writes the whole variable, which made the update about
-        4x as long as AdamWeightDecayOptimizer's fused kernel. Never fused
-        inside an XLA context (a TPU computation).
+        reads and writes the whole variable: a BERT-Base training step on
+        one thread took 1.11x AdamW's CPU time written out, 1.05x fused
+        (benchmarks/RESULTS.md). Never fused inside an XLA context (a TPU
+        computation).
       weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
         name: as for `AdamWeightDecayOptimizer`.
     """
