@@ -21,33 +21,73 @@ Differences, all deliberate:
   peak training memory by about 0.4 GB.
 * ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
   of several micro-batches before one update.
+
+Beyond the original, for pre-training with large batches: the LAMB optimizer
+(`LambOptimizer`, ``optimizer_name="lamb"``), and a schedule with a
+polynomial decay of any power and a warm-up that may start at a later step
+(``poly_power``, ``start_warmup_step``; the keyword names of the MLPerf
+reference). Their defaults give the original's optimizer and schedule.
 """
 
 import re
 
 import tensorflow.compat.v1 as tf
+from tensorflow.python.ops import control_flow_util
+
+import bert_ops
 
 
-def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps):
+def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps,
+                           poly_power=1.0, start_warmup_step=0):
     """The learning rate at `global_step` (a scalar integer tensor).
 
-    Linear warm-up from 0 to `init_lr` over `num_warmup_steps`, then linear
-    decay from `init_lr` to 0 at `num_train_steps` (both counted in optimizer
-    updates). Exactly the original's formula: during warm-up
-    ``init_lr * step / num_warmup_steps``, after it
-    ``init_lr * (1 - min(step, num_train_steps) / num_train_steps)``.
+    Linear warm-up from 0 to `init_lr` over `num_warmup_steps`, then
+    polynomial decay from `init_lr` to 0 at `num_train_steps` (both counted
+    in optimizer updates):
+    ``init_lr * (1 - min(step, num_train_steps) / num_train_steps) ** poly_power``.
+    With the defaults this is exactly the original's formula (linear decay;
+    during warm-up ``init_lr * step / num_warmup_steps``).
+
+    `start_warmup_step` moves the warm-up only: it runs while
+    ``step - start_warmup_step < num_warmup_steps`` at
+    ``init_lr * (step - start_warmup_step) / num_warmup_steps``, so a run
+    that continues an earlier run's global step can warm up again from where
+    it starts; the decay still counts from step 0. Steps before
+    `start_warmup_step` get a rate of 0 (the MLPerf reference, whose keyword
+    names these are, would give them a negative one).
+
+    Args:
+      global_step: scalar integer tensor, the optimizer updates done.
+      init_lr: peak learning rate (float).
+      num_train_steps: positive int, where the rate reaches 0.
+      num_warmup_steps: int (0 or None: no warm-up).
+      poly_power: positive float, the power of the decay (1.0: linear).
+      start_warmup_step: int, the global step at which the warm-up begins.
 
     Returns:
       float32 scalar tensor.
     """
     if num_train_steps <= 0:
         raise ValueError("num_train_steps must be positive, got %r" % (num_train_steps,))
+    if not poly_power > 0:
+        raise ValueError("poly_power must be positive, got %r" % (poly_power,))
     step = tf.cast(global_step, tf.float32)
-    decayed = init_lr * (1.0 - tf.minimum(step, float(num_train_steps)) / float(num_train_steps))
+    remaining = 1.0 - tf.minimum(step, float(num_train_steps)) / float(num_train_steps)
+    # (Only a non-default power adds an op: the default graph stays the
+    # original's, op for op.)
+    if poly_power != 1.0:
+        remaining = tf.pow(remaining, float(poly_power))
+    decayed = init_lr * remaining
     if not num_warmup_steps:
         return decayed
-    warmup = init_lr * (step / float(num_warmup_steps))
-    is_warmup = tf.cast(tf.cast(global_step, tf.int32) < int(num_warmup_steps), tf.float32)
+    warmup_step = tf.cast(global_step, tf.int32)
+    if start_warmup_step:
+        warmup_step -= int(start_warmup_step)
+        warmup = tf.maximum(init_lr * (tf.cast(warmup_step, tf.float32)
+                                       / float(num_warmup_steps)), 0.0)
+    else:
+        warmup = init_lr * (step / float(num_warmup_steps))
+    is_warmup = tf.cast(warmup_step < int(num_warmup_steps), tf.float32)
     return (1.0 - is_warmup) * decayed + is_warmup * warmup
 
 
@@ -59,9 +99,16 @@ _NO_DECAY_PATTERNS = ["LayerNorm", "layer_norm", "bias"]
 _CLIP_NORM = 1.0
 
 
+# The values of `create_optimizer`'s `optimizer_name` (and of --optimizer).
+OPTIMIZERS = ("adamw", "lamb")
+
+
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
-                     gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None):
-    """Builds the op of one training step of `loss` with BERT's optimizer.
+                     gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None,
+                     optimizer_name="adamw", poly_power=1.0, start_warmup_step=0,
+                     fused_update=None):
+    """Builds the op of one training step of `loss` with BERT's optimizer
+    (or LAMB).
 
     Args:
       loss: float32 scalar loss tensor.
@@ -82,19 +129,38 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         unscaled, and a step with non-finite gradients is skipped (its
         learning-rate step is not consumed).
       tvars: variables to train (default: all trainable variables).
+      optimizer_name: "adamw" (`AdamWeightDecayOptimizer`, the original's)
+        or "lamb" (`LambOptimizer`, for large batches); both with the same
+        hyperparameters, exclusions, clipping and schedule.
+      poly_power, start_warmup_step: the schedule's decay power and the
+        step its warm-up begins at (see `learning_rate_schedule`).
+      fused_update: LAMB only: compute each variable's update as one
+        XLA-compiled loop (`LambOptimizer`'s `fused`); None: where no GPU
+        is visible. Never with `use_tpu` (the TPU compiler fuses by itself).
 
     Returns:
       The train op. Running it once performs one forward/backward pass and,
       when due, one update and one increment of the global step.
     """
+    if optimizer_name not in OPTIMIZERS:
+        raise ValueError("optimizer_name must be one of %s, got %r"
+                         % (", ".join(OPTIMIZERS), optimizer_name))
     global_step = tf.train.get_or_create_global_step()
     learning_rate = learning_rate_schedule(global_step, init_lr, num_train_steps,
-                                           num_warmup_steps)
+                                           num_warmup_steps, poly_power=poly_power,
+                                           start_warmup_step=start_warmup_step)
     # Fine-tuning uses the pre-training optimizer too. Its m/v slots start
     # at zero: init_checkpoint restores the weights only.
-    optimizer = AdamWeightDecayOptimizer(
-        learning_rate, weight_decay_rate=_WEIGHT_DECAY_RATE, beta_1=0.9, beta_2=0.999,
-        epsilon=1e-6, exclude_from_weight_decay=_NO_DECAY_PATTERNS)
+    hyperparameters = dict(weight_decay_rate=_WEIGHT_DECAY_RATE, beta_1=0.9, beta_2=0.999,
+                           epsilon=1e-6, exclude_from_weight_decay=_NO_DECAY_PATTERNS)
+    if optimizer_name == "lamb":
+        # LAMB's bias correction needs the update's number t, from 1: the
+        # global step counts updates (and is checkpointed), so a resumed run
+        # continues with the right t and no extra counter is needed.
+        optimizer = LambOptimizer(learning_rate, step=global_step + 1,
+                                  fused=False if use_tpu else fused_update, **hyperparameters)
+    else:
+        optimizer = AdamWeightDecayOptimizer(learning_rate, **hyperparameters)
     if use_tpu:
         optimizer = tf.tpu.CrossShardOptimizer(optimizer)
 
@@ -366,3 +432,186 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     def _get_variable_name(self, param_name):
         """`param_name` without a tensor's ":<index>" suffix."""
         return _variable_name(param_name)
+
+
+class LambOptimizer(AdamWeightDecayOptimizer):
+    """LAMB: Adam with bias correction and decoupled weight decay, whose step
+    for each variable is rescaled to the size of the variable (a per-variable
+    trust ratio), which keeps large learning rates, and so large batches,
+    stable.
+
+    For each variable w with gradient g, at update t (from 1):
+    ``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g^2``,
+    ``r = (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * w``,
+    ``w = w - lr * ratio * r`` with ``ratio = |w| / |r|`` (L2 norms over the
+    whole variable) when both norms are positive, else 1. Variables matching
+    `exclude_from_weight_decay` get neither the decay term nor the ratio
+    (ratio 1).
+
+    The slots are ``<name>/adam_m`` and ``<name>/adam_v``, the names and
+    meaning of `AdamWeightDecayOptimizer`'s: the moments themselves are the
+    same running averages, stored without the bias correction, which is
+    applied when they are used.
+
+    Args:
+      learning_rate: float or scalar float tensor.
+      step: the update's number t, counted from 1 (scalar tensor, any
+        numeric type); None: the global step + 1, read when the update is
+        built.
+      fused: compute each variable's moments, direction and norms in one
+        XLA-compiled loop (True), or as separate TensorFlow ops (False);
+        None: fused where no GPU is visible (as bert_ops' "auto"). Same
+        values to float rounding. On a CPU every separate element-wise op
+        reads and writes the whole variable: a BERT-Base training step on
+        one thread took 1.11x AdamW's CPU time written out, 1.05x fused
+        (benchmarks/RESULTS.md). Never fused inside an XLA context (a TPU
+        computation).
+      weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
+        name: as for `AdamWeightDecayOptimizer`.
+    """
+
+    def __init__(self,
+                 learning_rate,
+                 step=None,
+                 fused=None,
+                 weight_decay_rate=0.0,
+                 beta_1=0.9,
+                 beta_2=0.999,
+                 epsilon=1e-6,
+                 exclude_from_weight_decay=None,
+                 name="LambOptimizer"):
+        super().__init__(learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
+                         beta_2=beta_2, epsilon=epsilon,
+                         exclude_from_weight_decay=exclude_from_weight_decay, name=name)
+        self.step = step
+        self.fused = fused
+
+    def _prepare(self):
+        super()._prepare()
+        step = self.step
+        if step is None:
+            step = tf.train.get_or_create_global_step() + 1
+        t = tf.cast(step, tf.float32)
+        # Once per update rather than once per variable. With
+        # s = sqrt(1 - b2^t) / (1 - b1^t) and eps' = eps * sqrt(1 - b2^t),
+        # the bias-corrected direction (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+        # equals s * m / (sqrt(v) + eps'): one multiplication of a whole
+        # variable fewer, and s goes into the scalar rate instead.
+        v_correction = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, tf.float32), t))
+        self._scale = v_correction / (1.0 - tf.pow(tf.constant(self.beta_1, tf.float32), t))
+        self._epsilon_hat = self.epsilon * v_correction
+
+    def _rate(self, decayed, w_norm=None, d_norm=None):
+        """The scalar rate of ``w -= rate * d`` (d = r / s, see `_prepare`):
+        lr * s for an excluded variable or where a norm is 0 (ratio 1), else
+        lr * ratio * s with ratio = |w| / |r| = |w| / (s |d|), i.e.
+        lr * |w| / |d|."""
+        if not decayed:
+            return self._lr_t * self._scale
+        both_positive = tf.logical_and(w_norm > 0.0, d_norm > 0.0)
+        # (The quotient's divisor is made 1 where it is not used, so that no
+        # inf or nan is computed even in the branch tf.where discards.)
+        trusted = self._lr_t * w_norm / tf.where(both_positive, d_norm, tf.ones_like(d_norm))
+        return tf.where(both_positive, trusted, self._lr_t * self._scale)
+
+    def _direction_and_rate(self, m_t, v_t, weights, var_name):
+        """The update of one variable as (d, rate), w -= rate * d, written
+        out as separate ops.
+
+        Args:
+          m_t, v_t: the updated moments, shaped like the variable.
+          weights: the variable's value before the update.
+          var_name: its name, for the exclusions.
+
+        Returns:
+          (d, rate): d shaped like the variable, rate a float32 scalar.
+        """
+        d = m_t / (tf.sqrt(v_t) + self._epsilon_hat)
+        if not self._do_use_weight_decay(var_name):
+            return d, self._rate(False)
+        d += (self.weight_decay_rate / self._scale) * weights
+        # (l2_loss is sum(x^2) / 2 in one kernel, with no squared copy.)
+        return d, self._rate(True, tf.sqrt(2.0 * tf.nn.l2_loss(weights)),
+                             tf.sqrt(2.0 * tf.nn.l2_loss(d)))
+
+    def _fused_here(self):
+        """Whether an update built now runs as one XLA loop (`fused`)."""
+        fused = self.fused
+        if fused is None:
+            fused = bert_ops.choose_fused_ops("auto") != bert_ops.FusedOps()
+        if not fused:
+            return False
+        context = tf.get_default_graph()._get_control_flow_context()  # pylint: disable=protected-access
+        return not control_flow_util.GetContainingXLAContext(context)
+
+    def _resource_apply_dense(self, grad, var):
+        """Moments updated, then ``w -= rate * d`` in one kernel.
+        Transient memory: d and the new moments (or, written out, the
+        moments' arithmetic), the size of this one variable."""
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
+        decayed = self._do_use_weight_decay(self._get_variable_name(var.name))
+        weights = None
+        if decayed:
+            # The weights are read once `grad` exists, after the backward
+            # pass (see AdamWeightDecayOptimizer._resource_apply_dense).
+            with tf.control_dependencies([grad]):
+                weights = var.read_value()
+        if self._fused_here():
+            scalars = (tf.constant(1.0 - self.beta_1, tf.float32),
+                       tf.constant(1.0 - self.beta_2, tf.float32), self._epsilon_hat)
+            if decayed:
+                m_t, v_t, d, d_squares, w_squares = _fused_lamb_decayed(
+                    grad, m.read_value(), v.read_value(), weights, *scalars,
+                    self.weight_decay_rate / self._scale)
+                rate = self._rate(True, tf.sqrt(w_squares), tf.sqrt(d_squares))
+            else:
+                m_t, v_t, d = _fused_lamb_moments(grad, m.read_value(), v.read_value(),
+                                                  *scalars)
+                rate = self._rate(False)
+            deps = [m.assign(m_t, read_value=False), v.assign(v_t, read_value=False)]
+        else:
+            m_t = m.assign_add((grad - m.read_value()) * (1.0 - self.beta_1))
+            v_t = v.assign_add((tf.square(grad) - v.read_value()) * (1.0 - self.beta_2))
+            d, rate = self._direction_and_rate(m_t, v_t, weights,
+                                               self._get_variable_name(var.name))
+            deps = []
+        with tf.control_dependencies(deps):
+            return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate,
+                                                           delta=d, use_locking=False)
+
+    def _apply_dense(self, grad, var):
+        """The same update for reference (non-resource) variables."""
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
+        new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+        new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+        d, rate = self._direction_and_rate(new_m, new_v, tf.identity(var),
+                                           self._get_variable_name(var.name))
+        return tf.group(var.assign(var - rate * d), m.assign(new_m), v.assign(new_v))
+
+
+def _lamb_moments_and_direction(grad, m, v, one_minus_beta_1, one_minus_beta_2, epsilon_hat):
+    """LAMB's new moments and undecayed direction m / (sqrt(v) + eps'), all
+    shaped like `grad` (see `LambOptimizer._prepare`)."""
+    m_t = m + (grad - m) * one_minus_beta_1
+    v_t = v + (grad * grad - v) * one_minus_beta_2
+    return m_t, v_t, m_t / (tf.sqrt(v_t) + epsilon_hat)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _fused_lamb_moments(grad, m, v, one_minus_beta_1, one_minus_beta_2, epsilon_hat):
+    """`_lamb_moments_and_direction` as one XLA loop: (m_t, v_t, d)."""
+    return _lamb_moments_and_direction(grad, m, v, one_minus_beta_1, one_minus_beta_2,
+                                       epsilon_hat)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _fused_lamb_decayed(grad, m, v, weights, one_minus_beta_1, one_minus_beta_2,
+                        epsilon_hat, decay):
+    """The same with the decay term d += decay * weights, and the sums of
+    squares of d and of the weights (scalars), in one XLA loop."""
+    m_t, v_t, d = _lamb_moments_and_direction(grad, m, v, one_minus_beta_1,
+                                              one_minus_beta_2, epsilon_hat)
+    d = d + decay * weights
+    return m_t, v_t, d, tf.reduce_sum(d * d), tf.reduce_sum(weights * weights)

@@ -113,8 +113,8 @@ _SHARED_FLAGS = {
         flags.DEFINE_integer, 8, "Examples per prediction batch, over all devices."),
     "learning_rate": (
         flags.DEFINE_float, 5e-5,
-        "Peak learning rate of Adam, reached after the warm-up and then "
-        "decayed linearly to 0."),
+        "Peak learning rate of the optimizer, reached after the warm-up and "
+        "then decayed to 0 (linearly, unless --poly_power says otherwise)."),
     "num_train_epochs": (
         flags.DEFINE_float, 3.0, "Passes over the training data (may be fractional)."),
     "max_train_steps": (
@@ -163,6 +163,24 @@ _SHARED_FLAGS = {
         "Sum the gradients of this many micro-batches of --train_batch_size "
         "before one optimizer update (effective batch = N * train_batch_size). "
         "global_step, num_train_steps and warm-up count optimizer updates."),
+    "optimizer": (
+        flags.DEFINE_enum, "adamw",
+        "adamw: Adam with decoupled weight decay, the original's optimizer. "
+        "lamb: the same moments and decay, each variable's step scaled to the "
+        "size of its weights (per-variable trust ratio) and bias-corrected; "
+        "meant for large batches (large --train_batch_size times "
+        "--gradient_accumulation_steps, or many devices).",
+        ["adamw", "lamb"]),
+    "poly_power": (
+        flags.DEFINE_float, 1.0,
+        "Power of the learning rate's decay after the warm-up: "
+        "lr * (1 - step / num_train_steps) ** poly_power (1.0: the original's "
+        "linear decay)."),
+    "start_warmup_step": (
+        flags.DEFINE_integer, 0,
+        "Global step at which the linear warm-up begins (the rate is 0 before "
+        "it); the decay still counts from step 0. For a run that continues "
+        "an earlier one's step count and warms up again."),
     "recompute_grad": (
         flags.DEFINE_bool, False,
         "Recompute each Transformer layer's activations in the backward pass "
@@ -203,7 +221,8 @@ _SHARED_FLAGS = {
         "they are faster; none on GPUs), all, none, or a comma-separated list of "
         "gelu, layer_norm, dropout. Same values to float rounding (fused dropout "
         "draws 16 random bits per value). Exports and TPU computations always "
-        "use the separate ops."),
+        "use the separate ops. Unless none, --optimizer=lamb's update is "
+        "compiled too, where no GPU is visible."),
     # Fine-tuning data, prediction and export.
     "data_dir": (
         flags.DEFINE_string, None,
@@ -256,7 +275,8 @@ TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tp
 # (run_common.TrainingOptions).
 TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_xla",
                          "precision", "distribution_strategy", "num_gpus",
-                         "limit_memory_fragmentation", "fused_ops")
+                         "limit_memory_fragmentation", "fused_ops",
+                         "optimizer", "poly_power", "start_warmup_step")
 
 # What the fine-tuning scripts that train, evaluate and predict have in common
 # (run_classifier.py, run_ner.py, run_swag.py): the original run_classifier's

@@ -651,6 +651,10 @@ class TrainingOptions:
       use_xla: XLA auto-clustering of the whole graph.
       distribution_strategy: "none", "mirrored" or "multi_worker_mirrored".
       num_gpus: GPUs for "mirrored" (0: all).
+      optimizer: "adamw" or "lamb" (optimization.create_optimizer's
+        optimizer_name).
+      poly_power, start_warmup_step: the learning-rate schedule's decay power
+        and the step its warm-up begins at.
       length_buckets: with dynamic padding, the increasing lengths a batch
         may be padded to (the last is max_seq_length); None: every batch is
         padded to max_seq_length (see `tfrecord_input_fn`).
@@ -663,6 +667,9 @@ class TrainingOptions:
     use_xla: bool = False
     distribution_strategy: str = "none"
     num_gpus: int = 0
+    optimizer: str = "adamw"
+    poly_power: float = 1.0
+    start_warmup_step: int = 0
     length_buckets: tuple = None
 
     def model_kwargs(self):
@@ -681,6 +688,12 @@ class TrainingOptions:
             parts.append("XLA")
         if self.distribution_strategy != "none":
             parts.append("%s strategy" % self.distribution_strategy)
+        if self.optimizer != "adamw":
+            parts.append("optimizer %s" % self.optimizer)
+        if self.poly_power != 1.0:
+            parts.append("decay power %g" % self.poly_power)
+        if self.start_warmup_step:
+            parts.append("warm-up from step %d" % self.start_warmup_step)
         if self.length_buckets:
             parts.append("dynamic padding to %s" % ",".join(map(str, self.length_buckets)))
         return ", ".join(parts)
@@ -696,6 +709,8 @@ def training_options_from_flags():
     defines TRAINING_OPTION_FLAGS). Applies the process-wide ones now, before
     any session: --limit_memory_fragmentation, and XLA's start for fused
     kernels (`choose_fused_ops`)."""
+    if not FLAGS.poly_power > 0:
+        raise InputError("--poly_power=%s must be positive" % FLAGS.poly_power)
     if FLAGS.limit_memory_fragmentation:
         limit_memory_fragmentation()
     # A multi-worker strategy must configure TensorFlow's collective ops
@@ -706,7 +721,9 @@ def training_options_from_flags():
         fused_ops=choose_fused_ops(FLAGS.fused_ops, start_xla=not multi_worker),
         gradient_accumulation_steps=max(1, FLAGS.gradient_accumulation_steps or 1),
         use_xla=FLAGS.use_xla, distribution_strategy=FLAGS.distribution_strategy,
-        num_gpus=FLAGS.num_gpus, length_buckets=length_buckets_from_flags())
+        num_gpus=FLAGS.num_gpus, optimizer=FLAGS.optimizer, poly_power=FLAGS.poly_power,
+        start_warmup_step=FLAGS.start_warmup_step,
+        length_buckets=length_buckets_from_flags())
 
 
 def default_length_buckets(max_seq_length):
@@ -1027,7 +1044,8 @@ def log_features(features):
 def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                     options=None):
     """`optimization.create_optimizer` with the `TrainingOptions` `options`
-    applied (gradient accumulation, dynamic loss scaling for fp16)."""
+    applied (optimizer and schedule shape, gradient accumulation, dynamic
+    loss scaling for fp16)."""
     options = options or TrainingOptions()
     loss_scale = None
     if options.precision == "fp16":
@@ -1036,7 +1054,11 @@ def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_
     return optimization.create_optimizer(
         loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
         gradient_accumulation_steps=options.gradient_accumulation_steps,
-        loss_scale_manager=loss_scale)
+        loss_scale_manager=loss_scale, optimizer_name=options.optimizer,
+        poly_power=options.poly_power, start_warmup_step=options.start_warmup_step,
+        # LAMB's update is an XLA loop where the model's kernels are.
+        fused_update=(None if options.fused_ops is None
+                      else options.fused_ops != bert_ops.FusedOps()))
 
 
 def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,

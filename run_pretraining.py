@@ -6,10 +6,15 @@ Flags, variable names (`cls/predictions/*` and `cls/seq_relationship/*`, so
 that Google's pre-trained checkpoints restore completely) and output files
 (checkpoints and eval_results.txt in --output_dir) are those of Google's
 original run_pretraining.py. Beyond it: --eval_at_start, evaluation of a
-fresh --output_dir, and the input files checked before training starts.
+fresh --output_dir, and the input files checked before training starts;
+evaluation during training on --eval_file with a stop at a target accuracy
+(--stop_threshold); distinct input files for each worker of several, and a
+seeded input order (--input_seed). The training options (run_common),
+--optimizer=lamb among them, apply as in every training script.
 """
 
 import os
+import time
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
@@ -52,7 +57,40 @@ flags.DEFINE_bool(
     "and write eval_results_at_start.txt, to compare with eval_results.txt "
     "after training (--do_eval).")
 
+flags.DEFINE_string(
+    "eval_file", None,
+    "TFRecord file(s) of a fixed evaluation set (comma-separated files or "
+    "globs, as --input_file). With --do_train: evaluated during training "
+    "(--samples_between_eval) and at its end, each evaluation logged and "
+    "written to TensorBoard, the last one to eval_results.txt; --do_eval "
+    "evaluates it instead of --input_file.")
+
+flags.DEFINE_integer(
+    "samples_between_eval", 0,
+    "With --eval_file: training examples (optimizer steps times the batch "
+    "of one update) between two evaluations; 0: evaluate at the end only.")
+
+flags.DEFINE_integer(
+    "samples_start_eval", 0,
+    "With --eval_file: no evaluation before this many training examples.")
+
+flags.DEFINE_float(
+    "stop_threshold", 0.0,
+    "With --eval_file: stop training at the first evaluation whose "
+    "masked_lm_accuracy is at least this (e.g. 0.72); 0: never stop early.")
+
+flags.DEFINE_integer(
+    "input_seed", 0,
+    "If not 0: the seed of the training input's order (files, interleaving "
+    "and record shuffle), the same in every run; training that starts at "
+    "step k (resumed, or after an evaluation) uses this + k. 0: an unseeded "
+    "order, read as fast as the readers deliver (the original's).")
+
 START_RESULTS_FILE = "eval_results_at_start.txt"
+# TensorBoard folder of the evaluations during training, with the number of
+# training examples seen as the step (to compare runs of different batch
+# sizes).
+BY_EXAMPLES_DIR = "eval_by_examples"
 
 # ---------------------------------------------------------------------------
 # Model.
@@ -278,7 +316,8 @@ def input_fn_builder(input_files,
                      max_seq_length,
                      max_predictions_per_seq,
                      is_training,
-                     num_cpu_threads=4):
+                     num_cpu_threads=4,
+                     seed=None):
     """Builds the `input_fn` reading pre-training records for the runner.
 
     Args:
@@ -289,6 +328,15 @@ def input_fn_builder(input_files,
         repeated forever; otherwise in order, repeated (evaluation runs a
         fixed number of steps).
       num_cpu_threads: parallel file readers and record parsers.
+      seed: training only: an int fixes the order of the files, of the
+        interleaved records and of the record shuffle; None: unseeded, and
+        records taken as the readers deliver them.
+
+    Several workers (params[runtime.INPUT_PIPELINE] = (n, i), set by the
+    runner under multi_worker_mirrored): with at least n files, worker i
+    reads only files i, i + n, i + 2n, ... of `input_files` and says so
+    (params[runtime.INPUT_SHARDED]); with fewer, every worker reads all of
+    them and the runner gives each every n-th batch.
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of the
@@ -302,15 +350,25 @@ def input_fn_builder(input_files,
     def input_fn(params):
         """See input_fn_builder."""
         if is_training:
-            d = tf.data.Dataset.from_tensor_slices(tf.constant(input_files))
-            d = d.repeat().shuffle(buffer_size=len(input_files))
-            # Records of several files at once, taken in whatever order the
-            # readers deliver them (like the original's "sloppy" interleave):
-            # faster, and more mixing on top of the shuffles.
-            readers = min(num_cpu_threads, len(input_files))
+            files = list(input_files)
+            num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
+            if num_pipelines > 1 and len(files) >= num_pipelines:
+                # Distinct files for each worker: none reads another's.
+                files = files[index::num_pipelines]
+                params[runtime.INPUT_SHARDED] = True
+                tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
+                                "from %s", index, num_pipelines, len(files),
+                                len(input_files), os.path.basename(files[0]))
+            d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+            d = d.repeat().shuffle(buffer_size=len(files), seed=seed)
+            # Records of several files at once. Unseeded, taken in whatever
+            # order the readers deliver them (like the original's "sloppy"
+            # interleave): faster, and more mixing on top of the shuffles.
+            # Seeded, in a fixed rotation over the open files.
+            readers = min(num_cpu_threads, len(files))
             d = d.interleave(tf.data.TFRecordDataset, cycle_length=readers,
-                             num_parallel_calls=readers, deterministic=False)
-            d = d.shuffle(buffer_size=100)
+                             num_parallel_calls=readers, deterministic=seed is not None)
+            d = d.shuffle(buffer_size=100, seed=seed)
         else:
             # Evaluation runs --max_eval_steps batches: repeating the input
             # means it never runs out.
@@ -324,22 +382,30 @@ def input_fn_builder(input_files,
     return input_fn
 
 
-def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size):
+def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size,
+                      flag_name="input_file"):
     """Checks the framing of every input file
     (`pretraining_records.check_tfrecord_file`) and the first record of the
     first one (`check_input_file`), logging the number of records (progress
-    about every --log_every_seconds).
+    about every --log_every_seconds). `flag_name` is the flag that named
+    the files (input_file or eval_file).
+
+    Returns:
+      The number of records of all the files.
 
     Raises:
-      InputError: naming the file at fault.
+      InputError: naming the flag and the file at fault.
     """
-    progress = run_common.Progress("Checking the input files", len(input_files), "files")
+    what = "input" if flag_name == "input_file" else "evaluation"
+    progress = run_common.Progress("Checking the %s files" % what, len(input_files), "files")
     num_records = 0
     for path in input_files:
-        num_records += pretraining_records.check_tfrecord_file("input_file", path)
+        num_records += pretraining_records.check_tfrecord_file(flag_name, path)
         progress.update()
-    tf.logging.info("%d input file(s), %d records", len(input_files), num_records)
-    check_input_file(input_files[0], max_seq_length, max_predictions_per_seq, vocab_size)
+    tf.logging.info("%d %s file(s), %d records", len(input_files), what, num_records)
+    check_input_file(input_files[0], max_seq_length, max_predictions_per_seq, vocab_size,
+                     flag_name)
+    return num_records
 
 
 def head_variable_shapes(bert_config):
@@ -357,8 +423,10 @@ def head_variable_shapes(bert_config):
     }
 
 
-def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_size):
-    """Checks the first record of `input_file` against the flags.
+def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_size,
+                     flag_name="input_file"):
+    """Checks the first record of `input_file` (named by --`flag_name`)
+    against the flags.
 
     Training would otherwise fail deep inside TensorFlow ("Key: input_ids.
     Can't parse serialized Example") or, for ids beyond the vocabulary, with
@@ -371,25 +439,25 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
         record = next(iter(tf.io.tf_record_iterator(input_file)), None)
     except tf.errors.OpError as e:
         raise run_common.InputError(
-            "--input_file: cannot read %s as TFRecord: %s" % (input_file, e.message))
+            "--%s: cannot read %s as TFRecord: %s" % (flag_name, input_file, e.message))
     if record is None:
-        raise run_common.InputError("--input_file: %s holds no records" % input_file)
+        raise run_common.InputError("--%s: %s holds no records" % (flag_name, input_file))
     try:
         example = tf.train.Example.FromString(record)
     except Exception:  # A protobuf DecodeError.
         raise run_common.InputError(
-            "--input_file: the first record of %s is not a tf.train.Example "
-            "(was it written by create_pretraining_data.py?)" % input_file)
+            "--%s: the first record of %s is not a tf.train.Example "
+            "(was it written by create_pretraining_data.py?)" % (flag_name, input_file))
     feature_map = example.features.feature
     for spec in pretraining_records.FEATURES:
         name, kind = spec.name, spec.kind
         if name not in feature_map:
             raise run_common.InputError(
-                "--input_file: the records of %s have no feature %r (was it written "
-                "by create_pretraining_data.py?)" % (input_file, name))
+                "--%s: the records of %s have no feature %r (was it written "
+                "by create_pretraining_data.py?)" % (flag_name, input_file, name))
         if feature_map[name].WhichOneof("kind") != kind + "_list":
             raise run_common.InputError(
-                "--input_file: feature %r of %s is not %s" % (name, input_file, kind))
+                "--%s: feature %r of %s is not %s" % (flag_name, name, input_file, kind))
         found = len(getattr(feature_map[name], kind + "_list").value)
         expected = spec.size(max_seq_length, max_predictions_per_seq)
         if found == expected:
@@ -397,19 +465,19 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
         if isinstance(spec.length, str):  # The name of the flag that sets it.
             flag = "--" + spec.length
             raise run_common.InputError(
-                "--input_file: feature %r of %s has length %d but %s=%d: use "
+                "--%s: feature %r of %s has length %d but %s=%d: use "
                 "the value the data was created with (%s=%d)"
-                % (name, input_file, found, flag, expected, flag, found))
+                % (flag_name, name, input_file, found, flag, expected, flag, found))
         raise run_common.InputError(
-            "--input_file: feature %r of %s has length %d, expected %d"
-            % (name, input_file, found, expected))
+            "--%s: feature %r of %s has length %d, expected %d"
+            % (flag_name, name, input_file, found, expected))
     largest_id = max(list(feature_map["input_ids"].int64_list.value)
                      + list(feature_map["masked_lm_ids"].int64_list.value))
     if largest_id >= vocab_size:
         raise run_common.InputError(
-            "--input_file: %s holds token id %d but vocab_size in --bert_config_file "
+            "--%s: %s holds token id %d but vocab_size in --bert_config_file "
             "is %d: the data was made with another vocabulary"
-            % (input_file, largest_id, vocab_size))
+            % (flag_name, input_file, largest_id, vocab_size))
 
 
 # ---------------------------------------------------------------------------
@@ -463,6 +531,139 @@ def evaluate(estimator, eval_input_fn, checkpoint_path, file_name, header):
 
 
 # ---------------------------------------------------------------------------
+# Evaluation during training, and the stop at a target accuracy.
+
+def evaluation_steps(num_train_steps, examples_per_step, samples_start_eval,
+                     samples_between_eval):
+    """The global steps after which training is evaluated.
+
+    Every `samples_between_eval` training examples (counted from 0, rounded
+    up to whole steps), none before `samples_start_eval` examples, and
+    always at `num_train_steps`.
+
+    Args:
+      num_train_steps: the last step (int > 0).
+      examples_per_step: training examples per optimizer step (int > 0).
+      samples_start_eval, samples_between_eval: ints >= 0 (the flags).
+
+    Returns:
+      Sorted list of distinct steps in [1, num_train_steps], ending with
+      num_train_steps.
+    """
+    steps = []
+    if samples_between_eval > 0:
+        samples = samples_between_eval
+        while True:
+            step = -(-samples // examples_per_step)  # ceil
+            if step >= num_train_steps:
+                break
+            if step * examples_per_step >= samples_start_eval and step not in steps:
+                steps.append(step)
+            samples += samples_between_eval
+    return steps + [num_train_steps]
+
+
+def write_summaries(directory, step, values):
+    """Writes the scalars `values` (name -> number) at `step` to a
+    TensorBoard event file in `directory`."""
+    summary = tf.Summary()
+    for key, value in sorted(values.items()):
+        summary.value.add(tag=key, simple_value=float(value))
+    with tf.Graph().as_default():
+        writer = tf.summary.FileWriter(directory)
+        writer.add_summary(summary, int(step))
+        writer.close()
+
+
+def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_per_step):
+    """Trains to --num_train_steps, evaluating on --eval_file at the
+    `evaluation_steps`, and stops at the first evaluation whose
+    masked_lm_accuracy reaches --stop_threshold (when set).
+    `train_input_fn_at(step)` is the training input_fn of a segment that
+    starts at global step `step`.
+
+    Each evaluation is logged and written to TensorBoard (output_dir/eval by
+    step, output_dir/eval_by_examples by examples seen); the last one to
+    eval_results.txt with global_step, examples_seen (global_step times
+    `examples_per_step`) and wall_time_seconds (since this call began, the
+    evaluations included), and with a stop threshold, whether it was reached.
+
+    Returns:
+      The checkpoint evaluated last.
+    """
+    started = time.time()
+    steps = evaluation_steps(FLAGS.num_train_steps, examples_per_step,
+                             FLAGS.samples_start_eval, FLAGS.samples_between_eval)
+    done, _ = latest_step(FLAGS.output_dir)
+    checkpoint, result = None, None
+    for target in [step for step in steps if step > done] or steps[-1:]:
+        estimator.train(input_fn=train_input_fn_at(done), max_steps=target)
+        done = target
+        checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
+        result = dict(estimator.evaluate(input_fn=eval_input_fn, steps=FLAGS.max_eval_steps,
+                                         checkpoint_path=checkpoint))
+        step = int(result["global_step"])
+        result["examples_seen"] = step * examples_per_step
+        result["wall_time_seconds"] = round(time.time() - started, 1)
+        reached = (FLAGS.stop_threshold > 0
+                   and result["masked_lm_accuracy"] >= FLAGS.stop_threshold)
+        tf.logging.info(
+            "Evaluation at step %d (%d examples, %s): masked_lm_accuracy = %.4f, "
+            "masked_lm_loss = %.4f%s", step, result["examples_seen"],
+            run_common.format_duration(result["wall_time_seconds"]),
+            result["masked_lm_accuracy"], result["masked_lm_loss"],
+            " (--stop_threshold=%g reached)" % FLAGS.stop_threshold if reached else "")
+        write_summaries(os.path.join(FLAGS.output_dir, BY_EXAMPLES_DIR),
+                        result["examples_seen"],
+                        {"masked_lm_accuracy": result["masked_lm_accuracy"],
+                         "masked_lm_loss": result["masked_lm_loss"],
+                         "global_step": step,
+                         "wall_time_seconds": result["wall_time_seconds"]})
+        if FLAGS.stop_threshold > 0:
+            result["stop_threshold"] = FLAGS.stop_threshold
+            result["stop_threshold_reached"] = reached
+        if reached:
+            break
+    run_common.write_eval_results(result, FLAGS.output_dir, header="***** Eval results *****",
+                                  headline="masked_lm_accuracy")
+    return checkpoint
+
+
+def latest_step(output_dir):
+    """(global step, path) of the latest checkpoint in `output_dir`; (0,
+    None) without one."""
+    checkpoint = tf.train.latest_checkpoint(output_dir)
+    if not checkpoint:
+        return 0, None
+    return int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP)), checkpoint
+
+
+def check_evaluation_flags(options):
+    """Checks --eval_file's companions before any work.
+
+    Raises:
+      InputError: naming the flag at fault.
+    """
+    for name in ("samples_between_eval", "samples_start_eval"):
+        if getattr(FLAGS, name) < 0:
+            raise run_common.InputError("--%s=%d must be 0 or more"
+                                        % (name, getattr(FLAGS, name)))
+    if not 0.0 <= FLAGS.stop_threshold <= 1.0:
+        raise run_common.InputError("--stop_threshold=%g must be between 0 and 1 (an "
+                                    "accuracy)" % FLAGS.stop_threshold)
+    if not FLAGS.eval_file:
+        for name in ("samples_between_eval", "samples_start_eval", "stop_threshold"):
+            if getattr(FLAGS, name):
+                raise run_common.InputError("--%s needs --eval_file" % name)
+        return
+    if FLAGS.do_train and options.distribution_strategy == "multi_worker_mirrored":
+        raise run_common.InputError(
+            "--eval_file: evaluation during training is not supported with "
+            "--distribution_strategy=multi_worker_mirrored; evaluate the "
+            "checkpoints afterwards with --do_eval")
+
+
+# ---------------------------------------------------------------------------
 
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
@@ -492,6 +693,12 @@ def main(_):
                       bert_config.vocab_size)
 
     options = run_common.training_options_from_flags()
+    check_evaluation_flags(options)
+    eval_files = input_files
+    if FLAGS.eval_file:
+        eval_files = run_common.expand_file_patterns("eval_file", FLAGS.eval_file)
+        check_input_files(eval_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                          bert_config.vocab_size, flag_name="eval_file")
     tf.io.gfile.makedirs(FLAGS.output_dir)
     model_fn = model_fn_builder(
         bert_config, init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
@@ -502,20 +709,39 @@ def main(_):
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size)
 
-    def input_fn(is_training):
-        return input_fn_builder(input_files, FLAGS.max_seq_length,
-                                FLAGS.max_predictions_per_seq, is_training=is_training)
+    def input_fn(is_training, start_step=None):
+        # A seeded run that starts at a later step (a resumed run, or the
+        # training after an evaluation) takes the seed plus that step: the
+        # same seed again would read the records already trained on.
+        seed = None
+        if FLAGS.input_seed:
+            if start_step is None:
+                start_step = latest_step(FLAGS.output_dir)[0]
+            seed = FLAGS.input_seed + start_step
+        return input_fn_builder(input_files if is_training else eval_files,
+                                FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                                is_training=is_training, seed=seed)
 
+    evaluated = None
     if FLAGS.do_train:
         if FLAGS.eval_at_start:
             checkpoint = ensure_checkpoint(estimator, input_fn(True))
             evaluate(estimator, input_fn(False), checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
         run_common.log_training(options, [], FLAGS.num_train_steps)
-        estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)
+        if FLAGS.eval_file:
+            evaluated = train_with_evaluation(
+                estimator, lambda step: input_fn(True, step), input_fn(False),
+                FLAGS.train_batch_size * options.gradient_accumulation_steps)
+        else:
+            estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)
         run_common.report_trained_checkpoint(FLAGS.output_dir)
 
-    if FLAGS.do_eval:
+    if FLAGS.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(
+            FLAGS.output_dir):
+        tf.logging.info("--do_eval: %s was evaluated on --eval_file during training "
+                        "(eval_results.txt)", os.path.basename(evaluated))
+    elif FLAGS.do_eval:
         # The original evaluates the latest checkpoint of --output_dir. With
         # none there (a --do_eval-only run on a fresh directory, e.g. to score
         # --init_checkpoint on new data), the initial model becomes

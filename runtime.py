@@ -215,6 +215,31 @@ def _shard_for_worker(dataset, mode, input_context):
     return dataset
 
 
+# The params key that tells a training input_fn of several workers its share
+# of the input: (number of input pipelines, this one's index). An input_fn
+# that reads only its share itself (distinct files, say) sets
+# params[INPUT_SHARDED] = True in the dict it was given; the batches it
+# returns are then not sharded again.
+INPUT_PIPELINE = "input_pipeline"
+INPUT_SHARDED = "input_sharded"
+
+
+def _call_input_fn(input_fn, params, mode, input_context):
+    """`input_fn(params)` for one worker: with several input pipelines in
+    training, params[INPUT_PIPELINE] is set, and unless the input_fn
+    reports it read its own share, each worker takes every n-th batch
+    (`_shard_for_worker`)."""
+    params = dict(params)
+    if (mode == ModeKeys.TRAIN and input_context is not None
+            and input_context.num_input_pipelines > 1):
+        params[INPUT_PIPELINE] = (input_context.num_input_pipelines,
+                                  input_context.input_pipeline_id)
+    dataset = input_fn(params)
+    if params.get(INPUT_SHARDED):
+        return dataset
+    return _shard_for_worker(dataset, mode, input_context)
+
+
 class _DistributedEstimator:
     """A plain Estimator running a TPUEstimator-style model_fn under a
     tf.distribute strategy (Estimator runtime only).
@@ -259,7 +284,7 @@ class _DistributedEstimator:
         def wrapped(params=None, input_context=None):
             params = dict(params or {})
             params["batch_size"] = batch
-            return _shard_for_worker(input_fn(params), mode, input_context)
+            return _call_input_fn(input_fn, params, mode, input_context)
         return wrapped
 
     def train(self, input_fn, max_steps=None, hooks=None, steps=None):

@@ -29,6 +29,9 @@ Configurations (comma-separated in --configs):
   accum2     --gradient_accumulation_steps=2 with micro-batch batch/2: one
              update = 2 session runs; examples/s counts the whole batch.
   recompute_bf16  both options together.
+  lamb       --optimizer=lamb (the fp32 computation with LAMB instead of
+             AdamW): list it next to fp32, e.g. --configs=fp32,lamb,fp32,lamb,
+             for the two interleaved.
   original   Google's original modeling.py and optimization.py
              (bert-tensorflow 1.0.4, requirements-bench.txt) in float32, its
              tf.contrib layer_norm replaced by the same computation
@@ -88,6 +91,7 @@ CONFIGS = {
     "xla": ("float32", False, 1, False, True),
     "accum2": ("float32", False, 2, False, False),
     "recompute_bf16": ("bfloat16", True, 1, False, False),
+    "lamb": ("float32", False, 1, False, False),
     "original": ("float32", False, 1, False, False),
 }
 
@@ -201,6 +205,8 @@ def _build(head, config_name, batch):
     if loss_scale:
         import mixed_precision
         opt_kwargs["loss_scale_manager"] = mixed_precision.DynamicLossScale()
+    if config_name == "lamb":
+        opt_kwargs["optimizer_name"] = "lamb"
     train_op = optimization.create_optimizer(loss, 2e-5, 1000, 100, use_tpu=False,
                                              **opt_kwargs)
     return train_op, feed

@@ -14,6 +14,9 @@ Usage:
   distributed_driver.py OUT_NPZ MODEL_DIR worker INDEX PORTS INIT_CKPT
       one of two MultiWorkerMirroredStrategy workers on localhost ports
       PORTS ("p0,p1"), configured through TF_CONFIG.
+
+The training modes take one more, optional argument: the --optimizer
+(adamw, the default, or lamb).
 """
 
 import json
@@ -47,7 +50,10 @@ def main():
     run_common.define_flags(run_common.TRAINING_OPTION_FLAGS)
     strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
                      "mirrored_dynamic": "mirrored", "worker": "multi_worker_mirrored"}[mode]
-    flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name])
+    extra = sys.argv[7:] if mode == "worker" else sys.argv[5:]
+    optimizer = extra[0] if extra else "adamw"
+    flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name,
+                 "--optimizer=" + optimizer])
     options = run_common.training_options_from_flags()
 
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,

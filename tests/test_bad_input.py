@@ -752,13 +752,16 @@ _FINE_TUNING_HELP = ("data_dir", "train_file", "dev_file", "test_file", "export_
                      "bert_config_file", "vocab_file", "init_checkpoint", "do_lower_case",
                      "max_seq_length", "train_batch_size", "learning_rate", "use_tpu",
                      "tpu_job_name", "gradient_accumulation_steps", "precision", "fused_ops",
-                     "log_every_seconds")
+                     "optimizer", "poly_power", "start_warmup_step", "log_every_seconds")
 _HELP_FLAGS = {
     "run_pretraining.py": ("input_file", "output_dir", "num_train_steps", "fused_ops",
-                           "max_predictions_per_seq", "log_every_seconds"),
+                           "max_predictions_per_seq", "optimizer", "poly_power",
+                           "start_warmup_step", "eval_file", "samples_between_eval",
+                           "samples_start_eval", "stop_threshold", "input_seed",
+                           "log_every_seconds"),
     "run_classifier.py": _FINE_TUNING_HELP + ("task_name", "labels", "text_column"),
     "run_squad.py": ("train_file", "predict_file", "doc_stride", "output_dir", "fused_ops",
-                     "version_2_with_negative", "log_every_seconds"),
+                     "version_2_with_negative", "optimizer", "log_every_seconds"),
     "extract_features.py": ("input_file", "output_file", "layers", "fused_ops", "precision"),
     "create_pretraining_data.py": ("input_file", "output_file", "vocab_file", "dupe_factor",
                                    "log_every_seconds"),

@@ -1,13 +1,15 @@
 """tf.distribute through run_common.make_estimator: MirroredStrategy over two
 logical CPU devices in one process (both runtimes), and, with the Estimator,
 MultiWorkerMirroredStrategy with two worker processes on localhost; each must
-end with the same variables as one process training on the combined batch.
+end with the same variables as one process training on the combined batch,
+with either optimizer (AdamW and LAMB).
 
 Every run is a subprocess of tests/distributed_driver.py (logical devices and
 TF_CONFIG must be set before TensorFlow starts); all use loopback ports only
 and a bounded timeout.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -56,13 +58,26 @@ def _free_ports(count):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """Initial checkpoint and the single-process result (global batch 8)."""
+def initial(tmp_path_factory):
+    """The initial checkpoint every run starts from."""
     root = tmp_path_factory.mktemp("distributed")
     _finish(_start(root / "unused", root, "init"))
-    init_checkpoint = root / "init.ckpt"
-    _finish(_start(root / "single.npz", root / "single", "single", init_checkpoint))
-    return root, init_checkpoint, dict(np.load(root / "single.npz"))
+    return root, root / "init.ckpt"
+
+
+@pytest.fixture(scope="module", params=["adamw", "lamb"])
+def reference(request, initial):
+    """(folder, initial checkpoint, the single-process result with global
+    batch 8, optimizer)."""
+    root, init_checkpoint = initial
+    root = root / request.param
+    root.mkdir(exist_ok=True)
+    out = root / "single.npz"
+    _finish(_start(out, root / "single", "single", init_checkpoint, request.param))
+    # The --optimizer reached the graph the run saved.
+    graph = (root / "single" / "graph.pbtxt").read_text()
+    assert ("LambOptimizer" in graph) == (request.param == "lamb")
+    return root, init_checkpoint, dict(np.load(out)), request.param
 
 
 def _assert_same_variables(result, expected):
@@ -74,15 +89,18 @@ def _assert_same_variables(result, expected):
 
 
 def test_mirrored_strategy_two_logical_cpus(reference):
-    root, init_checkpoint, expected = reference
-    _finish(_start(root / "mirrored.npz", root / "mirrored", "mirrored", init_checkpoint))
+    root, init_checkpoint, expected, optimizer = reference
+    _finish(_start(root / "mirrored.npz", root / "mirrored", "mirrored", init_checkpoint,
+                   optimizer))
     _assert_same_variables(dict(np.load(root / "mirrored.npz")), expected)
 
 
 def test_mirrored_strategy_with_dynamic_padding(reference):
     """Batches cut to their longest input, split over two replicas: the
     variables of padded batches on one device."""
-    root, init_checkpoint, expected = reference
+    root, init_checkpoint, expected, optimizer = reference
+    if optimizer != "adamw":
+        pytest.skip("checked once, with the default optimizer")
     _finish(_start(root / "dynamic.npz", root / "dynamic", "mirrored_dynamic",
                    init_checkpoint))
     _assert_same_variables(dict(np.load(root / "dynamic.npz")), expected)
@@ -91,11 +109,11 @@ def test_mirrored_strategy_with_dynamic_padding(reference):
 @pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "
                     "Estimator (TensorFlow 2.15); the session runner refuses it")
 def test_multi_worker_two_processes_on_localhost(reference):
-    root, init_checkpoint, expected = reference
+    root, init_checkpoint, expected, optimizer = reference
     ports = ",".join(str(p) for p in _free_ports(2))
     model_dir = root / "multi_worker"
     workers = [_start(root / ("worker%d.npz" % i), model_dir, "worker", i, ports,
-                      init_checkpoint) for i in range(2)]
+                      init_checkpoint, optimizer) for i in range(2)]
     for worker in workers:
         _finish(worker)
     # The chief (worker 0) writes the checkpoint and the variables.
@@ -106,3 +124,49 @@ def test_multi_worker_two_processes_on_localhost(reference):
 def test_multi_worker_refused_by_the_session_runner():
     with pytest.raises(runtime.ConfigError, match="multi_worker_mirrored needs the Estimator"):
         runtime.make_distribution_strategy("multi_worker_mirrored")
+
+
+@pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "
+                    "Estimator (TensorFlow 2.15)")
+def test_pretraining_workers_read_distinct_files(tmp_path):
+    """run_pretraining.py with two localhost workers and four input files:
+    each worker reads its own two (files 0, 2 and 1, 3), both train with
+    LAMB, and the chief writes the checkpoint."""
+    import test_run_pretraining as pre
+    import tiny
+
+    tiny.write_vocab(str(tmp_path), ["w%d" % i for i in range(pre.NUM_WORDS)])
+    config = tiny.write_config(str(tmp_path), pre.VOCAB_SIZE)
+    for i in range(4):
+        pre.write_records(str(tmp_path / ("part-%02d.tfrecord" % i)),
+                          pre.make_instances(16, seed=i))
+    ports = _free_ports(2)
+    output_dir = tmp_path / "out"
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps({
+            "cluster": {"worker": ["localhost:%d" % p for p in ports]},
+            "task": {"type": "worker", "index": index}}))
+        workers.append(subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "run_pretraining.py"),
+             "--bert_config_file=%s" % config,
+             "--input_file=%s" % (tmp_path / "part-*.tfrecord"),
+             "--output_dir=%s" % output_dir, "--do_train", "--max_seq_length=%d" % pre.SEQ,
+             "--max_predictions_per_seq=%d" % pre.PRED, "--train_batch_size=8",
+             "--num_train_steps=2", "--num_warmup_steps=0", "--optimizer=lamb",
+             "--input_seed=3", "--distribution_strategy=multi_worker_mirrored"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for worker in workers:
+        try:
+            output, _ = worker.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate()
+            pytest.fail("worker timed out:\n" + output[-3000:])
+        assert worker.returncode == 0, output[-3000:]
+        outputs.append(output)
+    for index, output in enumerate(outputs):
+        assert ("Input pipeline %d of 2 reads 2 of the 4 input files, from part-%02d.tfrecord"
+                % (index, index)) in output, output[-3000:]
+    assert (output_dir / "model.ckpt-2.index").exists()

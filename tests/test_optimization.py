@@ -1,7 +1,7 @@
 """Tests for optimization.py: the learning-rate schedule at chosen steps, and
-the AdamWeightDecay update through `create_optimizer` (clipping, decay
-exclusions, step ordering) against a NumPy implementation of the original
-formula."""
+the AdamWeightDecay and LAMB updates through `create_optimizer` (clipping,
+decay exclusions, step ordering, accumulation, loss scaling, resuming)
+against NumPy implementations of their formulas written here."""
 
 import os
 import re
@@ -21,12 +21,15 @@ NUM_WARMUP_STEPS = 3
 EXCLUDED = ("LayerNorm", "layer_norm", "bias")
 
 
-def np_learning_rate(step, init_lr, num_train_steps, num_warmup_steps):
+def np_learning_rate(step, init_lr, num_train_steps, num_warmup_steps, poly_power=1.0,
+                     start_warmup_step=0):
     """The original's schedule: linear warm-up while step < warm-up steps, else
-    polynomial (power 1) decay to 0 at num_train_steps."""
-    if num_warmup_steps and step < num_warmup_steps:
-        return init_lr * step / num_warmup_steps
-    return init_lr * (1.0 - min(step, num_train_steps) / num_train_steps)
+    polynomial (power 1) decay to 0 at num_train_steps; with a decay power
+    and a warm-up moved to start at `start_warmup_step` (0 before it)."""
+    warmup_step = step - start_warmup_step
+    if num_warmup_steps and warmup_step < num_warmup_steps:
+        return max(init_lr * warmup_step / num_warmup_steps, 0.0)
+    return init_lr * (1.0 - min(step, num_train_steps) / num_train_steps) ** poly_power
 
 
 def np_adam_weight_decay_step(params, slots, grads, lr, weight_decay=0.01,
@@ -49,6 +52,42 @@ def np_adam_weight_decay_step(params, slots, grads, lr, weight_decay=0.01,
     return norm
 
 
+def np_lamb_step(params, slots, grads, lr, t, weight_decay=0.01, beta_1=0.9,
+                 beta_2=0.999, epsilon=1e-6, ratios=None):
+    """One LAMB update at update number `t` (from 1), gradients clipped to
+    global norm 1.0 first: bias-corrected Adam direction plus decay, scaled
+    per variable by |w| / |r| (1 when a norm is 0, and for the excluded
+    variables, which get no decay either). Updates `params` and `slots` in
+    place, and `ratios` (a dict, if given) with each variable's ratio;
+    returns the gradients' global norm before clipping."""
+    norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+    factor = 1.0 / max(norm, 1.0)
+    for name, grad in grads.items():
+        grad = grad * factor
+        m, v = slots[name]
+        m = beta_1 * m + (1.0 - beta_1) * grad
+        v = beta_2 * v + (1.0 - beta_2) * grad ** 2
+        r = (m / (1.0 - beta_1 ** t)) / (np.sqrt(v / (1.0 - beta_2 ** t)) + epsilon)
+        ratio = 1.0
+        if not any(re.search(pattern, name) for pattern in EXCLUDED):
+            r = r + weight_decay * params[name]
+            w_norm, r_norm = np.linalg.norm(params[name]), np.linalg.norm(r)
+            if w_norm > 0 and r_norm > 0:
+                ratio = w_norm / r_norm
+        params[name] = params[name] - lr * ratio * r
+        slots[name] = (m, v)
+        if ratios is not None:
+            ratios[name] = ratio
+    return norm
+
+
+def np_step(optimizer_name, params, slots, grads, lr, t):
+    """One update of `optimizer_name` ("adamw" or "lamb") at update t."""
+    if optimizer_name == "lamb":
+        return np_lamb_step(params, slots, grads, lr, t)
+    return np_adam_weight_decay_step(params, slots, grads, lr)
+
+
 @pytest.mark.parametrize("num_warmup_steps,steps_and_rates", [
     (10, [(0, 0.0), (1, 0.01), (5, 0.05), (9, 0.09),
           # Warm-up over: the decay line, 0.1 * (1 - 10/100).
@@ -64,10 +103,49 @@ def test_learning_rate_schedule(num_warmup_steps, steps_and_rates):
             assert expected == pytest.approx(np_learning_rate(s, 0.1, 100, num_warmup_steps))
 
 
-def _build_problem():
+@pytest.mark.parametrize("num_warmup_steps,poly_power,start_warmup_step,steps_and_rates", [
+    # Worked by hand: init_lr 0.1, 100 steps; decay 0.1 * (1 - step/100) ** 2.
+    (0, 2.0, 0, [(0, 0.1), (50, 0.025), (90, 0.001), (100, 0.0), (120, 0.0)]),
+    # Warm-up over steps 20-29 (0 before), then the decay from step 0's count:
+    # at 30, 0.1 * 0.7 ** 2.
+    (10, 2.0, 20, [(0, 0.0), (19, 0.0), (20, 0.0), (25, 0.05), (29, 0.09),
+                   (30, 0.049), (50, 0.025)]),
+    (10, 1.0, 20, [(10, 0.0), (24, 0.04), (30, 0.07)]),
+])
+def test_learning_rate_schedule_power_and_warmup_start(num_warmup_steps, poly_power,
+                                                       start_warmup_step, steps_and_rates):
+    with tf.Graph().as_default(), tf.Session() as sess:
+        step = tf.placeholder(tf.int64, [])
+        lr = optimization.learning_rate_schedule(step, 0.1, 100, num_warmup_steps,
+                                                 poly_power=poly_power,
+                                                 start_warmup_step=start_warmup_step)
+        for s, expected in steps_and_rates:
+            assert sess.run(lr, {step: s}) == pytest.approx(expected, abs=1e-7), s
+            assert expected == pytest.approx(np_learning_rate(
+                s, 0.1, 100, num_warmup_steps, poly_power, start_warmup_step), abs=1e-12)
+
+
+def test_default_schedule_builds_the_original_graph():
+    """poly_power=1.0 and start_warmup_step=0 add no op: the default graph is
+    the one of the original's formula."""
+    def op_types(**kwargs):
+        with tf.Graph().as_default() as graph:
+            optimization.learning_rate_schedule(tf.placeholder(tf.int64, []), 0.1, 100, 10,
+                                                **kwargs)
+            return [op.type for op in graph.get_operations()]
+    assert op_types() == op_types(poly_power=1.0, start_warmup_step=0)
+    assert "Pow" not in op_types()
+    assert "Pow" in op_types(poly_power=2.0)
+    with pytest.raises(ValueError, match="poly_power"):
+        op_types(poly_power=0.0)
+
+
+def _build_problem(zero_kernel=False):
     """A small regression problem whose variables cover each decay rule:
     kernels and embeddings decay, biases and LayerNorm/layer_norm don't. The
-    embedding is read with repeated indices (a sparse gradient)."""
+    embedding is read with repeated indices (a sparse gradient). With
+    `zero_kernel`, one more decayed kernel starts at zeros (LAMB's trust
+    ratio is then 1 for its first update)."""
     rng = np.random.RandomState(0)
     init = {
         "dense/kernel": rng.normal(0, 1.0, (3, 2)),
@@ -76,6 +154,8 @@ def _build_problem():
         "LayerNorm/gamma": 1.0 + rng.normal(0, 0.1, (2,)),
         "head/layer_norm_scale": 1.0 + rng.normal(0, 0.1, (2,)),
     }
+    if zero_kernel:
+        init["mix/kernel"] = np.zeros((2, 2))
     variables = {}
     for name, value in init.items():
         scope, var_name = name.rsplit("/", 1)
@@ -88,6 +168,8 @@ def _build_problem():
     h = (tf.matmul(x, variables["dense/kernel"]) + variables["dense/bias"] +
          tf.gather(variables["bert/embeddings/word_embeddings"], ids))
     h = h * variables["LayerNorm/gamma"] * variables["head/layer_norm_scale"]
+    if zero_kernel:
+        h = h + tf.matmul(h, variables["mix/kernel"])
     loss = 3.0 * tf.reduce_mean(tf.reduce_sum(tf.square(h - y), axis=-1))
     return variables, x, y, loss
 
@@ -154,6 +236,112 @@ def test_create_optimizer_matches_numpy_over_several_steps():
         assert max(norms) > 1.5
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_lamb_matches_numpy_over_several_steps(fused):
+    """LAMB through create_optimizer against `np_lamb_step`: six updates with
+    clipping, the exclusions, a warm-up that starts at step 1 and a decay of
+    power 2; one decayed kernel starts at zeros (ratio 1 at first). Both
+    builds of the update: one XLA loop per variable, and separate ops."""
+    rng = np.random.RandomState(3)
+    schedule = dict(poly_power=2.0, start_warmup_step=1)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        variables, x, y, loss = _build_problem(zero_kernel=True)
+        names = list(variables)
+        grads_t = [tf.convert_to_tensor(g) for g in
+                   tf.gradients(loss, [variables[n] for n in names])]
+        train_op = optimization.create_optimizer(
+            loss, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS, use_tpu=False,
+            optimizer_name="lamb", fused_update=fused, **schedule)
+        global_step = tf.train.get_global_step()
+        # The fused build calls a compiled function for each variable.
+        calls = [op for op in tf.get_default_graph().get_operations()
+                 if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+        assert len(calls) == (len(variables) if fused else 0)
+        sess.run(tf.global_variables_initializer())
+
+        # The slots have AdamWeightDecayOptimizer's names.
+        slot_variables = {v.op.name: v for v in tf.global_variables()}
+        assert set(slot_variables) - set(names) == {"global_step"} | {
+            n + s for n in names for s in ("/adam_m", "/adam_v")}
+
+        params = {k: v.astype(np.float64) for k, v in sess.run(variables).items()}
+        slots = {n: (np.zeros_like(p), np.zeros_like(p)) for n, p in params.items()}
+        norms, ratios, rates = [], [], []
+        for step in range(6):
+            feed = {x: rng.normal(0, 1, (4, 3)), y: rng.normal(0, 1, (4, 2))}
+            grads = dict(zip(names, sess.run(grads_t, feed)))
+            sess.run(train_op, feed)
+            assert sess.run(global_step) == step + 1
+            after = sess.run(variables)
+            lr = np_learning_rate(step, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS,
+                                  **schedule)
+            rates.append(lr)
+            step_ratios = {}
+            norms.append(np_lamb_step(params, slots, grads, lr, t=step + 1,
+                                      ratios=step_ratios))
+            ratios.append(step_ratios)
+            for name in names:
+                np.testing.assert_allclose(after[name], params[name], rtol=1e-5, atol=1e-6,
+                                           err_msg="%s at step %d" % (name, step))
+                m, v = sess.run([slot_variables[name + s] for s in ("/adam_m", "/adam_v")])
+                np.testing.assert_allclose(m, slots[name][0], rtol=1e-4, atol=1e-7)
+                np.testing.assert_allclose(v, slots[name][1], rtol=1e-4, atol=1e-9)
+    # What was covered: clipping; rates of 0 (before and at the warm-up's
+    # start), warm-up and decay; ratios far from 1 for the decayed kernels,
+    # 1 for the zero kernel's first update (moving it off zero) and for the
+    # excluded variables.
+    assert max(norms) > 1.5
+    assert rates[:2] == [0.0, 0.0] and 0 < rates[2] < rates[3] and rates[4] > rates[5] > 0
+    assert all(abs(r["dense/kernel"] - 1.0) > 0.1 for r in ratios)
+    assert ratios[0]["mix/kernel"] == 1.0
+    assert np.abs(params["mix/kernel"]).max() > 1e-3
+    assert all(r["dense/bias"] == r["LayerNorm/gamma"] == 1.0 for r in ratios)
+
+
+def test_lamb_resumes_exactly_from_a_checkpoint(tmp_path):
+    """Four LAMB updates straight through equal two, a save, a restore into
+    a new graph and two more: the moments and the update count t (the global
+    step) come back. Restoring the weights alone (fresh moments, t from 1)
+    would give other values."""
+    rng = np.random.RandomState(4)
+    feeds = [(rng.normal(0, 1, (4, 3)), rng.normal(0, 1, (4, 2))) for _ in range(4)]
+    checkpoint = str(tmp_path / "lamb.ckpt")
+
+    def run(batches, restore=None, save=False):
+        with tf.Graph().as_default(), tf.Session() as sess:
+            variables, x, y, loss = _build_problem()
+            train_op = optimization.create_optimizer(
+                loss, INIT_LR, NUM_TRAIN_STEPS, 1, use_tpu=False, optimizer_name="lamb")
+            sess.run(tf.global_variables_initializer())
+            if restore == "all":
+                tf.train.Saver().restore(sess, checkpoint)
+            elif restore == "weights":
+                tf.train.Saver(list(variables.values())).restore(sess, checkpoint)
+            for bx, by in batches:
+                sess.run(train_op, {x: bx, y: by})
+            if save:
+                tf.train.Saver().save(sess, checkpoint)
+            return sess.run(variables)
+
+    straight = run(feeds)
+    halfway = run(feeds[:2], save=True)
+    resumed = run(feeds[2:], restore="all")
+    weights_only = run(feeds[2:], restore="weights")
+    for name in straight:
+        np.testing.assert_allclose(resumed[name], straight[name], rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+    assert max(np.abs(straight[n] - halfway[n]).max() for n in straight) > 1e-3
+    assert max(np.abs(weights_only[n] - straight[n]).max() for n in straight) > 1e-4
+
+
+def test_unknown_optimizer_name_is_refused():
+    with tf.Graph().as_default():
+        _, _, _, loss = _build_problem()
+        with pytest.raises(ValueError, match="adamw, lamb.*'adam'"):
+            optimization.create_optimizer(loss, INIT_LR, NUM_TRAIN_STEPS, 0, use_tpu=False,
+                                          optimizer_name="adam")
+
+
 def test_weight_decay_exclusions():
     opt = optimization.AdamWeightDecayOptimizer(
         0.1, weight_decay_rate=0.01, exclude_from_weight_decay=list(EXCLUDED))
@@ -170,16 +358,18 @@ def test_weight_decay_exclusions():
     assert opt._get_variable_name("dense/kernel:0") == "dense/kernel"
 
 
-def test_use_tpu_wraps_in_cross_shard_optimizer():
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+def test_use_tpu_wraps_in_cross_shard_optimizer(optimizer_name):
     with tf.Graph().as_default() as graph:
         _, _, _, loss = _build_problem()
         optimization.create_optimizer(loss, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS,
-                                      use_tpu=True)
+                                      use_tpu=True, optimizer_name=optimizer_name)
         op_types = {op.type for op in graph.get_operations()}
     assert "CrossReplicaSum" in op_types
 
 
-def test_gradient_accumulation_equals_one_big_batch():
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+def test_gradient_accumulation_equals_one_big_batch(optimizer_name):
     """Two micro-batches accumulated give the update of their concatenation."""
     rng = np.random.RandomState(2)
     xs, ys = rng.normal(0, 1, (2, 4, 3)), rng.normal(0, 1, (2, 4, 2))
@@ -189,7 +379,7 @@ def test_gradient_accumulation_equals_one_big_batch():
             variables, x, y, loss = _build_problem()
             train_op = optimization.create_optimizer(
                 loss, INIT_LR, NUM_TRAIN_STEPS, 0, use_tpu=False,
-                gradient_accumulation_steps=accumulation)
+                gradient_accumulation_steps=accumulation, optimizer_name=optimizer_name)
             sess.run(tf.global_variables_initializer())
             steps = []
             for bx, by in batches:
@@ -202,7 +392,7 @@ def test_gradient_accumulation_equals_one_big_batch():
     assert steps == [0, 1]
 
     # NumPy: the mean of the two micro-batch gradients (the gradient of the
-    # concatenated batch's mean loss), clipped, one Adam step at lr(0).
+    # concatenated batch's mean loss), clipped, one update at lr(0).
     with tf.Graph().as_default(), tf.Session() as sess:
         variables, x, y, loss = _build_problem()
         names = list(variables)
@@ -214,8 +404,8 @@ def test_gradient_accumulation_equals_one_big_batch():
         params = {k: v.astype(np.float64) for k, v in sess.run(variables).items()}
     grads = {n: 0.5 * (a + b) for n, a, b in zip(names, g0, g1)}
     slots = {n: (np.zeros_like(p), np.zeros_like(p)) for n, p in params.items()}
-    np_adam_weight_decay_step(params, slots, grads,
-                              np_learning_rate(0, INIT_LR, NUM_TRAIN_STEPS, 0))
+    np_step(optimizer_name, params, slots, grads,
+            np_learning_rate(0, INIT_LR, NUM_TRAIN_STEPS, 0), t=1)
     # (Tolerance: Adam's first step is about lr * sign(g) = 0.1 per element,
     # whatever the gradient's size, so float32 rounding of small accumulated
     # gradients shows up at the 1e-6 level.)
@@ -223,16 +413,19 @@ def test_gradient_accumulation_equals_one_big_batch():
         np.testing.assert_allclose(accumulated[name], params[name], rtol=0, atol=1e-5)
 
 
-def test_loss_scaled_steps_skip_non_finite_gradients():
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+def test_loss_scaled_steps_skip_non_finite_gradients(optimizer_name):
     """With a loss scale, a step whose gradients are not finite changes no
-    weight and no step count; the next finite one updates as usual."""
+    weight and no step count; the next finite one updates as usual (for
+    LAMB, as update t = 1)."""
     with tf.Graph().as_default(), tf.Session() as sess:
         w = tf.get_variable("dense/kernel", initializer=tf.constant([1.0, -2.0, 0.5]))
         poison = tf.placeholder(tf.float32, [])
         loss = tf.reduce_sum(tf.square(w - 0.3)) * poison
         train_op = optimization.create_optimizer(
             loss, 0.1, 10, 0, use_tpu=False,
-            loss_scale_manager=mixed_precision.DynamicLossScale(initial_scale=4.0))
+            loss_scale_manager=mixed_precision.DynamicLossScale(initial_scale=4.0),
+            optimizer_name=optimizer_name)
         sess.run(tf.global_variables_initializer())
         start = sess.run(w)
         sess.run(train_op, {poison: np.inf})
@@ -244,7 +437,7 @@ def test_loss_scaled_steps_skip_non_finite_gradients():
         params = {"dense/kernel": start.astype(np.float64)}
         slots = {"dense/kernel": (np.zeros(3), np.zeros(3))}
         grads = {"dense/kernel": 2.0 * (params["dense/kernel"] - 0.3)}
-        np_adam_weight_decay_step(params, slots, grads, lr=0.1)
+        np_step(optimizer_name, params, slots, grads, lr=0.1, t=1)
         np.testing.assert_allclose(sess.run(w), params["dense/kernel"], rtol=0, atol=1e-5)
 
 

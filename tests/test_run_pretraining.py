@@ -16,6 +16,7 @@ from absl.testing import flagsaver
 import modeling
 import run_common
 import run_pretraining
+import runtime
 import tiny
 
 FLAGS = flags.FLAGS
@@ -136,7 +137,7 @@ def read_results(path):
     with open(path) as f:
         for line in f:
             key, value = line.rstrip("\n").split(" = ")
-            result[key] = float(value)
+            result[key] = value if value in ("True", "False") else float(value)
     return result
 
 
@@ -307,6 +308,87 @@ def test_input_fn_decodes_records_as_int32_batches(tmp_path):
     assert len(seen) > 4
 
 
+def _tagged_files(directory, num_files, records_per_file):
+    """Files whose records say where they come from: input_ids[1] is
+    5 + the file's index, input_ids[2] 5 + the record's index."""
+    paths = []
+    for f in range(num_files):
+        instances = make_instances(records_per_file, seed=f)
+        for r, instance in enumerate(instances):
+            instance["input_ids"][1] = 5 + f
+            instance["input_ids"][2] = 5 + r
+        paths.append(write_records(str(directory / ("part-%02d.tfrecord" % f)), instances))
+    return paths
+
+
+def _read(files, params, count, seed=None):
+    """(file index, record index) of `count` batches of 4 of the training
+    input_fn, with `params` (a copy is passed and returned)."""
+    params = dict(params, batch_size=4)
+    input_fn = run_pretraining.input_fn_builder(files, SEQ, PRED, is_training=True,
+                                                seed=seed)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        next_batch = tf.data.make_one_shot_iterator(input_fn(params)).get_next()
+        ids = [sess.run(next_batch["input_ids"]) for _ in range(count)]
+    return [(int(row[1]) - 5, int(row[2]) - 5) for batch in ids for row in batch], params
+
+
+def test_workers_read_distinct_files(tmp_path):
+    """With several input pipelines (workers), each reads only its own files,
+    every n-th of the list, and tells the runner so; with fewer files than
+    workers each reads all (the runner then shards the batches)."""
+    files = _tagged_files(tmp_path, 4, 6)
+    seen = {}
+    for index in range(2):
+        read, params = _read(files, {runtime.INPUT_PIPELINE: (2, index)}, 12)
+        assert params[runtime.INPUT_SHARDED] is True
+        seen[index] = {f for f, _ in read}
+    assert seen == {0: {0, 2}, 1: {1, 3}}
+    read, params = _read(files[:1], {runtime.INPUT_PIPELINE: (2, 1)}, 3)
+    assert runtime.INPUT_SHARDED not in params
+    assert {f for f, _ in read} == {0}
+    # One pipeline (one process): every file.
+    read, params = _read(files, {}, 12)
+    assert runtime.INPUT_SHARDED not in params and {f for f, _ in read} == {0, 1, 2, 3}
+
+
+def test_input_seed_fixes_the_training_order(tmp_path):
+    files = _tagged_files(tmp_path, 4, 6)
+    first, _ = _read(files, {runtime.INPUT_PIPELINE: (2, 0)}, 15, seed=7)
+    again, _ = _read(files, {runtime.INPUT_PIPELINE: (2, 0)}, 15, seed=7)
+    other, _ = _read(files, {runtime.INPUT_PIPELINE: (2, 0)}, 15, seed=8)
+    assert first == again
+    assert first != other
+    # Interleaved: the first batches already mix both of the worker's files.
+    assert {f for f, _ in first[:12]} == {0, 2}
+    # Repeated: more records read (60) than the two files hold (12).
+    assert len(set(first)) == 12
+
+
+def test_seeded_training_segments_continue_rather_than_repeat(setup, tmp_path, monkeypatch):
+    """With --input_seed, each training segment (between evaluations, or a
+    resumed run) is seeded with the seed plus its starting step, so it does
+    not read the records of the previous segment again."""
+    seeds = []
+    builder = run_pretraining.input_fn_builder
+
+    def recording_builder(*args, **kwargs):
+        if kwargs.get("is_training"):
+            seeds.append(kwargs.get("seed"))
+        return builder(*args, **kwargs)
+
+    monkeypatch.setattr(run_pretraining, "input_fn_builder", recording_builder)
+    output_dir = str(tmp_path / "seeded")
+    run_main(**base_flags(setup, output_dir, do_train=True, eval_file=setup["data"],
+                          samples_between_eval=32, num_train_steps=4, num_warmup_steps=0,
+                          max_eval_steps=1, input_seed=3))
+    assert seeds == [3, 5]
+    # Resumed (a longer run in the same folder): from step 4.
+    run_main(**base_flags(setup, output_dir, do_train=True, num_train_steps=5,
+                          num_warmup_steps=0, input_seed=3))
+    assert seeds == [3, 5, 7]
+
+
 # ---------------------------------------------------------------------------
 # Input checking: clear errors naming the flag and file at fault.
 
@@ -319,10 +401,20 @@ def test_input_fn_decodes_records_as_int32_batches(tmp_path):
     ({"max_seq_length": 48}, "has length 32 but --max_seq_length=48"),
     ({"max_predictions_per_seq": 7}, "has length 5 but --max_predictions_per_seq=7"),
     ({"init_checkpoint": "/nonexistent/model.ckpt"}, "--init_checkpoint"),
+    ({"poly_power": 0}, "--poly_power=0.0 must be positive"),
+    ({"stop_threshold": 0.7}, "--stop_threshold needs --eval_file"),
+    ({"samples_between_eval": 64}, "--samples_between_eval needs --eval_file"),
+    ({"eval_file": "/nonexistent/eval.tfrecord"}, "--eval_file: no file matches"),
+    ({"eval_file": "DATA", "stop_threshold": 72}, "--stop_threshold=72 must be between"),
+    ({"eval_file": "DATA", "samples_start_eval": -1}, "--samples_start_eval=-1 must be"),
+    ({"eval_file": "DATA", "distribution_strategy": "multi_worker_mirrored"},
+     "--eval_file: evaluation during training is not supported"),
 ])
 def test_bad_flags_raise_input_error(setup, tmp_path, overrides, message):
     values = base_flags(setup, str(tmp_path / "out"), do_train=True)
     values.update(overrides)
+    if values.get("eval_file") == "DATA":
+        values["eval_file"] = setup["data"]
     with pytest.raises(run_common.InputError, match=message):
         run_main(**values)
     assert not os.path.exists(tmp_path / "out" / "checkpoint")
@@ -347,6 +439,27 @@ def test_bad_records_raise_input_error(setup, tmp_path):
             run_main(**base_flags(setup, str(tmp_path / "out"), input_file=path,
                                   do_train=True))
         assert path in str(info.value)
+
+
+def test_eval_file_records_are_checked_naming_the_flag(setup, tmp_path):
+    short = write_records(str(tmp_path / "short.tfrecord"), make_instances(2, seq=16))
+    with pytest.raises(run_common.InputError,
+                       match="--eval_file: feature 'input_ids' of .* has length 16"):
+        run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True, eval_file=short))
+
+
+@pytest.mark.parametrize("args, steps", [
+    ((10, 16, 0, 0), [10]),
+    ((10, 16, 0, 32), [2, 4, 6, 8, 10]),
+    # 20 examples a time with 16 a step: after 20, 40, 60, ... examples,
+    # rounded up to whole steps (2, 3, 4, 5, 7, 8, 9; 160 is step 10).
+    ((10, 16, 0, 20), [2, 3, 4, 5, 7, 8, 9, 10]),
+    # Every 48 examples (steps 3, 6, 9), none before 100 examples.
+    ((10, 16, 100, 48), [9, 10]),
+    ((10, 16, 0, 1000), [10]),
+])
+def test_evaluation_steps(args, steps):
+    assert run_pretraining.evaluation_steps(*args) == steps
 
 
 # ---------------------------------------------------------------------------
@@ -488,3 +601,64 @@ def test_init_checkpoint_restores_cls_variables(trained, setup, tmp_path):
     assert read_results(os.path.join(output_dir, "eval_results.txt"))["global_step"] == 3
     assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-3")
 
+
+@pytest.mark.slow
+def test_lamb_with_accumulation_trains_from_the_flags(setup, tmp_path):
+    """--optimizer=lamb with --gradient_accumulation_steps, --poly_power and
+    --start_warmup_step: the run builds LAMB (its graph), counts optimizer
+    updates, and checkpoints the moments under the usual slot names."""
+    output_dir = str(tmp_path / "lamb")
+    run_main(**base_flags(setup, output_dir, do_train=True, optimizer="lamb",
+                          gradient_accumulation_steps=2, train_batch_size=8,
+                          num_train_steps=3, num_warmup_steps=1, poly_power=2.0,
+                          start_warmup_step=1, learning_rate=1e-2))
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-3")
+    checkpoint = os.path.join(output_dir, "model.ckpt-3")
+    names = dict(tf.train.list_variables(checkpoint))
+    assert names["cls/predictions/output_bias/adam_v"] == [VOCAB_SIZE]
+    assert "cls/predictions/output_bias/grad_accum" in names
+    with open(os.path.join(output_dir, "graph.pbtxt")) as f:
+        assert "LambOptimizer" in f.read()
+    # The accumulated gradients reached the moments.
+    moment = tf.train.load_variable(checkpoint, "bert/embeddings/word_embeddings/adam_m")
+    assert np.abs(moment).max() > 0
+
+
+def _summaries(directory):
+    """{tag: [(step, value), ...]} of the TensorBoard events in `directory`."""
+    values = {}
+    for path in sorted(tf.io.gfile.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for event in tf.train.summary_iterator(path):
+            for value in event.summary.value:
+                values.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return {tag: sorted(points) for tag, points in values.items()}
+
+
+@pytest.mark.slow
+def test_training_stops_at_the_target_accuracy(setup, tmp_path):
+    """--eval_file with --samples_between_eval and --stop_threshold: an
+    evaluation every 20 steps (320 examples), training ends at the first one
+    at or above the threshold, and eval_results.txt and TensorBoard say
+    where."""
+    output_dir = str(tmp_path / "target")
+    run_main(**base_flags(setup, output_dir, do_train=True, do_eval=True,
+                          eval_file=setup["data"], samples_between_eval=320,
+                          stop_threshold=0.3))
+    result = read_results(os.path.join(output_dir, "eval_results.txt"))
+    step = int(result["global_step"])
+    assert step % 20 == 0 and step < TRAIN_STEPS
+    assert result["examples_seen"] == step * 16
+    assert result["masked_lm_accuracy"] >= 0.3
+    assert result["stop_threshold_reached"] == "True"
+    assert result["wall_time_seconds"] > 0
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % step)
+    # One evaluation every 320 examples up to the stop; only the last one
+    # reached the threshold.
+    curve = _summaries(os.path.join(output_dir, run_pretraining.BY_EXAMPLES_DIR))
+    accuracy = curve["masked_lm_accuracy"]
+    assert [examples for examples, _ in accuracy] == list(range(320, step * 16 + 1, 320))
+    assert accuracy[-1][1] == pytest.approx(result["masked_lm_accuracy"], abs=1e-6)
+    assert all(value < 0.3 for _, value in accuracy[:-1])
+    # The runner's own evaluation summaries, by step.
+    by_step = _summaries(os.path.join(output_dir, "eval"))["masked_lm_accuracy"]
+    assert [s for s, _ in by_step] == list(range(20, step + 1, 20))

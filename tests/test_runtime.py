@@ -300,3 +300,29 @@ def test_default_runtime_follows_tensorflow():
     if os.environ.get("BERT_RUNTIME"):
         pytest.skip("BERT_RUNTIME is set")
     assert runtime.RUNTIME == ("estimator" if has_estimator else "session")
+
+
+@pytest.mark.parametrize("reads_own_share, expected",
+                         [(False, [1, 3, 5]), (True, [0, 1, 2, 3, 4, 5])])
+def test_input_of_several_workers(reads_own_share, expected):
+    """The input_fn of worker 1 of 2 learns its share in params; unless it
+    says it read only that share, the runner gives it every 2nd batch."""
+    received = {}
+
+    def input_fn(params):
+        received.update(params)
+        if reads_own_share:
+            params[runtime.INPUT_SHARDED] = True
+        return tf.data.Dataset.range(6)
+
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                         num_replicas_in_sync=2)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        dataset = runtime._call_input_fn(input_fn, {"batch_size": 1},
+                                         runtime.ModeKeys.TRAIN, context)
+        next_value = tf.data.make_one_shot_iterator(dataset).get_next()
+        values = [int(sess.run(next_value)) for _ in range(len(expected))]
+        with pytest.raises(tf.errors.OutOfRangeError):
+            sess.run(next_value)
+    assert received[runtime.INPUT_PIPELINE] == (2, 1)
+    assert values == expected

@@ -158,7 +158,7 @@ def test_recompute_grad_reuses_dropout_masks():
     assert analytic == pytest.approx(numeric, rel=1e-2)
 
 
-def _train(batches, accumulation_steps, num_updates):
+def _train(batches, accumulation_steps, num_updates, optimizer_name="adamw"):
     """Runs the train op once per batch; returns variables and global step."""
     with tf.Graph().as_default():
         (ids, mask, labels), _, loss = _build(False)
@@ -167,7 +167,7 @@ def _train(batches, accumulation_steps, num_updates):
         # scale-invariant and would hide a sum-instead-of-mean bug).
         train_op = optimization.create_optimizer(
             loss * 1e-4, 1e-2, num_train_steps=10, num_warmup_steps=1, use_tpu=False,
-            gradient_accumulation_steps=accumulation_steps)
+            gradient_accumulation_steps=accumulation_steps, optimizer_name=optimizer_name)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             _load(sess, VALUES)
@@ -180,11 +180,12 @@ def _train(batches, accumulation_steps, num_updates):
     return values, steps
 
 
-def test_gradient_accumulation_equals_large_batch():
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+def test_gradient_accumulation_equals_large_batch(optimizer_name):
     full = [slice(0, 4)] * 3
     micro = [slice(0, 2), slice(2, 4)] * 3
-    big, big_steps = _train(full, 1, 3)
-    accumulated, acc_steps = _train(micro, 2, 3)
+    big, big_steps = _train(full, 1, 3, optimizer_name)
+    accumulated, acc_steps = _train(micro, 2, 3, optimizer_name)
     # global_step counts optimizer updates: it advances every 2nd micro-batch.
     assert big_steps == [1, 2, 3]
     assert acc_steps == [0, 1, 1, 2, 2, 3]
