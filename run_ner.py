@@ -1109,8 +1109,8 @@ def main(_):
     record = run_common.use_run_record()
     run_common.require_model_flags(record)
     run_common.check_run_flags(min_seq_length=3)
-    if FLAGS.doc_stride < 1:
-        raise InputError("--doc_stride must be at least 1, got %d" % FLAGS.doc_stride)
+    if FLAGS.doc_stride is None or FLAGS.doc_stride < 1:
+        raise InputError("--doc_stride must be at least 1, got %s" % FLAGS.doc_stride)
     if FLAGS.predict_text_file and not FLAGS.do_predict:
         raise InputError("--predict_text_file needs --do_predict")
 

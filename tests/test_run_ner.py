@@ -722,8 +722,10 @@ def test_no_label_set_and_nothing_to_export(good_inputs):
 def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
     """From the shell, bad input gives one ERROR line and exit status 1."""
     os.remove(os.path.join(good_inputs["data_dir"], "valid.txt"))
-    err = tiny.shell_error(run_ner.main, ["run_ner.py", "--max_seq_length=24"], good_inputs,
-                           monkeypatch, capsys)
+    # (--doc_stride too: a shared flag's default is that of the first script
+    # this test process imported.)
+    err = tiny.shell_error(run_ner.main, ["run_ner.py", "--max_seq_length=24", "--doc_stride=64"],
+                           good_inputs, monkeypatch, capsys)
     assert "ERROR: --do_eval needs --dev_file or a data file in --data_dir=" in err
 
 
