@@ -400,19 +400,25 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
                 grad=grad, use_locking=False)
 
     def _apply_dense(self, grad, var):
-        """The update written out, for reference (non-resource) variables."""
+        """The update written out, for reference (non-resource) variables:
+        the moments, then `var -= _dense_step(...)`."""
         m = self.get_slot(var, "m")
         v = self.get_slot(var, "v")
         new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+        return tf.group(var.assign(var - self._dense_step(new_m, new_v, var)),
+                        m.assign(new_m), v.assign(new_v))
+
+    def _dense_step(self, new_m, new_v, var):
+        """What `_apply_dense` takes from `var`, given the updated moments:
+        the learning rate times Adam's step and the decay."""
         step = new_m / (tf.sqrt(new_v) + self.epsilon)
         # The decay is added to the step, outside Adam's moments: an L2 term
         # in the loss would instead be rescaled per weight by sqrt(v), so
         # large-gradient weights would be decayed less.
         if self._do_use_weight_decay(self._get_variable_name(var.name)):
             step += self.weight_decay_rate * var
-        return tf.group(var.assign(var - self._lr_t * step), m.assign(new_m),
-                        v.assign(new_v))
+        return self._lr_t * step
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
         # The original densified sparse (embedding) gradients; so do we.
@@ -580,15 +586,12 @@ class LambOptimizer(AdamWeightDecayOptimizer):
             return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=rate,
                                                            delta=d, use_locking=False)
 
-    def _apply_dense(self, grad, var):
-        """The same update for reference (non-resource) variables."""
-        m = self.get_slot(var, "m")
-        v = self.get_slot(var, "v")
-        new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
-        new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    def _dense_step(self, new_m, new_v, var):
+        """LAMB's step for reference (non-resource) variables (see
+        `AdamWeightDecayOptimizer._apply_dense`): rate * d."""
         d, rate = self._direction_and_rate(new_m, new_v, tf.identity(var),
                                            self._get_variable_name(var.name))
-        return tf.group(var.assign(var - rate * d), m.assign(new_m), v.assign(new_v))
+        return rate * d
 
 
 def _lamb_moments_and_direction(grad, m, v, one_minus_beta_1, one_minus_beta_2, epsilon_hat):

@@ -1244,6 +1244,16 @@ def _count_with_padding(num_examples, num_actual):
     return "%d (%d actual, %d padding)" % (num_examples, num_actual, num_examples - num_actual)
 
 
+def _count_records(example_of_record, num_actual, windows):
+    """The "Num examples" of the logs for the records of
+    file_based_convert_examples_to_features (windows: the Windows or None)."""
+    if not windows:
+        return _count_with_padding(len(example_of_record), num_actual)
+    num_windows = sum(1 for index in example_of_record if index >= 0)
+    return "%d in %d windows (%d padding records)" % (
+        num_actual, num_windows, len(example_of_record) - num_windows)
+
+
 def _num_multi_labels(processor, label_list):
     """file_based_input_fn_builder's num_multi_labels for the task."""
     return len(label_list) if processor.is_multi_label else 0
@@ -1395,11 +1405,7 @@ class _EvalSet:
 
     def describe_count(self):
         """The "Num examples" of the logs."""
-        if not self.windows:
-            return _count_with_padding(self.num_examples, self.num_actual)
-        num_windows = sum(1 for index in self.example_of_record if index >= 0)
-        return "%d in %d windows (%d padding records)" % (
-            self.num_actual, num_windows, self.num_examples - num_windows)
+        return _count_records(self.example_of_record, self.num_actual, self.windows)
 
 
 def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoint=None):
@@ -1553,10 +1559,7 @@ def train_and_evaluate(estimator, train_input_fn_for, num_train_steps, eval_sets
 
 def _global_step(estimator):
     """The global step of the latest checkpoint in output_dir (0 if none)."""
-    checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
-    if not checkpoint:
-        return 0
-    return int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP))
+    return _checkpoint_step(tf.train.latest_checkpoint(FLAGS.output_dir))
 
 
 def write_predictions(estimator, examples, suffix, submission_name, label_list,
@@ -1582,12 +1585,9 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     num_records = len(example_of_record)
     num_real = sum(1 for index in example_of_record if index >= 0)
 
-    count = _count_with_padding(num_records, num_actual)
-    if windows:
-        count = "%d in %d windows (%d padding records)" % (num_actual, num_real,
-                                                            num_records - num_real)
     run_common.log_phase("Running prediction", [
-        ("Num examples", count), ("Batch size", FLAGS.predict_batch_size)])
+        ("Num examples", _count_records(example_of_record, num_actual, windows)),
+        ("Batch size", FLAGS.predict_batch_size)])
     input_fn = file_based_input_fn_builder(
         input_file=predict_file, seq_length=FLAGS.max_seq_length, is_training=False,
         drop_remainder=fixed, is_regression=processor.is_regression,

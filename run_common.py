@@ -978,9 +978,7 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
             d = d.shuffle(buffer_size=shuffle_buffer)
         d = d.map(lambda record: decode_record(record, name_to_features),
                   num_parallel_calls=tf.data.AUTOTUNE)
-        if not length_buckets:
-            d = d.batch(batch_size, drop_remainder=drop_remainder)
-        elif is_training:
+        if length_buckets and is_training:
             # The batches' order: random, from the run's seed if it has one.
             seed = tf.get_seed(None)[1]
             seed = random.randrange(2 ** 31) if seed is None else seed

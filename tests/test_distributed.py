@@ -36,6 +36,8 @@ def _start(*args):
 
 
 def _finish(process):
+    """Waits for a driver or worker process; fails the test on a timeout or a
+    non-zero exit. Returns what it printed."""
     try:
         output, _ = process.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -43,6 +45,7 @@ def _finish(process):
         output, _ = process.communicate()
         pytest.fail("driver timed out:\n" + output[-3000:])
     assert process.returncode == 0, output[-3000:]
+    return output
 
 
 def _free_ports(count):
@@ -156,16 +159,7 @@ def test_pretraining_workers_read_distinct_files(tmp_path):
              "--num_train_steps=2", "--num_warmup_steps=0", "--optimizer=lamb",
              "--input_seed=3", "--distribution_strategy=multi_worker_mirrored"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for worker in workers:
-        try:
-            output, _ = worker.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            output, _ = worker.communicate()
-            pytest.fail("worker timed out:\n" + output[-3000:])
-        assert worker.returncode == 0, output[-3000:]
-        outputs.append(output)
+    outputs = [_finish(worker) for worker in workers]
     for index, output in enumerate(outputs):
         assert ("Input pipeline %d of 2 reads 2 of the 4 input files, from part-%02d.tfrecord"
                 % (index, index)) in output, output[-3000:]

@@ -37,19 +37,26 @@ def np_adam_weight_decay_step(params, slots, grads, lr, weight_decay=0.01,
     """One update of the original AdamWeightDecayOptimizer, gradients clipped
     to global norm 1.0 first. Updates `params` and `slots` in place; returns
     the gradients' global norm before clipping."""
-    norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
-    factor = 1.0 / max(norm, 1.0)
-    for name, grad in grads.items():
-        grad = grad * factor
-        m, v = slots[name]
-        m = beta_1 * m + (1.0 - beta_1) * grad
-        v = beta_2 * v + (1.0 - beta_2) * grad ** 2
+    norm, moments = np_clipped_moments(slots, grads, beta_1, beta_2)
+    for name, (m, v) in moments.items():
         update = m / (np.sqrt(v) + epsilon)
         if not any(re.search(pattern, name) for pattern in EXCLUDED):
             update = update + weight_decay * params[name]
         params[name] = params[name] - lr * update
-        slots[name] = (m, v)
     return norm
+
+
+def np_clipped_moments(slots, grads, beta_1, beta_2):
+    """What both optimizers do first: the gradients clipped to global norm
+    1.0, then Adam's moments updated with them (in `slots`, name -> (m, v)).
+    Returns (the global norm before clipping, the new moments by name)."""
+    norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+    factor = 1.0 / max(norm, 1.0)
+    for name, grad in grads.items():
+        m, v = slots[name]
+        slots[name] = (beta_1 * m + (1.0 - beta_1) * grad * factor,
+                       beta_2 * v + (1.0 - beta_2) * (grad * factor) ** 2)
+    return norm, {name: slots[name] for name in grads}
 
 
 def np_lamb_step(params, slots, grads, lr, t, weight_decay=0.01, beta_1=0.9,
@@ -60,13 +67,8 @@ def np_lamb_step(params, slots, grads, lr, t, weight_decay=0.01, beta_1=0.9,
     variables, which get no decay either). Updates `params` and `slots` in
     place, and `ratios` (a dict, if given) with each variable's ratio;
     returns the gradients' global norm before clipping."""
-    norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
-    factor = 1.0 / max(norm, 1.0)
-    for name, grad in grads.items():
-        grad = grad * factor
-        m, v = slots[name]
-        m = beta_1 * m + (1.0 - beta_1) * grad
-        v = beta_2 * v + (1.0 - beta_2) * grad ** 2
+    norm, moments = np_clipped_moments(slots, grads, beta_1, beta_2)
+    for name, (m, v) in moments.items():
         r = (m / (1.0 - beta_1 ** t)) / (np.sqrt(v / (1.0 - beta_2 ** t)) + epsilon)
         ratio = 1.0
         if not any(re.search(pattern, name) for pattern in EXCLUDED):
@@ -75,7 +77,6 @@ def np_lamb_step(params, slots, grads, lr, t, weight_decay=0.01, beta_1=0.9,
             if w_norm > 0 and r_norm > 0:
                 ratio = w_norm / r_norm
         params[name] = params[name] - lr * ratio * r
-        slots[name] = (m, v)
         if ratios is not None:
             ratios[name] = ratio
     return norm
