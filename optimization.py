@@ -243,6 +243,10 @@ def _all_finite(grads):
     return tf.reduce_all(tf.stack(checks))
 
 
+# The accumulation cycle's position (micro-batches since the last update).
+MICRO_STEP_VARIABLE = "gradient_accumulation/micro_step"
+
+
 def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batches,
                            loss_scale_manager):
     """Adds gradients to accumulators; every `num_micro_batches` calls applies
@@ -261,7 +265,7 @@ def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batch
             trainable=False, initializer=_unfolded_zeros,
             collections=[tf.GraphKeys.GLOBAL_VARIABLES]))
     micro_step = tf.get_variable(
-        "gradient_accumulation/micro_step", shape=[], dtype=tf.int64, trainable=False,
+        MICRO_STEP_VARIABLE, shape=[], dtype=tf.int64, trainable=False,
         initializer=tf.zeros_initializer(), collections=[tf.GraphKeys.GLOBAL_VARIABLES])
 
     finite = _all_finite([g for g, _ in pairs]) if loss_scale_manager is not None else None

@@ -375,6 +375,26 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
             % (output_dir, os.path.basename(checkpoint), layers, expected_layers, fix))
 
 
+def consumed_batches(output_dir, gradient_accumulation_steps=1):
+    """How many training batches the latest checkpoint in `output_dir` has
+    used: its global step times `gradient_accumulation_steps`, plus the
+    micro-batches of an unfinished accumulation cycle that it saved.
+
+    A resumed run skips this many batches of its input so that it goes on
+    with the next batch that an uninterrupted run would read. 0 when there
+    is no checkpoint yet.
+    """
+    checkpoint = tf.train.latest_checkpoint(output_dir) if output_dir else None
+    if not checkpoint:
+        return 0
+    reader = tf.train.load_checkpoint(checkpoint)
+    step = int(reader.get_tensor(tf.GraphKeys.GLOBAL_STEP))
+    micro_step = 0
+    if gradient_accumulation_steps > 1 and reader.has_tensor(optimization.MICRO_STEP_VARIABLE):
+        micro_step = int(reader.get_tensor(optimization.MICRO_STEP_VARIABLE))
+    return step * gradient_accumulation_steps + micro_step
+
+
 def log_checkpoint_used(what, checkpoint_path, model_dir, init_checkpoint=None):
     """Logs whose weights an evaluation or prediction runs with, as the
     runner will restore them: "<what> with the weights of <checkpoint>".
