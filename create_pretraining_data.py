@@ -141,13 +141,19 @@ class _AtomicRecordFiles:
             self.count += 1
 
     def commit(self):
+        # A signal before this point leaves every earlier file in place; one
+        # that comes while the files are renamed acts once all of them are,
+        # so the outputs are never a mix of new and earlier files.
+        run_base.raise_if_interrupted()
         for index, f in enumerate(self._files):
             try:
                 f.close()
             except OSError as e:
                 raise self._write_error(e, index) or e
-        for target in self._targets:
-            target.commit()
+        run_base.raise_if_interrupted()
+        with run_base.interrupts_held():
+            for target in self._targets:
+                target.commit()
         for path in self._paths:
             run_base.report_output(path, "%d instances%s" % (
                 self.count, " in the %d files" % len(self._paths) if len(self._paths) > 1

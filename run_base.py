@@ -32,7 +32,9 @@ import errno
 import glob
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 from absl import app, flags
@@ -158,6 +160,13 @@ _SHARED_FLAGS = {
         "gather: the faster way on TPUs, the slower one elsewhere."),
     # Options beyond the original (memory, speed, several devices); all off
     # by default, so default behaviour stays the original's.
+    "input_seed": (
+        flags.DEFINE_integer, 0,
+        "If not 0: the seed of the training input's order, the same in every "
+        "run; a run resumed from a checkpoint goes on with the batch that an "
+        "uninterrupted run would read next. 0: an unseeded order (the "
+        "original's); a resumed run reads on from the records after those its "
+        "checkpoint has trained on."),
     "gradient_accumulation_steps": (
         flags.DEFINE_integer, 1,
         "Sum the gradients of this many micro-batches of --train_batch_size "
@@ -276,7 +285,7 @@ TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tp
 TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_xla",
                          "precision", "distribution_strategy", "num_gpus",
                          "limit_memory_fragmentation", "fused_ops",
-                         "optimizer", "poly_power", "start_warmup_step")
+                         "optimizer", "poly_power", "start_warmup_step", "input_seed")
 
 # What the fine-tuning scripts that train, evaluate and predict have in common
 # (run_classifier.py, run_ner.py, run_swag.py): the original run_classifier's
@@ -342,6 +351,9 @@ def run_script(main):
     * At the end, each file the run wrote for the user is named, with its
       headline (`report_output`, `log_outputs`).
     * --help exits with status 0 (absl's own exit status for it is 1).
+    * Ctrl-C (SIGINT) and SIGTERM stop the run (see `catch_interrupts`) with
+      one line and exit status 128 + the signal's number; outputs not yet
+      complete are not put in place.
 
     Args:
       main: the script's main(argv).
@@ -350,10 +362,15 @@ def run_script(main):
         _log_each_message_once()
         _silence_deprecation_warnings()
         del _OUTPUTS[:]
+        catch_interrupts()
         try:
             status = main(argv)
             log_outputs()
             return status
+        except KeyboardInterrupt:
+            signum = interrupted() or signal.SIGINT
+            _exit_with_error("interrupted by %s" % signal.Signals(signum).name,
+                             status=128 + signum)
         except InputError as e:
             _exit_with_error(str(e))
         except Exception as e:  # Reported in one line only if it is a failed write.
@@ -379,16 +396,16 @@ def run_script(main):
         raise
 
 
-def _exit_with_error(message):
+def _exit_with_error(message, status=1):
     """Prints "ERROR: <message>" once, after the log lines so far, and exits
-    with status 1."""
+    with `status`."""
     import logging
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.write("ERROR: %s\n" % message)
     sys.stderr.flush()
-    sys.exit(1)
+    sys.exit(status)
 
 
 def _silence_deprecation_warnings():
@@ -1076,7 +1093,9 @@ class AtomicFile:
         self.tmp_path = "%s.tmp-%d" % (path, os.getpid())
 
     def commit(self):
-        """Renames the temporary file to `path` (replacing any file there)."""
+        """Renames the temporary file to `path` (replacing any file there);
+        raises KeyboardInterrupt instead if the run was interrupted."""
+        raise_if_interrupted()
         if is_remote(self.path):
             gfile().rename(self.tmp_path, self.path, overwrite=True)
         else:
@@ -1145,3 +1164,90 @@ def atomic_output(path, mode="w"):
     with atomic_path(path) as tmp_path:
         with open_file(tmp_path, mode) as writer:
             yield writer
+
+
+# ---------------------------------------------------------------------------
+# Interruption: Ctrl-C (SIGINT) and SIGTERM (preemptible machines, job
+# schedulers).
+
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+# signal: the first interrupting signal's number, or None. held: while > 0,
+# a first signal is only recorded (see `interrupts_held`).
+_INTERRUPT = {"signal": None, "held": 0, "on_hold": None}
+
+
+def _on_interrupt(signum, frame):
+    first = _INTERRUPT["signal"] is None
+    _INTERRUPT["signal"] = _INTERRUPT["signal"] or signum
+    if first and _INTERRUPT["held"]:
+        if _INTERRUPT["on_hold"]:
+            _INTERRUPT["on_hold"](signum)
+        return
+    raise KeyboardInterrupt
+
+
+def catch_interrupts():
+    """Makes SIGINT and SIGTERM raise KeyboardInterrupt (SIGTERM would
+    otherwise end the process on the spot, leaving temporary files) and
+    remembers the signal (`interrupted`). Does nothing outside the main
+    thread, where Python cannot set signal handlers."""
+    _INTERRUPT.update(signal=None, held=0, on_hold=None)
+    if threading.current_thread() is threading.main_thread():
+        for signum in INTERRUPT_SIGNALS:
+            signal.signal(signum, _on_interrupt)
+
+
+def interrupted():
+    """The number of the SIGINT or SIGTERM this run got, or None."""
+    return _INTERRUPT["signal"]
+
+
+def raise_if_interrupted():
+    """Raises KeyboardInterrupt if the run got a SIGINT or SIGTERM.
+
+    Called before an output is put in place: the KeyboardInterrupt that the
+    signal raised can be lost, since Python prints and drops an exception
+    raised while it runs a finalizer (a `__del__` method, a weakref or
+    multiprocessing callback), and the work would then go on to the end.
+    Inside `interrupts_held`, the block's end raises instead.
+    """
+    if _INTERRUPT["signal"] is not None and not _INTERRUPT["held"]:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_held(on_hold=None, raise_after=True):
+    """Inside, a first SIGINT or SIGTERM is recorded (and `on_hold(signum)`
+    called, e.g. to log what will happen) instead of raising; a second one
+    raises KeyboardInterrupt at once. The handlers of `catch_interrupts`
+    are installed for the time of the block if they are not (main thread
+    only).
+
+    Args:
+      on_hold: function(signum), called on the first signal.
+      raise_after: on leaving the block normally, raise KeyboardInterrupt if
+        a signal came (for steps that must finish whole, such as putting
+        several files in place); False: the caller looks at `interrupted()`.
+    """
+    installed = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in INTERRUPT_SIGNALS:
+            if signal.getsignal(signum) is not _on_interrupt:
+                installed[signum] = signal.signal(signum, _on_interrupt)
+    _INTERRUPT["held"] += 1
+    previous_on_hold, _INTERRUPT["on_hold"] = _INTERRUPT["on_hold"], on_hold
+    try:
+        yield
+    finally:
+        _INTERRUPT["held"] -= 1
+        _INTERRUPT["on_hold"] = previous_on_hold
+        got = _INTERRUPT["signal"]
+        if installed:
+            # Not under `catch_interrupts` (a library call, a test): the
+            # signal concerns this block only.
+            _INTERRUPT["signal"] = None
+            for signum, handler in installed.items():
+                signal.signal(signum, handler)
+    if raise_after and got is not None:
+        raise KeyboardInterrupt

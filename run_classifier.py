@@ -867,7 +867,7 @@ def file_based_convert_examples_to_features(
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                is_regression=False, skip_records=0, num_multi_labels=0,
+                                is_regression=False, num_multi_labels=0,
                                 length_buckets=None):
     """Builds the `input_fn` reading a file of
     `file_based_convert_examples_to_features` for the runner.
@@ -878,8 +878,6 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
       is_training: read the file over and over, shuffled.
       drop_remainder: drop a last partial batch (TPU).
       is_regression: label_ids are floats.
-      skip_records: training only: start this many records into the repeated
-        file (to continue where an earlier `train` call stopped).
       num_multi_labels: a multi-label task's number of labels (label_ids are
         then 0/1 vectors of that length); 0 for other tasks.
       length_buckets: dynamic padding (run_common.tfrecord_input_fn).
@@ -902,8 +900,7 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
     }
 
     return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, skip_records=skip_records,
-                                        length_buckets=length_buckets)
+                                        drop_remainder, length_buckets=length_buckets)
 
 
 # The original's name for it.
@@ -1507,16 +1504,15 @@ def _copy_checkpoint(checkpoint_path, target_dir):
     return os.path.join(target_dir, name)
 
 
-def train_and_evaluate(estimator, train_input_fn_for, num_train_steps, eval_sets,
-                       processor, eval_every_n_steps, keep_best, best_metric,
-                       examples_per_step, num_train_examples):
+def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
+                       processor, eval_every_n_steps, keep_best, best_metric):
     """Trains to num_train_steps, evaluating the first dev set every
     eval_every_n_steps (and at the end), and with keep_best copies the best
     checkpoint to <output_dir>/best/.
 
     Args:
-      train_input_fn_for: skip_records -> training input_fn.
-      examples_per_step: training examples one step consumes.
+      train_input_fn: the training input_fn; each chunk of training goes on
+        in it where the previous one stopped (run_common.ResumableTrainer).
 
     Returns:
       (results of the last evaluation, best checkpoint path or None).
@@ -1528,10 +1524,7 @@ def train_and_evaluate(estimator, train_input_fn_for, num_train_steps, eval_sets
     step = _global_step(estimator)
     while step < num_train_steps:
         next_step = min(num_train_steps, (step // eval_every_n_steps + 1) * eval_every_n_steps)
-        # Continue in the data where the previous chunk stopped, instead of
-        # starting over at the beginning of the (repeated) file.
-        skip = (step * examples_per_step) % num_train_examples
-        estimator.train(input_fn=train_input_fn_for(skip), max_steps=next_step)
+        estimator.train(input_fn=train_input_fn, max_steps=next_step)
         step = _global_step(estimator)
         result = evaluate(estimator, eval_sets[0], processor)
         run_common.log_phase("Eval results at step %d" % step,
@@ -1881,23 +1874,19 @@ def main(_):
             count.append(("Num windows", num_train_records))
         run_common.log_training(options, count, num_train_steps)
 
-        def train_input_fn_for(skip_records):
-            return file_based_input_fn_builder(
-                input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
-                drop_remainder=True, is_regression=processor.is_regression,
-                skip_records=skip_records,
-                num_multi_labels=_num_multi_labels(processor, label_list),
-                length_buckets=options.length_buckets)
+        train_input_fn = file_based_input_fn_builder(
+            input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
+            drop_remainder=True, is_regression=processor.is_regression,
+            num_multi_labels=_num_multi_labels(processor, label_list),
+            length_buckets=options.length_buckets)
 
         if periodic_eval:
             every = FLAGS.eval_every_n_steps or FLAGS.save_checkpoints_steps
             last_result, best_checkpoint = train_and_evaluate(
-                estimator, train_input_fn_for, num_train_steps, eval_sets, processor,
-                every, FLAGS.keep_best_checkpoint, best_metric,
-                FLAGS.train_batch_size * options.gradient_accumulation_steps,
-                num_train_records)
+                estimator, train_input_fn, num_train_steps, eval_sets, processor,
+                every, FLAGS.keep_best_checkpoint, best_metric)
         else:
-            estimator.train(input_fn=train_input_fn_for(0), max_steps=num_train_steps)
+            estimator.train(input_fn=train_input_fn, max_steps=num_train_steps)
         run_common.report_trained_checkpoint(FLAGS.output_dir)
 
     for eval_set in eval_sets:

@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import signal
 import sys
 import time
 
@@ -334,7 +335,8 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
 
     The runner resumes from (or predicts with) the latest checkpoint in
     output_dir; one of another model would fail only after it was restored,
-    with a shape error in the middle of the graph.
+    with a shape error in the middle of the graph. A damaged latest
+    checkpoint is first set aside (`use_intact_checkpoint`).
 
     Args:
       output_dir: the run's model directory.
@@ -347,7 +349,7 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
     """
     if not output_dir or not tf.io.gfile.isdir(output_dir):
         return
-    checkpoint = tf.train.latest_checkpoint(output_dir)
+    checkpoint = use_intact_checkpoint(output_dir)
     if not checkpoint:
         return
     stored = dict(tf.train.list_variables(checkpoint))
@@ -678,6 +680,8 @@ class TrainingOptions:
       length_buckets: with dynamic padding, the increasing lengths a batch
         may be padded to (the last is max_seq_length); None: every batch is
         padded to max_seq_length (see `tfrecord_input_fn`).
+      input_seed: the seed of the training input's order, or None for an
+        unseeded order (see `ResumableTrainer`).
     """
 
     precision: str = "fp32"
@@ -691,6 +695,7 @@ class TrainingOptions:
     poly_power: float = 1.0
     start_warmup_step: int = 0
     length_buckets: tuple = None
+    input_seed: int = None
 
     def model_kwargs(self):
         """The keyword arguments of `modeling.BertModel` these options set."""
@@ -743,7 +748,7 @@ def training_options_from_flags():
         use_xla=FLAGS.use_xla, distribution_strategy=FLAGS.distribution_strategy,
         num_gpus=FLAGS.num_gpus, optimizer=FLAGS.optimizer, poly_power=FLAGS.poly_power,
         start_warmup_step=FLAGS.start_warmup_step,
-        length_buckets=length_buckets_from_flags())
+        length_buckets=length_buckets_from_flags(), input_seed=FLAGS.input_seed or None)
 
 
 def default_length_buckets(max_seq_length):
@@ -965,7 +970,7 @@ SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 
 def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
-                      shuffle_buffer=100, skip_records=0, length_buckets=None,
+                      shuffle_buffer=100, length_buckets=None,
                       sequence_features=SEQUENCE_FEATURES):
     """The runner's input_fn(params) for a TFRecord file of tf.train.Examples
     (decoded by `decode_record`), in batches of params["batch_size"].
@@ -973,9 +978,12 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
     Args:
       input_file: the file.
       name_to_features: name -> tf.io.FixedLenFeature.
-      is_training: read the file over and over, from `skip_records` records
-        in (to continue where an earlier `train` call stopped), shuffled
-        `shuffle_buffer` records at a time; otherwise once, in order.
+      is_training: read the file over and over, shuffled `shuffle_buffer`
+        records at a time; otherwise once, in order. A training run resumed
+        from a checkpoint (params[START_RECORD] records in, see
+        `ResumableTrainer`) goes on with the next batch of the same stream
+        when params[INPUT_SEED] seeds the shuffle, and with the records
+        after those already trained on when it is unseeded.
       drop_remainder: drop a last, smaller batch (TPU).
       length_buckets: dynamic padding (TrainingOptions.length_buckets):
         each batch's `sequence_features` are cut, on their last axis, to
@@ -990,21 +998,35 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
     """
     def input_fn(params):
         batch_size = params["batch_size"]
+        pooled = bool(length_buckets) and is_training
+        start_record = params.get(START_RECORD, 0) if is_training else 0
+        seed = params.get(INPUT_SEED) if is_training else None
+        # Records skipped before decoding (cheap), and whole batches after.
+        skip_records, skip_batches = start_record, 0
+        if seed is not None and pooled:
+            pool_records = batch_size * LENGTH_POOL_BATCHES
+            skip_records = start_record // pool_records * pool_records
+            skip_batches = (start_record - skip_records) // batch_size
         d = tf.data.TFRecordDataset(input_file)
         if is_training:
             d = d.repeat()
-            if skip_records:
-                d = d.skip(skip_records)
-            d = d.shuffle(buffer_size=shuffle_buffer)
+            if seed is None:
+                d = d.skip(start_record).shuffle(buffer_size=shuffle_buffer)
+            else:
+                d = d.shuffle(buffer_size=shuffle_buffer, seed=seed).skip(skip_records)
         d = d.map(lambda record: decode_record(record, name_to_features),
                   num_parallel_calls=tf.data.AUTOTUNE)
-        if length_buckets and is_training:
-            # The batches' order: random, from the run's seed if it has one.
-            seed = tf.get_seed(None)[1]
-            seed = random.randrange(2 ** 31) if seed is None else seed
-            d = d.batch(batch_size * LENGTH_POOL_BATCHES, drop_remainder=True).enumerate()
+        if pooled:
+            # The batches' order within a pool: from the input seed, else the
+            # run's graph seed, else random.
+            pool_seed = seed if seed is not None else tf.get_seed(None)[1]
+            pool_seed = random.randrange(2 ** 31) if pool_seed is None else pool_seed
+            first_pool = skip_records // (batch_size * LENGTH_POOL_BATCHES)
+            d = d.batch(batch_size * LENGTH_POOL_BATCHES, drop_remainder=True)
+            d = tf.data.Dataset.zip((tf.data.Dataset.range(first_pool, 2 ** 62), d))
             d = d.flat_map(lambda index, pool: tf.data.Dataset.from_tensor_slices(
-                _batches_by_length(pool, batch_size, [seed, index])))
+                _batches_by_length(pool, batch_size, [pool_seed, index])))
+            d = d.skip(skip_batches)
         else:
             d = d.batch(batch_size, drop_remainder=drop_remainder)
         if length_buckets:
@@ -1312,7 +1334,7 @@ def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
 def estimator_from_flags(model_fn, options, **batch_sizes):
     """The runner of a training script's model_fn, configured by its flags
     (--output_dir, --save_checkpoints_steps, --iterations_per_loop, the TPU
-    flags) and the `TrainingOptions` `options`.
+    flags) and the `TrainingOptions` `options`, as a `ResumableTrainer`.
 
     Args:
       **batch_sizes: train_batch_size, eval_batch_size, predict_batch_size.
@@ -1321,7 +1343,8 @@ def estimator_from_flags(model_fn, options, **batch_sizes):
         FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
         FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
         FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name, options=options)
-    return make_estimator(model_fn, run_config, FLAGS.use_tpu, **batch_sizes)
+    return ResumableTrainer(make_estimator(model_fn, run_config, FLAGS.use_tpu, **batch_sizes),
+                            options, batch_sizes.get("train_batch_size"))
 
 
 @contextlib.contextmanager
@@ -1330,6 +1353,223 @@ def _config_errors_as_input_errors():
         yield
     except runtime.ConfigError as e:
         raise InputError(str(e))
+
+
+# ---------------------------------------------------------------------------
+# Interrupted and resumed training.
+
+# input_fn params that `ResumableTrainer.train` adds: how many records of the
+# training stream (all workers' together) the checkpoint has trained on, and
+# the run's input seed (None: unseeded).
+START_RECORD = "start_record"
+INPUT_SEED = "input_seed"
+
+
+class TrainingInterrupted(SystemExit):
+    """Training stopped by SIGINT or SIGTERM after a checkpoint was saved;
+    the exit status is 128 + the signal's number."""
+
+
+class ResumableTrainer:
+    """A runner of `make_estimator` (all its methods pass through) whose
+    `train` goes on where the latest checkpoint stopped, and stops cleanly
+    when the process is told to.
+
+    * Before training, a latest checkpoint that is cut short or unreadable
+      is set aside for the newest intact one (`use_intact_checkpoint`).
+    * The input_fn gets params[START_RECORD] (the records that the
+      checkpoint's steps have consumed, `consumed_batches` times the
+      training batch) and params[INPUT_SEED], so that it can start at the
+      next unseen batch (`tfrecord_input_fn`): with a seed, the run then
+      trains on exactly the batches of an uninterrupted run.
+    * SIGINT (Ctrl-C) or SIGTERM during training: the running step is
+      finished, a checkpoint of that step is saved (`InterruptHook`), one
+      line names it, and `TrainingInterrupted` ends the run. A second signal
+      stops at once.
+
+    Args:
+      runner: what `make_estimator` returns.
+      options: the run's `TrainingOptions` (gradient accumulation, seed).
+      train_batch_size: examples per training step (all replicas).
+    """
+
+    def __init__(self, runner, options, train_batch_size):
+        self._runner = runner
+        self._options = options
+        self._train_batch_size = train_batch_size or 0
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+    def train(self, input_fn, max_steps=None, hooks=None, steps=None):
+        """`runner.train` from the next unseen batch; see the class."""
+        model_dir = self._runner.model_dir
+        use_intact_checkpoint(model_dir)
+        start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
+        start_record = start_batch * self._train_batch_size
+        if start_batch:
+            tf.logging.info("The training input goes on after the %d batches (%d examples) "
+                            "that the checkpoint has trained on", start_batch, start_record)
+        seed = self._options.input_seed
+
+        def positioned_input_fn(params):
+            params = dict(params)
+            params[START_RECORD] = start_record
+            params[INPUT_SEED] = seed
+            return input_fn(params)
+
+        hook = InterruptHook(model_dir)
+        with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False):
+            self._runner.train(positioned_input_fn, max_steps=max_steps,
+                               hooks=list(hooks or ()) + [hook], steps=steps)
+        if hook.signum is not None:
+            checkpoint = tf.train.latest_checkpoint(model_dir)
+            tf.logging.warning(
+                "Training stopped by %s at step %d: checkpoint %s saved; the same command "
+                "resumes from it", hook.signal_name, hook.step, checkpoint)
+            raise TrainingInterrupted(128 + hook.signum)
+        return self
+
+
+def _graph_variable(name):
+    """The graph's global variable called `name`, or None."""
+    for variable in tf.global_variables():
+        if variable.op.name == name:
+            return variable
+    return None
+
+
+class InterruptHook(tf.train.SessionRunHook):
+    """Stops training after the running step once `stop_soon` was called (by
+    the signal handler of `ResumableTrainer.train`), with a checkpoint of
+    that step.
+
+    The runner's own saver writes a checkpoint at the end of training when
+    the global step has moved since its last one. In the middle of a
+    gradient accumulation cycle it may not have: this hook then saves the
+    accumulated micro-batches itself (under the same step's name), so that
+    none of them is trained on twice.
+
+    Args:
+      model_dir: where checkpoints go.
+    """
+
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
+        self.signum = None
+        self.step = None
+        self._micro_step = None
+        self._saver = None
+
+    @property
+    def signal_name(self):
+        return signal.Signals(self.signum).name if self.signum else None
+
+    def stop_soon(self, signum):
+        """Asks training to stop after the running step (called once)."""
+        self.signum = signum
+        tf.logging.warning("Got %s: stopping after the running step to save a checkpoint "
+                           "(a second signal stops at once, without one)", self.signal_name)
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+        self._micro_step = _graph_variable(optimization.MICRO_STEP_VARIABLE)
+        if self._micro_step is not None:
+            self._saver = tf.train.Saver(sharded=True, save_relative_paths=True)
+
+    def after_run(self, run_context, run_values):
+        if self.signum is not None:
+            run_context.request_stop()
+
+    def end(self, session):
+        if self.signum is None:
+            return
+        self.step = int(session.run(self._global_step))
+        if self._micro_step is None:
+            return
+        micro_step = int(session.run(self._micro_step))
+        latest = tf.train.latest_checkpoint(self._model_dir)
+        if latest and micro_step:
+            reader = tf.train.load_checkpoint(latest)
+            saved = (int(reader.get_tensor(tf.GraphKeys.GLOBAL_STEP)),
+                     int(reader.get_tensor(optimization.MICRO_STEP_VARIABLE)))
+            if saved != (self.step, micro_step) and saved[0] == self.step:
+                # Same name as the latest: the state file needs no change.
+                self._saver.save(session, latest, write_meta_graph=False, write_state=False)
+
+
+def _checkpoint_fault(prefix):
+    """None if checkpoint `prefix` looks whole (its index reads, and its
+    data files hold at least the bytes that the index lists); else what is
+    wrong, naming the file."""
+    index = prefix + ".index"
+    if not tf.io.gfile.exists(index):
+        return "%s is missing" % index
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        dtypes = reader.get_variable_to_dtype_map()
+    except (tf.errors.OpError, ValueError) as e:
+        return "%s is cut short or corrupt (%s)" % (index, str(e).splitlines()[0])
+    data_files = sorted(tf.io.gfile.glob(prefix + ".data-*"))
+    match = re.search(r"-of-(\d+)$", data_files[0]) if data_files else None
+    if not match or len(data_files) != int(match.group(1)):
+        return "%s.data-* is incomplete (%d file(s))" % (prefix, len(data_files))
+    needed = 0
+    for name, shape in shapes.items():
+        dtype = tf.as_dtype(dtypes[name])
+        if dtype.is_numpy_compatible and dtype != tf.string:
+            count = 1
+            for dim in shape:
+                count *= dim
+            needed += count * dtype.size
+    have = sum(tf.io.gfile.stat(path).length for path in data_files)
+    if have < needed:
+        return "%s is cut short (%d bytes, the index lists %d)" % (
+            data_files[0] if len(data_files) == 1 else prefix + ".data-*", have, needed)
+    return None
+
+
+def use_intact_checkpoint(model_dir):
+    """Makes the latest checkpoint in `model_dir` (by its "checkpoint" state
+    file) one that can be restored: if it is cut short or unreadable (a full
+    disk, a killed copy), one warning names the damaged file and the state
+    file is rewritten to name the newest intact checkpoint instead. The
+    damaged files stay; training overwrites them when it reaches their step
+    again.
+
+    Returns:
+      The latest intact checkpoint's prefix, or None when there is none
+      yet.
+
+    Raises:
+      InputError: checkpoints are listed, and none of them is intact.
+    """
+    if not model_dir:
+        return None
+    state = tf.train.get_checkpoint_state(model_dir)
+    if not state or not state.model_checkpoint_path:
+        return None
+    listed = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in listed:
+        listed.append(state.model_checkpoint_path)
+    latest = state.model_checkpoint_path
+    fault = _checkpoint_fault(latest)
+    if fault is None:
+        return latest
+    older = [path for path in listed[:listed.index(latest)] if _checkpoint_fault(path) is None]
+    if not older:
+        raise InputError("--output_dir %s: cannot resume, %s and no older checkpoint there is "
+                         "intact; move the damaged checkpoint away to start over"
+                         % (model_dir, fault))
+    intact = older[-1]
+    step = int(tf.train.load_variable(intact, tf.GraphKeys.GLOBAL_STEP))
+    tf.logging.warning("%s: resuming from %s (step %d), the newest intact checkpoint",
+                       fault, intact, step)
+    tf.train.update_checkpoint_state(
+        model_dir, os.path.basename(intact),
+        all_model_checkpoint_paths=[os.path.basename(path) for path in older])
+    return intact
 
 
 # ---------------------------------------------------------------------------

@@ -79,13 +79,6 @@ flags.DEFINE_float(
     "With --eval_file: stop training at the first evaluation whose "
     "masked_lm_accuracy is at least this (e.g. 0.72); 0: never stop early.")
 
-flags.DEFINE_integer(
-    "input_seed", 0,
-    "If not 0: the seed of the training input's order (files, interleaving "
-    "and record shuffle), the same in every run; training that starts at "
-    "step k (resumed, or after an evaluation) uses this + k. 0: an unseeded "
-    "order, read as fast as the readers deliver (the original's).")
-
 START_RESULTS_FILE = "eval_results_at_start.txt"
 # TensorBoard folder of the evaluations during training, with the number of
 # training examples seen as the step (to compare runs of different batch

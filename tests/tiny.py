@@ -83,7 +83,7 @@ def fine_tuning_flags(**values):
         iterations_per_loop=1000,
         use_tpu=False, tpu_name=None, tpu_job_name=None, num_tpu_cores=8, export_dir=None,
         gradient_accumulation_steps=1, recompute_grad=False, use_xla=False, precision="fp32",
-        distribution_strategy="none", dynamic_padding=False, length_buckets=None)
+        distribution_strategy="none", dynamic_padding=False, length_buckets=None, input_seed=0)
     shared.update(values)
     return shared
 

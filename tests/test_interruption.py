@@ -1,0 +1,376 @@
+"""Interrupted and resumed training: SIGTERM or Ctrl-C during training saves
+a checkpoint and exits non-zero; the same command resumes at the next unseen
+batch and ends with the variables of an uninterrupted run (also in the
+middle of a gradient accumulation cycle); a damaged latest checkpoint is
+set aside for the newest intact one; an interrupted data step commits
+nothing."""
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import optimization
+import run_base
+import run_classifier
+import run_common
+import tiny
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ["good", "bad", "the", "a", "film", "plot", "was", "is", "very", "not", "fine",
+         "dull", "great", "acting", "story"]
+
+
+def _write_task(data_dir, num_train=24, seed=0):
+    """An MRPC-layout task (train and dev) of `num_train` rows."""
+    os.makedirs(data_dir, exist_ok=True)
+    rng = random.Random(seed)
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    for split, n in (("train", num_train), ("dev", 4)):
+        with open(os.path.join(data_dir, split + ".tsv"), "w") as f:
+            f.write(header)
+            for _ in range(n):
+                label = rng.randint(0, 1)
+                first = " ".join(rng.choice(WORDS[2:]) for _ in range(rng.randint(2, 6)))
+                f.write("%d\t1\t2\t%s %s\t%s\n" % (label, first, "good" if label else "bad",
+                                                   rng.choice(WORDS[2:])))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_dropout():
+    """No dropout anywhere (the model's rates are 0; run_classifier's head
+    has the original's fixed 0.1): a resumed graph draws its dropout masks
+    afresh, so only a dropout-free model can end bit for bit like an
+    uninterrupted one."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.nn, "dropout", lambda x, *args, **kwargs: x)
+        yield
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("interrupt")
+    data_dir = str(tmp / "data")
+    _write_task(data_dir)
+    vocab = tiny.write_vocab(str(tmp), WORDS)
+    config = tiny.write_config(str(tmp), vocab_size=len(WORDS) + 6, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    return dict(tmp=tmp, data_dir=data_dir, vocab=vocab, config=config)
+
+
+def _flags(task, output_dir, **overrides):
+    # 24 examples / 4 * 2 epochs = 12 micro-batches = 6 updates of 2.
+    values = tiny.fine_tuning_flags(
+        task_name="MRPC", max_seq_length=16, eval_every_n_steps=0, keep_best_checkpoint=False,
+        best_checkpoint_metric=None, skip_malformed_rows=False, diagnostic_file=None,
+        xnli_language="zh", labels=None, data_format="auto", has_header=True,
+        text_column="text", text_b_column=None, label_column="label", id_column=None,
+        regression=False, multi_label=False, label_separator="|", multi_label_threshold=0.5,
+        doc_stride=None, max_windows=0, window_aggregation="mean",
+        data_dir=task["data_dir"], vocab_file=task["vocab"], bert_config_file=task["config"],
+        output_dir=output_dir, do_train=True, train_batch_size=4, num_train_epochs=2.0,
+        gradient_accumulation_steps=2, save_checkpoints_steps=2, input_seed=7,
+        learning_rate=1e-3)
+    values.update(overrides)
+    return values
+
+
+class _SignalAt(tf.train.SessionRunHook):
+    """Sends `signum` to this process as the `at`-th session run starts, as
+    a scheduler or Ctrl-C would during a step."""
+
+    def __init__(self, at, signum):
+        self._at, self._signum, self._runs = at, signum, 0
+
+    def before_run(self, run_context):
+        self._runs += 1
+        if self._runs == self._at:
+            os.kill(os.getpid(), self._signum)
+
+
+def _trainable_values(checkpoint):
+    reader = tf.train.load_checkpoint(checkpoint)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(("bert/", "output_"))}
+
+
+def _assert_same_variables(first, second):
+    a, b = _trainable_values(first), _trainable_values(second)
+    assert sorted(a) == sorted(b) and a
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6, err_msg=name)
+
+
+class _Messages(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def messages():
+    handler = _Messages()
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    verbosity = tf.logging.get_verbosity()
+    tf.logging.set_verbosity(tf.logging.INFO)
+    yield handler.lines
+    tf.logging.set_verbosity(verbosity)
+    logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(task):
+    output_dir = str(task["tmp"] / "uninterrupted")
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+    return tf.train.latest_checkpoint(output_dir)
+
+
+def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
+        task, uninterrupted, messages, monkeypatch):
+    """SIGTERM during the 5th micro-batch (one micro-batch into the 3rd
+    cycle; the runner's last checkpoint is of step 2, with no micro-batch):
+    the run saves step 2 again with its micro-step, exits with 128 + 15,
+    and the same command finishes with the uninterrupted run's
+    variables."""
+    output_dir = str(task["tmp"] / "interrupted")
+    hooks = run_common.training_hooks
+    monkeypatch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+        hooks(*args, **kwargs) + [_SignalAt(5, signal.SIGTERM)]))
+    with pytest.raises(run_common.TrainingInterrupted) as stopped:
+        tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+    monkeypatch.setattr(run_common, "training_hooks", hooks)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    checkpoint = tf.train.latest_checkpoint(output_dir)
+    assert checkpoint.endswith("model.ckpt-2")
+    assert tf.train.load_variable(checkpoint, optimization.MICRO_STEP_VARIABLE) == 1
+    assert [line for line in messages if line.startswith("Training stopped by")] == [
+        "Training stopped by SIGTERM at step 2: checkpoint %s saved; the same command "
+        "resumes from it" % checkpoint]
+    # The handlers are the test process's own again.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert run_base.interrupted() is None
+
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+    final = tf.train.latest_checkpoint(output_dir)
+    assert final.endswith("model.ckpt-6")
+    assert "The training input goes on after the 5 batches (20 examples) that the checkpoint " \
+           "has trained on" in messages
+    _assert_same_variables(final, uninterrupted)
+
+
+def test_resume_without_a_seed_reads_on_after_the_trained_records(task, tmp_path, monkeypatch):
+    """Unseeded, the resumed input starts at the first record not yet
+    trained on: with batches of 4 in file order (no shuffle), the 3rd
+    batch after a checkpoint of 2 batches is the file's 3rd."""
+    record_file = str(tmp_path / "r.tf_record")
+    with tf.io.TFRecordWriter(record_file) as writer:
+        for i in range(20):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": run_common.int64_feature([i])})).SerializeToString())
+    features = {"x": tf.io.FixedLenFeature([], tf.int64)}
+
+    def first_batch(**params):
+        input_fn = run_common.tfrecord_input_fn(record_file, features, is_training=True,
+                                                drop_remainder=True, shuffle_buffer=1)
+        dataset = input_fn(dict(batch_size=4, **params))
+        return tf.data.experimental.get_single_element(dataset.take(1))["x"]
+
+    with tf.Graph().as_default(), tf.Session() as session:
+        unseeded, seeded, seeded_later = session.run([
+            first_batch(start_record=8, input_seed=None),
+            first_batch(start_record=0, input_seed=3),
+            first_batch(start_record=4, input_seed=3)])
+    np.testing.assert_array_equal(unseeded, [8, 9, 10, 11])
+    # Seeded (buffer 1: file order), 4 records in: the second batch.
+    np.testing.assert_array_equal(seeded, [0, 1, 2, 3])
+    np.testing.assert_array_equal(seeded_later, [4, 5, 6, 7])
+
+
+def test_seeded_pooled_input_resumes_at_the_same_batch(tmp_path):
+    """With dynamic padding (pools of batches sorted by length), a seeded
+    stream started k batches in equals the full stream from batch k, for k
+    inside and across pools."""
+    record_file = str(tmp_path / "lengths.tf_record")
+    rng = random.Random(0)
+    with tf.io.TFRecordWriter(record_file) as writer:
+        for i in range(150):
+            length = rng.randint(1, 8)
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": run_common.int64_feature([i + 1] * length + [0] * (8 - length)),
+                "input_mask": run_common.int64_feature([1] * length + [0] * (8 - length)),
+            })).SerializeToString())
+    features = {name: tf.io.FixedLenFeature([8], tf.int64)
+                for name in ("input_ids", "input_mask")}
+    input_fn = run_common.tfrecord_input_fn(record_file, features, is_training=True,
+                                            drop_remainder=True, length_buckets=(4, 8))
+    batch, pool = 2, run_common.LENGTH_POOL_BATCHES
+
+    def batches(start_batch, count):
+        dataset = input_fn(dict(batch_size=batch, start_record=start_batch * batch,
+                                input_seed=11))
+        dataset = dataset.map(lambda b: tf.pad(b["input_ids"], [[0, 0], [0, 8 - tf.shape(
+            b["input_ids"])[1]]]))
+        return tf.data.experimental.get_single_element(dataset.take(count).batch(count))
+
+    with tf.Graph().as_default(), tf.Session() as session:
+        full, later, across = session.run([batches(0, 2 * pool + 5), batches(pool - 3, 8),
+                                           batches(2 * pool + 1, 4)])
+    np.testing.assert_array_equal(later, full[pool - 3:pool + 5])
+    np.testing.assert_array_equal(across, full[2 * pool + 1:2 * pool + 5])
+
+
+def _truncate(path, keep):
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:keep])
+
+
+@pytest.mark.parametrize("damage", ["data", "index"])
+def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
+        task, uninterrupted, tmp_path, messages, damage):
+    """The latest checkpoint's .data (or .index) cut short: one warning
+    names the file; training resumes from the checkpoint before it and ends
+    like the uninterrupted run."""
+    output_dir = str(tmp_path / "run")
+    source = os.path.dirname(uninterrupted)
+    os.makedirs(output_dir)
+    for name in os.listdir(source):
+        if name.startswith(("model.ckpt-4", "model.ckpt-6", "checkpoint", "graph")):
+            with open(os.path.join(source, name), "rb") as f, \
+                    open(os.path.join(output_dir, name), "wb") as g:
+                g.write(f.read())
+    with open(os.path.join(output_dir, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "model.ckpt-6"\n'
+                'all_model_checkpoint_paths: "model.ckpt-4"\n'
+                'all_model_checkpoint_paths: "model.ckpt-6"\n')
+    damaged = os.path.join(output_dir, "model.ckpt-6." + (
+        "data-00000-of-00001" if damage == "data" else "index"))
+    _truncate(damaged, os.path.getsize(damaged) // 2)
+
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+    warnings = [line for line in messages if "the newest intact checkpoint" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(damaged + " is cut short")
+    assert warnings[0].endswith("resuming from %s (step 4), the newest intact checkpoint"
+                                % os.path.join(output_dir, "model.ckpt-4"))
+    _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
+
+
+def test_no_intact_checkpoint_is_one_line(tmp_path):
+    output_dir = tmp_path / "run"
+    output_dir.mkdir()
+    (output_dir / "model.ckpt-5.index").write_bytes(b"not a checkpoint")
+    (output_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    with pytest.raises(run_common.InputError, match=(
+            r"^--output_dir .*run: cannot resume, .*model\.ckpt-5\.index is cut short or "
+            r"corrupt .* and no older checkpoint there is intact")):
+        run_common.use_intact_checkpoint(str(output_dir))
+
+
+def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
+    """A real SIGINT to the script's process during a long training: exit
+    status 130, one line naming the saved checkpoint, no traceback."""
+    output_dir = str(tmp_path / "run")
+    command = [sys.executable, os.path.join(ROOT, "run_classifier.py"), "--task_name=MRPC",
+               "--data_dir=" + task["data_dir"], "--vocab_file=" + task["vocab"],
+               "--bert_config_file=" + task["config"], "--output_dir=" + output_dir,
+               "--do_train=True", "--max_seq_length=16", "--train_batch_size=4",
+               "--num_train_epochs=100000", "--save_checkpoints_steps=1000000"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            # The first progress line of training: it is under way.
+            if ": loss = " in line:
+                break
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = "".join(lines) + rest
+    assert process.returncode == 128 + signal.SIGINT, output
+    assert "Traceback" not in output
+    checkpoint = tf.train.latest_checkpoint(output_dir)
+    step = int(checkpoint.rsplit("-", 1)[1])
+    assert step > 0
+    assert output.count("Training stopped by SIGINT at step %d: checkpoint %s saved"
+                        % (step, checkpoint)) == 1, output
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_interrupted_commit_puts_nothing_in_place(tmp_path):
+    """A signal whose KeyboardInterrupt was lost (raised inside a finalizer,
+    where Python drops it) still stops the data step's outputs from being
+    committed: the files already there stay, no temporary file is left."""
+    import create_pretraining_data
+
+    paths = [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
+    with open(paths[0], "wb") as f:
+        f.write(b"earlier output")
+    writer = create_pretraining_data._AtomicRecordFiles(paths)
+    writer.write([b"record one", b"record two"])
+
+    class _Finalized:
+        def __del__(self):
+            run_base._on_interrupt(signal.SIGINT, None)
+
+    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
+    try:
+        run_base.catch_interrupts()
+        _Finalized()  # The KeyboardInterrupt is printed and dropped here.
+        assert run_base.interrupted() == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            writer.commit()
+    finally:
+        writer.abort()
+        run_base.catch_interrupts()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    with open(paths[0], "rb") as f:
+        assert f.read() == b"earlier output"
+    assert sorted(os.listdir(tmp_path)) == ["a.tfrecord"]
+
+
+def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
+    """A signal that comes while the files are put in place is acted on
+    once all of them are: never a mix of new and old outputs."""
+    import create_pretraining_data
+
+    paths = [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
+    writer = create_pretraining_data._AtomicRecordFiles(paths)
+    writer.write([b"one", b"two"])
+    commits = []
+    original = run_base.AtomicFile.commit
+
+    def commit_then_signal(target):
+        original(target)
+        commits.append(target.path)
+        if len(commits) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
+    try:
+        run_base.catch_interrupts()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(run_base.AtomicFile, "commit", commit_then_signal)
+            with pytest.raises(KeyboardInterrupt):
+                writer.commit()
+    finally:
+        run_base.catch_interrupts()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert commits == paths
+    assert all(os.path.getsize(path) > 0 for path in paths)
