@@ -47,6 +47,7 @@ import math
 import multiprocessing
 import os
 import random
+import signal
 import sys
 import time
 
@@ -846,6 +847,17 @@ def _init_worker(config, vocab=None):
     _WORKER["vocab"] = vocab or _Vocab(config["vocab_file"], config["do_lower_case"])
 
 
+def _start_worker(config):
+    """Pool initializer of a worker process: the default SIGTERM (with
+    which the pool ends its workers) and SIGINT ignored (a Ctrl-C reaches
+    the whole process group; the main process handles it and ends the
+    pool), instead of the handlers inherited from the main process; then
+    `_init_worker`."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init_worker(config)
+
+
 def _process_shard(shard_index, lines):
     """Tokenizes one shard and makes its instances (in a worker).
 
@@ -971,7 +983,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         # import and a vocabulary load each.
         method = "fork" if "tensorflow" not in sys.modules and hasattr(os, "fork") else "spawn"
         context = multiprocessing.get_context(method)
-        with context.Pool(num_workers, initializer=_init_worker,
+        with context.Pool(num_workers, initializer=_start_worker,
                           initargs=(config,)) as pool:
             pending = []
             for index, lines in enumerate(shards):

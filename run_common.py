@@ -1404,6 +1404,7 @@ class ResumableTrainer:
     def train(self, input_fn, max_steps=None, hooks=None, steps=None):
         """`runner.train` from the next unseen batch; see the class."""
         model_dir = self._runner.model_dir
+        _remove_failed_saves(model_dir)
         use_intact_checkpoint(model_dir)
         start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
         start_record = start_batch * self._train_batch_size
@@ -1429,6 +1430,21 @@ class ResumableTrainer:
                 "resumes from it", hook.signal_name, hook.step, checkpoint)
             raise TrainingInterrupted(128 + hook.signum)
         return self
+
+
+def _remove_failed_saves(model_dir):
+    """Removes what checkpoint saves that failed (a full disk) left in
+    `model_dir`: the saver's "<prefix>-<step>_temp..." folders of partial
+    files, which take the room the next save needs."""
+    if not model_dir or not tf.io.gfile.isdir(model_dir):
+        return
+    for name in tf.io.gfile.listdir(model_dir):
+        name = name.rstrip("/")
+        path = os.path.join(model_dir, name)
+        if re.fullmatch(r".+-\d+_temp(_[0-9a-f]+)?", name) and tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+            tf.logging.info("Removed %s: the partial files of a checkpoint save that failed",
+                            path)
 
 
 def _graph_variable(name):

@@ -374,3 +374,90 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
             signal.signal(signum, handler)
     assert commits == paths
     assert all(os.path.getsize(path) > 0 for path in paths)
+
+
+def test_sharded_data_step_stops_on_sigint_even_if_started_ignoring_it(tmp_path):
+    """create_pretraining_data.py in sharded mode with worker processes,
+    started as a shell script starts a background job (SIGINT ignored),
+    gets SIGINT while it works: it stops with status 130, leaves the
+    earlier output files as they were and no temporary file, and its
+    workers end (no hang)."""
+    corpus = tmp_path / "corpus.txt"
+    with open(os.path.join(ROOT, "demo_data", "corpus.txt")) as f:
+        text = f.read()
+    corpus.write_text(text * 10)
+    vocab = tiny.write_vocab(str(tmp_path), sorted(set(text.lower().split()))[:300])
+    out = tmp_path / "out"
+    out.mkdir()
+    outputs = [out / "a.tfrecord", out / "b.tfrecord"]
+    for path in outputs:
+        path.write_bytes(b"earlier")
+    command = [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+               "--input_file=%s" % corpus, "--vocab_file=%s" % vocab,
+               "--output_file=%s" % ",".join(map(str, outputs)), "--max_seq_length=32",
+               "--max_predictions_per_seq=5", "--num_workers=2", "--shard_size_mb=0.05",
+               "--dupe_factor=10"]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "worker process" in line or "Processing the input" in line:
+                break
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = "".join(lines) + rest
+    assert process.returncode == 128 + signal.SIGINT, output
+    assert "ERROR: interrupted by SIGINT" in output
+    assert [path.read_bytes() for path in outputs] == [b"earlier", b"earlier"]
+    assert sorted(os.listdir(out)) == ["a.tfrecord", "b.tfrecord"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="uses Linux's RLIMIT_FSIZE")
+def test_a_save_that_runs_out_of_room_leaves_the_previous_checkpoint_usable(
+        task, tmp_path, messages):
+    """A resumed run whose checkpoint writes fail for lack of room (a file
+    size limit below the checkpoint's size, as a full disk would): one line,
+    the previous checkpoint stays the latest and intact, and the next run
+    removes the failed save's partial files and goes on."""
+    # A large embedding table: the checkpoint's data file (about 6 MB) is
+    # larger than the limit, the graph and event files are smaller.
+    config = tiny.write_config(str(tmp_path), vocab_size=16000)
+    output_dir = str(tmp_path / "run")
+    values = _flags(task, output_dir, bert_config_file=config, gradient_accumulation_steps=1,
+                    num_train_epochs=1.0, save_checkpoints_steps=100)
+    tiny.run_main_seeded(run_classifier.main, values)
+    latest = tf.train.latest_checkpoint(output_dir)
+    assert latest.endswith("model.ckpt-6")
+
+    limit = 4500 * 1000
+    command = [sys.executable, "-c", (
+        "import os, resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d))\n"
+        "os.execv(sys.executable, [sys.executable] + sys.argv[1:])\n" % (limit, limit)),
+        os.path.join(ROOT, "run_classifier.py")] + [
+        "--%s=%s" % (name, values[name]) for name in (
+            "task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir",
+            "max_seq_length", "train_batch_size", "save_checkpoints_steps")] + [
+        "--do_train=True", "--num_train_epochs=2"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("ERROR: ") == 1
+    assert "File too large" in result.stderr.splitlines()[-1]
+    assert "Traceback" not in result.stderr
+    assert tf.train.latest_checkpoint(output_dir) == latest
+    assert run_common._checkpoint_fault(latest) is None
+    failed = [name for name in os.listdir(output_dir) if "_temp" in name]
+    assert failed
+
+    tiny.run_main_seeded(run_classifier.main, dict(values, num_train_epochs=2.0))
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-12")
+    assert not [name for name in os.listdir(output_dir) if "_temp" in name]
+    assert "Removed %s: the partial files of a checkpoint save that failed" % os.path.join(
+        output_dir, failed[0]) in messages
