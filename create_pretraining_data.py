@@ -912,6 +912,16 @@ class _ShuffleBuffer:
         self._buffer = []
 
 
+def _result(async_result):
+    """The result of a pool task; KeyboardInterrupt as soon as the run got
+    a SIGINT or SIGTERM (see `_run_sharded_mode`)."""
+    while not async_result.ready():
+        if run_base.interrupted():
+            raise KeyboardInterrupt
+        async_result.wait(0.1)
+    return async_result.get()
+
+
 def _cpu_count():
     """CPUs this process may run on."""
     try:
@@ -983,17 +993,20 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         # import and a vocabulary load each.
         method = "fork" if "tensorflow" not in sys.modules and hasattr(os, "fork") else "spawn"
         context = multiprocessing.get_context(method)
-        with context.Pool(num_workers, initializer=_start_worker,
-                          initargs=(config,)) as pool:
+        # A KeyboardInterrupt raised inside the pool's own waiting can
+        # leave its locks taken, and ending the pool then hangs: a signal is
+        # only recorded here, and the waits below stop at it.
+        with run_base.interrupts_held(), context.Pool(
+                num_workers, initializer=_start_worker, initargs=(config,)) as pool:
             pending = []
             for index, lines in enumerate(shards):
                 pending.append(pool.apply_async(_process_shard, (index, lines)))
                 # At most one queued shard per worker beyond the running
                 # ones, so memory does not grow with the corpus.
                 while len(pending) > 2 * num_workers:
-                    consume(pending.pop(0).get())
+                    consume(_result(pending.pop(0)))
             while pending:
-                consume(pending.pop(0).get())
+                consume(_result(pending.pop(0)))
     buffer.flush()
     progress.done()
     if totals["text"] == 0 or writer.count == 0:

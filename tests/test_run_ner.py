@@ -445,11 +445,14 @@ def ner_run(tmp_path_factory):
     vocab, config = _model_files(tmp)
     output_dir = str(tmp / "output")
     export_dir = str(tmp / "export")
-    # About 1000 steps of 8 windows of 24 pieces.
-    run_main(data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
-             output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
-             predict_text_file=raw, export_dir=export_dir, train_batch_size=8,
-             num_train_epochs=15.0, learning_rate=3e-3)
+    # About 1000 steps of 8 windows of 24 pieces, stopped by a SIGTERM at
+    # step 300 and resumed (run_common.ResumableTrainer).
+    stopped = tiny.run_main_interrupted(run_ner.main, _flag_values(
+        data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
+        output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
+        predict_text_file=raw, export_dir=export_dir, train_batch_size=8,
+        num_train_epochs=15.0, learning_rate=3e-3), at=300)
+    assert stopped.endswith("model.ckpt-300")
     return dict(data_dir=str(data_dir), vocab=vocab, config=config, output_dir=output_dir,
                 export_dir=export_dir, dev=dev, test=test)
 

@@ -24,6 +24,7 @@ import run_squad
 import squad_evaluate
 import tokenization
 from run_common import InputError
+import tiny
 from tiny import write_config, write_vocab
 
 FLAGS = flags.FLAGS
@@ -967,7 +968,7 @@ def _main_flags(tmp_path, version_2, **overrides):
         evaluate_only=False, tune_null_threshold=version_2, use_tpu=False,
         gradient_accumulation_steps=1, recompute_grad=False, use_xla=False,
         precision="fp32", distribution_strategy="none", dynamic_padding=False,
-        length_buckets=None)
+        length_buckets=None, input_seed=0)
     values.update(overrides)
     return values, dev
 
@@ -1015,7 +1016,8 @@ def _check_common_outputs(out, dev, values):
 @pytest.mark.slow
 def test_main_squad_v1_train_predict_evaluate(tmp_path):
     values, dev = _main_flags(tmp_path, version_2=False)
-    _run_main(values)
+    # Stopped by a SIGTERM at step 2 and resumed (run_common.ResumableTrainer).
+    assert tiny.run_main_interrupted(run_squad.main, values, at=2).endswith("model.ckpt-2")
     out = values["output_dir"]
     assert os.path.exists(os.path.join(out, "train.tf_record"))
     assert tf.train.latest_checkpoint(out).endswith("model.ckpt-4")  # 8 questions, 2 ep, 4

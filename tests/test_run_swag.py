@@ -222,9 +222,11 @@ def swag_run(tmp_path_factory):
     vocab, config = _model_files(tmp)
     output_dir = str(tmp / "output")
     export_dir = str(tmp / "export")
-    run_main(data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
-             output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
-             export_dir=export_dir)
+    # Stopped by a SIGTERM at step 100 and resumed (run_common.ResumableTrainer).
+    stopped = tiny.run_main_interrupted(run_swag.main, _flag_values(
+        data_dir=data_dir, vocab_file=vocab, bert_config_file=config, output_dir=output_dir,
+        do_train=True, do_eval=True, do_predict=True, export_dir=export_dir), at=100)
+    assert stopped.endswith("model.ckpt-100")
     return dict(data_dir=data_dir, vocab=vocab, config=config, output_dir=output_dir,
                 export_dir=export_dir, rows=rows)
 

@@ -69,6 +69,47 @@ def run_main_seeded(main, flag_values, seed=1234):
             run_base.log_outputs()
 
 
+def signal_during_run(at, signum):
+    """A SessionRunHook that sends `signum` to this process as the `at`-th
+    session run starts, as a scheduler or Ctrl-C would during a step."""
+    import tensorflow.compat.v1 as tf
+
+    class SignalAt(tf.train.SessionRunHook):
+        def __init__(self):
+            self.runs = 0
+
+        def before_run(self, run_context):
+            self.runs += 1
+            if self.runs == at:
+                os.kill(os.getpid(), signum)
+
+    return SignalAt()
+
+
+def run_main_interrupted(main, flag_values, at, seed=1234):
+    """`run_main_seeded`, with a SIGTERM during the `at`-th training session
+    run: expects the run to stop with run_common.TrainingInterrupted (exit
+    status 128 + 15) after saving a checkpoint, then runs the same again,
+    which resumes from it. Returns the interrupted run's checkpoint."""
+    import signal
+
+    import pytest
+    import tensorflow.compat.v1 as tf
+
+    import run_common
+    hooks = run_common.training_hooks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+            hooks(*args, **kwargs) + [signal_during_run(at, signal.SIGTERM)]))
+        with pytest.raises(run_common.TrainingInterrupted) as stopped:
+            run_main_seeded(main, flag_values, seed=seed)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    checkpoint = tf.train.latest_checkpoint(flag_values["output_dir"])
+    assert checkpoint
+    run_main_seeded(main, flag_values, seed=seed)
+    return checkpoint
+
+
 def fine_tuning_flags(**values):
     """The flags the fine-tuning scripts (run_classifier, run_ner, run_swag)
     share, at the tests' values, updated with `values`. Tests give every
