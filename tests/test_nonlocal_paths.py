@@ -19,8 +19,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+from absl.testing import flagsaver
+
 import run_base
+import modeling
 import run_common
+import tiny
 
 FLAGS = flags.FLAGS
 gfile = tf.io.gfile
@@ -252,12 +256,14 @@ def ram_listing(directory):
     return sorted(gfile.listdir(directory))
 
 
-def test_run_classifier(tmp_path):
-    """Data, vocabulary and config on ram://; training, evaluation and
-    predictions written there. With a live training run's
-    lock in the folder, an evaluation run still works and a
-    training run is refused before any work; a bad data file on ram:// is
-    named in one line."""
+def test_run_classifier_and_predict(tmp_path):
+    """Data, vocabulary and config on ram://; training and predictions
+    written there. With a live training run's lock in the folder, an
+    evaluation run still works and a training run is refused before any
+    work; a bad data file on ram:// is named in one line. predict.py reads
+    the export (copied to ram://: see docs/serving.md for --export_dir) and
+    its input there, and writes its output there."""
+    import predict
     import test_run_classifier as classifier
     classifier._write_mrpc_task(str(tmp_path / "data"), num_train=8, num_dev=4, num_test=2)
     vocab, config = classifier._model_files(tmp_path)
@@ -265,22 +271,20 @@ def test_run_classifier(tmp_path):
                   vocab_file=to_ram(vocab), bert_config_file=to_ram(config),
                   train_batch_size=4, max_train_steps=2)
     output_dir = ram_dir("output")
-    classifier.run_main(**inputs, output_dir=output_dir, do_train=True, do_eval=True,
-                        do_predict=True)
+    classifier.run_main(**inputs, output_dir=output_dir, do_train=True, do_predict=True,
+                        export_dir=str(tmp_path / "export"))
     names = ram_listing(output_dir)
     for name in ("model.ckpt-2.index", "checkpoint", "run_config.json", "train.tf_record",
-                 "eval_results.txt", "test_results.tsv"):
+                 "test_results.tsv"):
         assert name in names
     assert run_base.LOCK_FILE not in names
-    assert "eval_accuracy = " in read_ram(os.path.join(output_dir, "eval_results.txt"))
     assert len(read_ram(os.path.join(output_dir, "test_results.tsv")).splitlines()) == 2
     assert json.loads(read_ram(os.path.join(output_dir, "run_config.json")))["script"]
     assert_no_partial_files(output_dir)
 
     write_lock(output_dir, **live_holder())
-    gfile.remove(os.path.join(output_dir, "eval_results.txt"))
     classifier.run_main(**inputs, output_dir=output_dir, do_eval=True)
-    assert gfile.exists(os.path.join(output_dir, "eval_results.txt"))
+    assert "eval_accuracy = " in read_ram(os.path.join(output_dir, "eval_results.txt"))
     before = ram_listing(output_dir)
     with pytest.raises(run_common.InputError, match=r"^--output_dir ram://.* is in use by "
                        r"another training run \(pid %d on host " % os.getppid()):
@@ -296,3 +300,178 @@ def test_run_classifier(tmp_path):
                        match=r"^%s, line 3: label '2' is not one of" % dev):
         classifier.run_main(**inputs, output_dir=fresh, do_train=True, do_eval=True)
     assert not gfile.exists(fresh)
+
+    export_dir = to_ram(tmp_path / "export")
+    predict_dir = ram_dir("predict")
+    gfile.makedirs(predict_dir)
+    with gfile.GFile(predict_dir + "/in.jsonl", "w") as f:
+        f.write(json.dumps({"text_a": "the good dog", "text_b": "a mat"}) + "\n")
+    values = dict(model_dir=export_dir, input_file=predict_dir + "/in.jsonl",
+                  output_file=predict_dir + "/out.jsonl", batch_size=2,
+                  skip_malformed_rows=False, input_format="auto",
+                  signature_name="serving_default", port=None)
+    with flagsaver.flagsaver(**values):
+        predict.main([])
+    (line,) = read_ram(predict_dir + "/out.jsonl").splitlines()
+    assert json.loads(line)["labels"] in ("0", "1")
+    assert_no_partial_files(predict_dir)
+
+
+def test_create_pretraining_data_then_run_pretraining(tmp_path):
+    """Corpus and vocabulary on ram://, the records written there, and
+    pre-training (with evaluation) on them, config and output on ram://."""
+    import create_pretraining_data
+    import test_create_pretraining_data as data_tests
+    corpus, vocab, _, _ = data_tests.tagged_corpus(str(tmp_path), num_docs=6)
+    with open(vocab, encoding="utf-8") as f:
+        vocab_size = len(f.read().split())
+    config = tiny.write_config(str(tmp_path), vocab_size)
+    corpus, vocab, config = to_ram(corpus), to_ram(vocab), to_ram(config)
+    records = os.path.join(ram_dir("records"), "part-0.tfrecord")
+    values = dict(input_file=corpus, output_file=records, vocab_file=vocab,
+                  do_lower_case=True, do_whole_word_mask=False, max_seq_length=32,
+                  max_predictions_per_seq=5, random_seed=1, dupe_factor=1,
+                  masked_lm_prob=0.15, short_seq_prob=0.1, num_workers=1,
+                  shard_size_mb=0.0, shuffle_buffer_size=1000)
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(**values):
+        create_pretraining_data.main([])
+    assert sum(1 for _ in tf.data.TFRecordDataset(records)) > 8
+    assert_no_partial_files(os.path.dirname(records))
+
+    import run_pretraining
+    import test_run_pretraining as pretraining_tests
+    output_dir = ram_dir("output")
+    pretraining_tests.run_main(
+        bert_config_file=config, input_file=os.path.dirname(records) + "/part-*",
+        output_dir=output_dir, do_train=True, do_eval=True, max_seq_length=32,
+        max_predictions_per_seq=5, train_batch_size=4, eval_batch_size=4,
+        num_train_steps=2, num_warmup_steps=0, max_eval_steps=1,
+        save_checkpoints_steps=1000, iterations_per_loop=1000)
+    assert run_pretraining  # (imported for its flags)
+    names = ram_listing(output_dir)
+    assert "model.ckpt-2.index" in names and run_base.LOCK_FILE not in names
+    results = read_ram(os.path.join(output_dir, "eval_results.txt"))
+    assert "global_step = 2" in results and "masked_lm_accuracy" in results
+    assert_no_partial_files(output_dir)
+
+
+def test_run_ner(tmp_path):
+    import random
+
+    import test_run_ner as ner
+    rng = random.Random(0)
+    data_dir = tmp_path / "data"
+    ner._write_conll(data_dir / "train.txt", rng, 4)
+    ner._write_conll(data_dir / "valid.txt", rng, 2)
+    vocab, config = ner._model_files(tmp_path)
+    output_dir = ram_dir("output")
+    ner.run_main(data_dir=to_ram(data_dir), vocab_file=to_ram(vocab),
+                 bert_config_file=to_ram(config), output_dir=output_dir, do_train=True,
+                 do_eval=True, train_batch_size=4, max_train_steps=2)
+    names = ram_listing(output_dir)
+    for name in ("model.ckpt-2.index", "ner_labels.json", "run_config.json",
+                 "eval_results.txt", "eval_predictions.txt"):
+        assert name in names
+    assert "eval_f1 = " in read_ram(os.path.join(output_dir, "eval_results.txt"))
+    assert run_base.LOCK_FILE not in names
+    assert_no_partial_files(output_dir)
+
+
+def test_run_swag(tmp_path):
+    import test_run_swag as swag
+    swag._write_task(str(tmp_path / "data"), num_train=8, num_dev=4, num_test=3)
+    vocab, config = swag._model_files(tmp_path)
+    output_dir = ram_dir("output")
+    swag.run_main(data_dir=to_ram(tmp_path / "data"), vocab_file=to_ram(vocab),
+                  bert_config_file=to_ram(config), output_dir=output_dir, do_train=True,
+                  do_eval=True, do_predict=True, train_batch_size=4, max_train_steps=2)
+    names = ram_listing(output_dir)
+    for name in ("model.ckpt-2.index", "run_config.json", "eval_results.txt",
+                 "test_results.tsv"):
+        assert name in names
+    assert len(read_ram(os.path.join(output_dir, "test_results.tsv")).splitlines()) == 4
+    assert_no_partial_files(output_dir)
+
+
+def test_run_squad(tmp_path):
+    import test_run_squad as squad
+    values, dev = squad._main_flags(tmp_path, version_2=False, max_train_steps=2)
+    for name in ("vocab_file", "bert_config_file", "train_file", "predict_file"):
+        values[name] = to_ram(values[name])
+    values["output_dir"] = output_dir = ram_dir("output")
+    squad._run_main(values)
+    names = ram_listing(output_dir)
+    for name in ("model.ckpt-2.index", "run_config.json", "predictions.json",
+                 "nbest_predictions.json", "eval_results.json"):
+        assert name in names, names
+    predictions = json.loads(read_ram(os.path.join(output_dir, "predictions.json")))
+    assert list(predictions) == squad._question_ids(dev)
+    assert_no_partial_files(output_dir)
+
+
+def test_extract_features(tmp_path):
+    """Input, vocabulary, config and checkpoint on ram://; the features
+    (JSON Lines and .npz) written there."""
+    import numpy as np
+
+    import test_extract_features as features
+    directory = tmp_path / "model"
+    directory.mkdir()
+    vocab = tiny.write_vocab(str(directory), features.VOCAB)
+    tiny.write_config(str(directory), vocab_size=len(features.VOCAB) + 5)
+    with tf.Graph().as_default():
+        config = modeling.BertConfig.from_json_file(str(directory / "bert_config.json"))
+        modeling.BertModel(config, is_training=False,
+                           input_ids=tf.zeros([1, 4], tf.int32))
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, str(directory / "bert_model.ckpt"),
+                                  write_meta_graph=False)
+    (directory / "input.txt").write_text("\n".join(features.LINES) + "\n", encoding="utf-8")
+    model_dir = to_ram(directory)
+    model = dict(input_file=model_dir + "/input.txt", vocab_file=model_dir + "/vocab.txt",
+                 bert_config_file=model_dir + "/bert_config.json",
+                 init_checkpoint=model_dir + "/bert_model.ckpt")
+    assert os.path.basename(vocab) == "vocab.txt"
+    output_dir = ram_dir("features")
+    jsonl = features.run_extract(model, output_dir + "/features.jsonl")
+    lines = read_ram(jsonl).splitlines()
+    assert len(lines) == len(features.LINES)
+    assert json.loads(lines[0])["features"][0]["token"] == "[CLS]"
+    npz = features.run_extract(model, output_dir + "/features.npz", output_format="npz")
+    with gfile.GFile(npz, "rb") as f:
+        assert len(np.load(f, allow_pickle=False).files) > 0
+    assert_no_partial_files(output_dir)
+
+
+def test_create_vocab(tmp_path):
+    import test_create_vocab as vocab_tests
+    corpus = to_ram(vocab_tests.write_corpus(str(tmp_path / "corpus.txt"), num_lines=200))
+    output = os.path.join(ram_dir("vocab"), "vocab.txt")
+    vocab_tests.run_main(input_file=corpus, output_file=output, vocab_size=120,
+                         do_lower_case=True)
+    tokens = read_ram(output).split()
+    assert tokens[0] == "[PAD]" and "[CLS]" in tokens and 60 < len(tokens) <= 120
+    assert_no_partial_files(os.path.dirname(output))
+
+
+def test_convert_checkpoint_both_ways(tmp_path):
+    """A Hugging Face model on ram:// converted to a checkpoint there, and
+    back to the Hugging Face layout, on ram://."""
+    import convert_checkpoint
+    import test_convert_checkpoint as convert_tests
+    model_dir = to_ram(convert_tests.hf_model_dir("pretraining", tmp_path / "hf"))
+    output_dir = ram_dir("converted")
+    convert_checkpoint.convert(model_dir, output_dir)
+    names = ram_listing(output_dir)
+    for name in ("bert_model.ckpt.index", "bert_config.json", "vocab.txt"):
+        assert name in names, names
+    back = ram_dir("back")
+    convert_checkpoint.convert_to_hf(os.path.join(output_dir, "bert_model.ckpt"), back,
+                                     os.path.join(output_dir, "bert_config.json"),
+                                     os.path.join(output_dir, "vocab.txt"), True, None)
+    assert {"config.json", "model.safetensors", "vocab.txt"} <= set(ram_listing(back))
+    assert_no_partial_files(output_dir)
+    assert_no_partial_files(back)
