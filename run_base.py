@@ -1400,6 +1400,9 @@ def release_output_locks():
     while _HELD_LOCKS:
         path, lock = _HELD_LOCKS.popitem()
         lock.stop.set()
+        # A refresh under way would put the file back after its removal.
+        if lock.thread is not threading.current_thread():
+            lock.thread.join(timeout=60)
         try:
             holder = _read_lock(path)[1]
             if holder and holder.get("token") == lock.content["token"]:

@@ -261,7 +261,7 @@ def test_run_classifier_and_predict(tmp_path):
     written there. With a live training run's lock in the folder, an
     evaluation run still works and a training run is refused before any
     work; a bad data file on ram:// is named in one line. predict.py reads
-    the export (copied to ram://: see docs/serving.md for --export_dir) and
+    the export (copied to ram://: see docs/faq.md for --export_dir) and
     its input there, and writes its output there."""
     import predict
     import test_run_classifier as classifier
@@ -408,6 +408,11 @@ def test_run_squad(tmp_path):
         assert name in names, names
     predictions = json.loads(read_ram(os.path.join(output_dir, "predictions.json")))
     assert list(predictions) == squad._question_ids(dev)
+    # --evaluate_only scores the predictions there again.
+    gfile.remove(os.path.join(output_dir, "eval_results.json"))
+    squad._run_main(dict(values, evaluate_only=True))
+    assert "exact_match" in json.loads(read_ram(os.path.join(output_dir,
+                                                             "eval_results.json")))
     assert_no_partial_files(output_dir)
 
 
