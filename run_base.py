@@ -1,6 +1,7 @@
 """The part of the scripts' shared code that needs no TensorFlow: the shared
 flag registry, running a script (one-line errors, readable logs), file
-access, input and output checks, progress lines and atomic output files.
+access, input and output checks, progress lines, atomic output files and
+the lock that keeps one training run per output directory.
 
 run_common.py re-exports what the scripts use of it next to its TensorFlow
 parts, and the scripts use it through run_common. Scripts that do not need
