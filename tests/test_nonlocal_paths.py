@@ -118,6 +118,38 @@ def assert_no_partial_files(directory):
 
 
 # ---------------------------------------------------------------------------
+# Atomic writes and input checks.
+
+def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_part():
+    directory = ram_dir("out")
+    path = os.path.join(directory, "results.txt")
+    with run_base.atomic_output(path) as f:
+        f.write("complete\n")
+    with pytest.raises(RuntimeError):
+        with run_base.atomic_output(path) as f:
+            f.write("half")
+            raise RuntimeError("interrupted")
+    assert read_ram(path) == "complete\n"
+    assert gfile.listdir(directory) == ["results.txt"]
+
+
+def test_missing_inputs_on_ram_are_named():
+    directory = ram_dir("data")
+    gfile.makedirs(directory)
+    with pytest.raises(run_base.InputError,
+                       match="^--vocab_file: file not found: %s/vocab.txt$" % directory):
+        run_base.require_file("vocab_file", directory + "/vocab.txt")
+    with pytest.raises(run_base.InputError,
+                       match=r"^--input_file: no file matches %s/\*\.tfrecord$" % directory):
+        run_base.expand_file_patterns("input_file", directory + "/*.tfrecord")
+    with gfile.GFile(directory + "/bad.txt", "wb") as f:
+        f.write(b"fine\nnot \xff utf-8\n")
+    with pytest.raises(run_base.InputError, match=r"^--input_file %s/bad.txt, line 2: not "
+                       r"valid UTF-8" % directory):
+        run_base.read_text(directory + "/bad.txt", "input_file")
+
+
+# ---------------------------------------------------------------------------
 # The lock of an output directory.
 
 def write_lock(output_dir, **content):
