@@ -1400,6 +1400,8 @@ def release_output_locks():
     only while it still names this run)."""
     while _HELD_LOCKS:
         path, lock = _HELD_LOCKS.popitem()
+        if lock.content["pid"] != os.getpid():
+            continue  # A forked child's copy: the lock is its parent's.
         lock.stop.set()
         # A refresh under way would put the file back after its removal.
         if lock.thread is not threading.current_thread():
