@@ -1,12 +1,16 @@
-"""Paths that are not local: every script's tiny end-to-end run with its
+"""Paths that are not local: the scripts' tiny end-to-end runs with their
 inputs and outputs on TensorFlow's in-memory ram:// file system, which goes
-through tf.io.gfile as gs:// does (without a cloud); and the lock that keeps
-a second training run out of an --output_dir in use, locally and on ram://.
+through tf.io.gfile as gs:// does (without a cloud; demo.py and
+squad_evaluate.py work on local files, see docs/faq.md); and the lock that
+keeps a second training run out of an --output_dir in use, locally and on
+ram://.
 
-ram:// lives in this process only, so everything runs in-process. Two
-quirks of that file system shape the tests: a write to an existing file
-appends to it, and a name counts as existing when any file's name starts
-with it; each test therefore writes under a fresh ram:// folder.
+ram:// lives in this process only, so everything runs in-process. Three
+quirks of that file system, which gs:// does not share, shape the tests:
+it answers exists and isdir by name prefix (`exact_ram_paths` makes them
+exact for this module), a write to an existing file appends to it (each
+test writes under a fresh ram:// folder), and renaming a folder leaves its
+files behind (SavedModel exports are written locally and copied).
 """
 
 import json
