@@ -1779,6 +1779,7 @@ def _checkpoint_to_export(init_checkpoint, best_checkpoint=None):
         "--do_train)" % FLAGS.output_dir)
 
 
+@run_common.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
@@ -1834,6 +1835,8 @@ def main(_):
     if FLAGS.export_dir and not FLAGS.do_train:
         _checkpoint_to_export(init_checkpoint)
 
+    if FLAGS.do_train:  # The one training run of --output_dir.
+        run_common.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if isinstance(processor, GenericProcessor):
         # The label order of the model's outputs, for later runs and for users.

@@ -69,6 +69,8 @@ from run_base import (  # noqa: F401  (re-exported: the scripts use them from he
     exists,
     isdir,
     report_output,
+    lock_output_dir,
+    releases_output_lock,
 )
 
 FLAGS = flags.FLAGS

@@ -1102,6 +1102,7 @@ def _choose_labels(train, others, labels_path_for_reading):
     return scheme, types
 
 
+@run_common.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
@@ -1187,6 +1188,8 @@ def main(_):
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
 
+    if FLAGS.do_train:  # The one training run of --output_dir.
+        run_common.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if FLAGS.do_train or not tf.io.gfile.exists(labels_path):
         write_labels(labels_path, scheme, entity_types)

@@ -658,6 +658,7 @@ def check_evaluation_flags(options):
 
 # ---------------------------------------------------------------------------
 
+@run_common.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
@@ -692,6 +693,8 @@ def main(_):
         eval_files = run_common.expand_file_patterns("eval_file", FLAGS.eval_file)
         check_input_files(eval_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
                           bert_config.vocab_size, flag_name="eval_file")
+    if FLAGS.do_train:  # The one training run of --output_dir.
+        run_common.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     model_fn = model_fn_builder(
         bert_config, init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,

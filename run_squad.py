@@ -1199,6 +1199,7 @@ def _read_predict_file():
     return examples, load_squad_json(FLAGS.predict_file, "predict_file")
 
 
+@run_common.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     if FLAGS.evaluate_only:
@@ -1215,6 +1216,8 @@ def main(_):
     # Every input file is read before training: a broken --predict_file
     # stops the run now, not after hours of training.
     predict_input = _read_predict_file() if FLAGS.do_predict else (None, None)
+    if FLAGS.do_train:  # The one training run of --output_dir.
+        run_common.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
 
     train_examples = None

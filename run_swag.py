@@ -471,6 +471,7 @@ def _fine_tuned(init_checkpoint):
                                             "swag/output_weights")
 
 
+@run_common.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
@@ -515,6 +516,8 @@ def main(_):
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
 
+    if FLAGS.do_train:  # The one training run of --output_dir.
+        run_common.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if FLAGS.do_train:
         run_common.write_run_record(FLAGS.output_dir, "multiple_choice", bert_config,
