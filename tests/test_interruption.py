@@ -144,7 +144,9 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
     assert [line for line in messages if line.startswith("Training stopped by")] == [
         "Training stopped by SIGTERM at step 2: checkpoint %s saved; the same command "
         "resumes from it" % checkpoint]
-    # The handlers are the test process's own again.
+    # The run's lock on the folder is released, and the handlers are the
+    # test process's own again.
+    assert not os.path.exists(os.path.join(output_dir, run_base.LOCK_FILE))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert run_base.interrupted() is None
 
@@ -272,6 +274,27 @@ def test_no_intact_checkpoint_is_one_line(tmp_path):
         run_common.use_intact_checkpoint(str(output_dir))
 
 
+def _interrupt_when(command, marker, delay=0, **popen_args):
+    """Runs `command`, sends it SIGINT `delay` seconds after it printed a
+    line with `marker`, and returns (exit status, everything it printed)."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, **popen_args)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if marker in line:
+                break
+        time.sleep(delay)
+        assert process.poll() is None, "".join(lines)
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, "".join(lines) + rest
+
+
 def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
     """A real SIGINT to the script's process during a long training: exit
     status 130, one line naming the saved checkpoint, no traceback."""
@@ -281,23 +304,10 @@ def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
                "--bert_config_file=" + task["config"], "--output_dir=" + output_dir,
                "--do_train=True", "--max_seq_length=16", "--train_batch_size=4",
                "--num_train_epochs=100000", "--save_checkpoints_steps=1000000"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            # The runner's first checkpoint: training has started (a signal
-            # from here on stops it after a step, with a checkpoint).
-            if "Saving checkpoints for 0" in line:
-                break
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    output = "".join(lines) + rest
-    assert process.returncode == 128 + signal.SIGINT, output
+    # The runner's first checkpoint: training has started (a signal from
+    # here on stops it after a step, with a checkpoint).
+    returncode, output = _interrupt_when(command, "Saving checkpoints for 0")
+    assert returncode == 128 + signal.SIGINT, output
     assert "Traceback" not in output
     checkpoint = tf.train.latest_checkpoint(output_dir)
     step = int(checkpoint.rsplit("-", 1)[1])
@@ -385,24 +395,11 @@ def test_sharded_data_step_stops_on_sigint_even_if_started_ignoring_it(tmp_path)
                "--output_file=%s" % ",".join(map(str, outputs)), "--max_seq_length=32",
                "--max_predictions_per_seq=5", "--num_workers=2", "--shard_size_mb=0.05",
                "--dupe_factor=10"]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    # 2 s into the work, with the worker processes running.
+    returncode, output = _interrupt_when(
+        command, "Writing to output files", delay=2,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if "Writing to output files" in line:
-                break
-        time.sleep(2)  # Into the work, with the worker processes running.
-        assert process.poll() is None
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    output = "".join(lines) + rest
-    assert process.returncode == 128 + signal.SIGINT, output
+    assert returncode == 128 + signal.SIGINT, output
     assert "ERROR: interrupted by SIGINT" in output
     assert [path.read_bytes() for path in outputs] == [b"earlier", b"earlier"]
     assert sorted(os.listdir(out)) == ["a.tfrecord", "b.tfrecord"]
