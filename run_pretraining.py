@@ -9,8 +9,11 @@ original run_pretraining.py. Beyond it: --eval_at_start, evaluation of a
 fresh --output_dir, and the input files checked before training starts;
 evaluation during training on --eval_file with a stop at a target accuracy
 (--stop_threshold); distinct input files for each worker of several, and a
-seeded input order (--input_seed). The training options (run_common),
---optimizer=lamb among them, apply as in every training script.
+seeded input stream (--input_seed) that a run from a checkpoint continues
+at its next batch; records written without masks
+(create_pretraining_data.py --dynamic_masking), masked as they are read
+(dynamic_masking.py). The training options (run_common), --optimizer=lamb
+among them, apply as in every training script.
 """
 
 import os
@@ -743,7 +746,8 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
     `evaluation_steps`, and stops at the first evaluation whose
     masked_lm_accuracy reaches --stop_threshold (when set).
     `train_input_fn_at(step)` is the training input_fn of a segment that
-    starts at global step `step`.
+    starts at global step `step` (built just before the segment trains, so
+    it may look at the checkpoint the segment starts from).
 
     Each evaluation is logged and written to TensorBoard (output_dir/eval by
     step, output_dir/eval_by_examples by examples seen); the last one to
