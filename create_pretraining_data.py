@@ -4,7 +4,10 @@ Input: plain text, one sentence per line, blank lines between documents.
 Output: `tf.train.Example`s in TFRecord files with the original's features
 (input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids,
 masked_lm_weights, next_sentence_labels), written round-robin across the
-comma-separated --output_file list.
+comma-separated --output_file list. With --dynamic_masking the records hold
+the pairs without masks (input_ids as in the text, input_mask, segment_ids,
+next_sentence_labels), written once (--dupe_factor 1 unless given), and
+run_pretraining.py draws the masks as it reads them (dynamic_masking.py).
 
 Two modes:
 
@@ -62,23 +65,21 @@ from run_base import InputError
 FLAGS = flags.FLAGS
 
 run_base.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
-                        "max_seq_length", "max_predictions_per_seq", "log_every_seconds")
-
-flags.DEFINE_bool(
-    "do_whole_word_mask", False,
-    "Mask whole words: when one WordPiece of a word is chosen, all of the word's "
-    "pieces are masked (default: each WordPiece is chosen on its own).")
-
-flags.DEFINE_integer("random_seed", 12345,
-                     "Seed of the random choices (pairs, truncation, masks).")
+                        "max_seq_length", "max_predictions_per_seq", "log_every_seconds",
+                        "do_whole_word_mask", "random_seed", "masked_lm_prob")
 
 flags.DEFINE_integer(
     "dupe_factor", 10,
     "How many passes to make over the corpus; each pass pairs and masks the "
-    "sentences anew.")
+    "sentences anew. With --dynamic_masking only the pairs vary, and the "
+    "default is 1.")
 
-flags.DEFINE_float("masked_lm_prob", 0.15,
-                   "Share of each sequence's tokens to mask for the masked-LM task.")
+flags.DEFINE_bool(
+    "dynamic_masking", False,
+    "Write the sentence pairs without masks (no masked_lm_* features): "
+    "run_pretraining.py draws fresh masks each time it reads one. "
+    "--masked_lm_prob, --do_whole_word_mask and --max_predictions_per_seq "
+    "then take effect there rather than here.")
 
 flags.DEFINE_float(
     "short_seq_prob", 0.1,
@@ -271,12 +272,15 @@ class InstanceMaker:
       vocab: a `_Vocab` (tokens are ids) or `_TokenStrings` (tokens are
         strings).
       max_seq_length, short_seq_prob, masked_lm_prob, max_predictions_per_seq,
-      do_whole_word_mask: as the flags of the same names.
+      do_whole_word_mask, dynamic_masking: as the flags of the same names;
+        with dynamic_masking, `from_document` writes the pairs unmasked and
+        draws no random numbers for masks.
     """
 
     def __init__(self, vocab, max_seq_length, short_seq_prob, masked_lm_prob,
-                 max_predictions_per_seq, do_whole_word_mask):
+                 max_predictions_per_seq, do_whole_word_mask, dynamic_masking=False):
         self.vocab = vocab
+        self.dynamic_masking = dynamic_masking
         self.max_seq_length = max_seq_length
         self.short_seq_prob = short_seq_prob
         self.masked_lm_prob = masked_lm_prob
@@ -300,6 +304,14 @@ class InstanceMaker:
         if self._encoder is None:
             self._encoder = pretraining_records.ExampleEncoder(
                 self.vocab.size, self.max_seq_length, self.max_predictions_per_seq)
+        if self.dynamic_masking:
+            encode_unmasked = self._encoder.encode_unmasked
+            vocab = self.vocab
+            for tokens_a, tokens_b, is_random_next in self._sentence_pairs(
+                    all_documents, document_index, rng):
+                tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
+                output.append(encode_unmasked(tokens, len(tokens_a), is_random_next))
+            return
         encode = self._encoder.encode
         for instance in self.instances(all_documents, document_index, rng):
             output.append(encode(*instance))
@@ -743,7 +755,8 @@ def _log_example(vocab, features):
         tokenization.printable_text(vocab.inv_vocab[i])
         for i in features["input_ids"][:length]))
     for name in pretraining_records.FEATURE_NAMES:
-        logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
+        if features[name]:  # (Unmasked records have no masked_lm_* features.)
+            logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
 
 
 def _log_capped(num_capped, total):
@@ -786,16 +799,16 @@ def _run_original_mode(input_files, vocab, writer):
     rng = random.Random(FLAGS.random_seed)
     maker = InstanceMaker(vocab, FLAGS.max_seq_length, FLAGS.short_seq_prob,
                           FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
-                          FLAGS.do_whole_word_mask)
+                          FLAGS.do_whole_word_mask, FLAGS.dynamic_masking)
 
-    making = run_base.Progress("Making instances", len(documents) * FLAGS.dupe_factor,
+    making = run_base.Progress("Making instances", len(documents) * _dupe_factor(),
                                  "documents")
 
     def from_document(documents, index, rng, output):
         maker.from_document(documents, index, rng, output)
         making.update()
 
-    instances = _make_instances(documents, from_document, FLAGS.dupe_factor, rng)
+    instances = _make_instances(documents, from_document, _dupe_factor(), rng)
     making.done()
     del documents
     for data in instances[:_LOG_EXAMPLES]:
@@ -875,7 +888,7 @@ def _process_shard(shard_index, lines):
     rng = random.Random(_shard_seed(config["random_seed"], shard_index))
     maker = InstanceMaker(vocab, config["max_seq_length"], config["short_seq_prob"],
                           config["masked_lm_prob"], config["max_predictions_per_seq"],
-                          config["do_whole_word_mask"])
+                          config["do_whole_word_mask"], config["dynamic_masking"])
     instances = _make_instances(documents, maker.from_document, config["dupe_factor"], rng)
     to_log = instances[:_LOG_EXAMPLES] if shard_index == 0 else []
     framed = pretraining_records.frame_records(instances)
@@ -953,7 +966,8 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         "random_seed": FLAGS.random_seed, "max_seq_length": FLAGS.max_seq_length,
         "short_seq_prob": FLAGS.short_seq_prob, "masked_lm_prob": FLAGS.masked_lm_prob,
         "max_predictions_per_seq": FLAGS.max_predictions_per_seq,
-        "do_whole_word_mask": FLAGS.do_whole_word_mask, "dupe_factor": FLAGS.dupe_factor,
+        "do_whole_word_mask": FLAGS.do_whole_word_mask, "dupe_factor": _dupe_factor(),
+        "dynamic_masking": FLAGS.dynamic_masking,
     }
     buffer = _ShuffleBuffer(FLAGS.shuffle_buffer_size,
                             _shard_seed(FLAGS.random_seed, -1), writer.write)
@@ -1015,6 +1029,14 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
 
 
 # ---------------------------------------------------------------------------
+
+def _dupe_factor():
+    """--dupe_factor, whose default is 1 with --dynamic_masking (the masks
+    vary as the data is read, so a copy per pass would only vary the pairs)."""
+    if FLAGS.dynamic_masking and not FLAGS["dupe_factor"].present:
+        return 1
+    return FLAGS.dupe_factor
+
 
 def _check_flags():
     run_base.require_flags("input_file", "output_file", "vocab_file")

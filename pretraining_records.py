@@ -5,6 +5,10 @@ reads:
 
 * `FEATURES`: the seven features of a record (name, value kind, length in
   terms of --max_seq_length / --max_predictions_per_seq).
+  `UNMASKED_FEATURES`: the four of a record written for dynamic masking
+  (create_pretraining_data.py --dynamic_masking): the token ids unmasked
+  and no masked_lm_* features, which is how such records are recognised
+  (`record_kind`).
 * `ExampleEncoder` (and the general `encode_example`): tf.train.Example
   bytes written directly in the protobuf wire format, without TensorFlow or
   protobuf; `decode_example` reads them back.
@@ -67,6 +71,27 @@ FEATURES = (
 FEATURE_NAMES = tuple(spec.name for spec in FEATURES)
 _SPECS = {spec.name: spec for spec in FEATURES}
 
+# The records of dynamic masking: the masks are drawn as the records are
+# read (dynamic_masking.py), so the ids are the text's and nothing says
+# what to predict.
+UNMASKED_FEATURES = tuple(spec for spec in FEATURES
+                          if not spec.name.startswith("masked_lm_"))
+
+# The two kinds of records (`record_kind`).
+MASKED = "masked"
+UNMASKED = "unmasked"
+
+
+def record_kind(feature_names):
+    """MASKED (masks written by create_pretraining_data.py) or UNMASKED
+    (written with --dynamic_masking) for the feature names of a record."""
+    return MASKED if "masked_lm_positions" in feature_names else UNMASKED
+
+
+def features_of(kind):
+    """The `FeatureSpec`s of records of `kind` (MASKED or UNMASKED)."""
+    return FEATURES if kind == MASKED else UNMASKED_FEATURES
+
 
 def feature_lengths(max_seq_length, max_predictions_per_seq):
     """Feature name -> number of values in a record (dict of ints)."""
@@ -74,8 +99,8 @@ def feature_lengths(max_seq_length, max_predictions_per_seq):
             for spec in FEATURES}
 
 
-def name_to_features(max_seq_length, max_predictions_per_seq):
-    """The schema for tf.io.parse_single_example.
+def name_to_features(max_seq_length, max_predictions_per_seq, kind=MASKED):
+    """The schema for tf.io.parse_single_example of records of `kind`.
 
     Returns:
       dict name -> tf.io.FixedLenFeature([length]) of dtype tf.int64, or
@@ -87,7 +112,7 @@ def name_to_features(max_seq_length, max_predictions_per_seq):
     dtypes = {"int64": tf.int64, "float": tf.float32}
     return {spec.name: tf.io.FixedLenFeature(
         [spec.size(max_seq_length, max_predictions_per_seq)], dtypes[spec.kind])
-        for spec in FEATURES}
+        for spec in features_of(kind)}
 
 
 # ---------------------------------------------------------------------------
@@ -251,6 +276,43 @@ class ExampleEncoder:
         self._segments = {}
         self._weights = {}
 
+    def _common_entries(self, input_ids, num_a):
+        """(input_ids entry, input_mask entry, segment_ids entry) of an
+        unpadded [CLS] A [SEP] B [SEP] with `num_a` tokens in A."""
+        varints = self._varints
+        n = len(input_ids)
+        pad = self._max_seq_length - n
+        entry = _feature_entry
+        # Small values (0, 1, padding zeros) are one-byte varints.
+        mask = self._masks.get(n)
+        if mask is None:
+            mask = self._masks[n] = entry("input_mask", b"\x01" * n + b"\x00" * pad)
+        segments = self._segments.get((num_a, n))
+        if segments is None:
+            segments = self._segments[(num_a, n)] = entry(
+                "segment_ids",
+                b"\x00" * (num_a + 2) + b"\x01" * (n - num_a - 2) + b"\x00" * pad)
+        ids = entry("input_ids", b"".join([varints[i] for i in input_ids]) + b"\x00" * pad)
+        return ids, mask, segments
+
+    def encode_unmasked(self, input_ids, num_a, is_random_next):
+        """One instance without masks (dynamic masking) -> serialized
+        tf.train.Example of the `UNMASKED_FEATURES`.
+
+        Args:
+          input_ids: list of ids, [CLS] A [SEP] B [SEP] as in the text
+            (unpadded, at most max_seq_length).
+          num_a: number of tokens in A.
+          is_random_next: whether B is a random other sentence (label 1).
+
+        Returns:
+          bytes: input_ids, input_mask, segment_ids [max_seq_length] padded
+          with zeros, next_sentence_labels [1]; in `SERIALIZED_ORDER`.
+        """
+        ids, mask, segments = self._common_entries(input_ids, num_a)
+        features = b"".join([ids, self._labels[1 if is_random_next else 0], mask, segments])
+        return _TAG_FEATURES + _length_varint(len(features)) + features
+
     def encode(self, input_ids, num_a, masked_positions, masked_ids, is_random_next):
         """One instance -> serialized tf.train.Example.
 
@@ -269,20 +331,10 @@ class ExampleEncoder:
           target, then 0.0) [max_predictions_per_seq]; next_sentence_labels [1].
         """
         varints = self._varints
-        n = len(input_ids)
-        pad = self._max_seq_length - n
         k = len(masked_positions)
         pad_k = self._max_predictions - k
         entry = _feature_entry
-        # Small values (0, 1, padding zeros) are one-byte varints.
-        mask = self._masks.get(n)
-        if mask is None:
-            mask = self._masks[n] = entry("input_mask", b"\x01" * n + b"\x00" * pad)
-        segments = self._segments.get((num_a, n))
-        if segments is None:
-            segments = self._segments[(num_a, n)] = entry(
-                "segment_ids",
-                b"\x00" * (num_a + 2) + b"\x01" * (n - num_a - 2) + b"\x00" * pad)
+        ids, mask, segments = self._common_entries(input_ids, num_a)
         weights = self._weights.get(k)
         if weights is None:
             weights = self._weights[k] = entry(
@@ -291,7 +343,7 @@ class ExampleEncoder:
         features = b"".join([
             entry("masked_lm_ids",
                   b"".join([varints[i] for i in masked_ids]) + b"\x00" * pad_k),
-            entry("input_ids", b"".join([varints[i] for i in input_ids]) + b"\x00" * pad),
+            ids,
             entry("masked_lm_positions",
                   b"".join([varints[i] for i in masked_positions]) + b"\x00" * pad_k),
             self._labels[1 if is_random_next else 0],

@@ -107,6 +107,19 @@ _SHARED_FLAGS = {
         flags.DEFINE_integer, 20,
         "Most masked-LM predictions per sequence: pre-training must use the "
         "value its data was created with."),
+    # Masking (create_pretraining_data.py, and run_pretraining.py for data
+    # written with --dynamic_masking).
+    "random_seed": (
+        flags.DEFINE_integer, 12345,
+        "Seed of the random choices (pairs, truncation, masks); in "
+        "run_pretraining.py, of the masks drawn for --dynamic_masking data."),
+    "masked_lm_prob": (
+        flags.DEFINE_float, 0.15,
+        "Share of each sequence's tokens to mask for the masked-LM task."),
+    "do_whole_word_mask": (
+        flags.DEFINE_bool, False,
+        "Mask whole words: when one WordPiece of a word is chosen, all of the "
+        "word's pieces are masked (default: each WordPiece is chosen on its own)."),
     "do_train": (flags.DEFINE_bool, False, "Train on the training data."),
     "do_eval": (
         flags.DEFINE_bool, False,

@@ -1009,6 +1009,11 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
             pool_records = batch_size * LENGTH_POOL_BATCHES
             skip_records = start_record // pool_records * pool_records
             skip_batches = (start_record - skip_records) // batch_size
+        if start_record:
+            tf.logging.info(
+                "Resuming the training input after the %d examples that the checkpoint has "
+                "trained on (%s)", start_record, "unseeded: the records after them, in a new "
+                "order" if seed is None else "the same order, from the input seed")
         d = tf.data.TFRecordDataset(input_file)
         if is_training:
             d = d.repeat()
@@ -1410,9 +1415,6 @@ class ResumableTrainer:
         use_intact_checkpoint(model_dir)
         start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
         start_record = start_batch * self._train_batch_size
-        if start_batch:
-            tf.logging.info("The training input goes on after the %d batches (%d examples) "
-                            "that the checkpoint has trained on", start_batch, start_record)
         seed = self._options.input_seed
 
         def positioned_input_fn(params):

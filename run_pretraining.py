@@ -9,17 +9,22 @@ original run_pretraining.py. Beyond it: --eval_at_start, evaluation of a
 fresh --output_dir, and the input files checked before training starts;
 evaluation during training on --eval_file with a stop at a target accuracy
 (--stop_threshold); distinct input files for each worker of several, and a
-seeded input order (--input_seed). The training options (run_common),
---optimizer=lamb among them, apply as in every training script.
+seeded input stream (--input_seed) that a run from a checkpoint continues
+at its next batch; records written without masks
+(create_pretraining_data.py --dynamic_masking), masked as they are read
+(dynamic_masking.py). The training options (run_common), --optimizer=lamb
+among them, apply as in every training script.
 """
 
 import os
 import time
+from typing import NamedTuple
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import dynamic_masking
 import modeling
 import pretraining_records
 import run_common
@@ -32,8 +37,28 @@ run_common.define_flags(
     "max_seq_length", "max_predictions_per_seq", "do_train", "do_eval",
     "train_batch_size", "eval_batch_size", "learning_rate",
     "save_checkpoints_steps", "iterations_per_loop",
+    "vocab_file", "random_seed", "masked_lm_prob", "do_whole_word_mask",
     run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
-    max_seq_length=128)
+    max_seq_length=128,
+    helps={
+        "vocab_file": "For data written with --dynamic_masking: the vocabulary it "
+                      "was made with ([CLS], [SEP], [MASK], the '##' pieces that "
+                      "continue a word, the random replacement words).",
+        "random_seed": "For data written with --dynamic_masking: the seed of the "
+                       "masks, which are a function of it, the epoch and the "
+                       "example (its file and its place in the file).",
+        "masked_lm_prob": "For data written with --dynamic_masking: share of each "
+                          "sequence's tokens to mask (at most "
+                          "--max_predictions_per_seq).",
+        "do_whole_word_mask": "For data written with --dynamic_masking: mask all "
+                              "WordPieces of a chosen word.",
+        "input_seed": "If not 0: the seed of the training input's order (files, "
+                      "interleaving and record shuffle in each epoch): one fixed "
+                      "stream, and training that starts from a checkpoint (resumed, "
+                      "or after an evaluation) goes on at the next batch of it that "
+                      "the checkpoint has not trained on. 0: an unseeded order, read "
+                      "as fast as the readers deliver (the original's); a resumed run "
+                      "skips as many records as were trained on."})
 
 flags.DEFINE_integer(
     "num_train_steps", 100000,
@@ -305,31 +330,90 @@ def gather_indexes(sequence_tensor, positions):
 # ---------------------------------------------------------------------------
 # Input.
 
+# A seeded training stream permutes its records in windows of this many
+# (after interleaving the files), each window by its own stateless seed.
+SHUFFLE_WINDOW = 256
+
+# Epoch numbers run to this (never reached: a stream of epochs without end).
+_EPOCHS = 2 ** 62
+
+
+def _stream_position(skip_records, records_per_epoch):
+    """Where to start `skip_records` records into a stream of epochs of
+    `records_per_epoch` records (None: unknown).
+
+    Returns:
+      (first epoch, records to skip at the start of that epoch, records to
+      skip of the stream of epochs from there on): whole epochs are skipped
+      by count when their size is known; otherwise every record is skipped
+      from the stream's start.
+    """
+    if not records_per_epoch:
+        return 0, 0, skip_records
+    first_epoch, in_epoch = divmod(skip_records, records_per_epoch)
+    return first_epoch, in_epoch, 0
+
+
+def _tagged_records(file_index, path):
+    """(file index, record index, serialized record) of each record of a file."""
+    return tf.data.TFRecordDataset(path).enumerate().map(
+        lambda index, record: (file_index, index, record))
+
+
+def _window_permuted(dataset, seed, epoch):
+    """`dataset` of (file, index, record) with each run of SHUFFLE_WINDOW
+    elements permuted by a stateless seed of (seed, epoch, window number)."""
+    def permute(window, batch):
+        keys = tf.random.stateless_uniform(
+            tf.shape(batch[0]), seed=dynamic_masking.example_seed(seed, epoch, -1, window))
+        order = tf.argsort(keys, stable=True)
+        return tuple(tf.gather(values, order) for values in batch)
+    return dataset.batch(SHUFFLE_WINDOW).enumerate().map(
+        lambda window, batch: permute(window, batch)).unbatch()
+
+
 def input_fn_builder(input_files,
                      max_seq_length,
                      max_predictions_per_seq,
                      is_training,
                      num_cpu_threads=4,
-                     seed=None):
+                     seed=None,
+                     masking=None,
+                     records_per_file=None,
+                     skip_batches=0):
     """Builds the `input_fn` reading pre-training records for the runner.
 
     Args:
-      input_files: list of TFRecord files of create_pretraining_data.py.
+      input_files: list of TFRecord files of create_pretraining_data.py,
+        all of one kind (`pretraining_records.record_kind`).
       max_seq_length, max_predictions_per_seq: the lengths they were
-        written with.
-      is_training: read the files in random order, interleaved, shuffled and
-        repeated forever; otherwise in order, repeated (evaluation runs a
-        fixed number of steps).
+        written with (for unmasked records: the masked_lm_* lengths made).
+      is_training: read the files epoch after epoch, each epoch in random
+        file order, interleaved and shuffled; otherwise in order, repeated
+        (evaluation runs a fixed number of steps).
       num_cpu_threads: parallel file readers and record parsers.
-      seed: training only: an int fixes the order of the files, of the
-        interleaved records and of the record shuffle; None: unseeded, and
+      seed: training only: an int makes the stream one fixed sequence (the
+        order of the files, of the interleaved records and of the shuffle
+        in each epoch are functions of (seed, epoch)); None: unseeded, and
         records taken as the readers deliver them.
+      masking: a `dynamic_masking.Masking` for files written with
+        --dynamic_masking: every example read is masked afresh, by the seed
+        of (masking.random_seed, epoch, file index in `input_files`, record
+        index in its file). None for files with masks.
+      records_per_file: the number of records of each file (as
+        `check_input_files` counts them), so that whole epochs are skipped
+        by arithmetic; None: skipped records are read.
+      skip_batches: training only: start this many batches into the stream
+        (a run resumed from a checkpoint). Skipped records are neither
+        parsed nor masked. Seeded, the stream goes on exactly where it
+        would have; unseeded, the records are skipped before the shuffle.
 
     Several workers (params[runtime.INPUT_PIPELINE] = (n, i), set by the
     runner under multi_worker_mirrored): with at least n files, worker i
     reads only files i, i + n, i + 2n, ... of `input_files` and says so
     (params[runtime.INPUT_SHARDED]); with fewer, every worker reads all of
-    them and the runner gives each every n-th batch.
+    them and the runner gives each every n-th batch. Masks depend only on
+    the example and epoch, so they are the same whichever worker reads it.
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of the
@@ -337,68 +421,145 @@ def input_fn_builder(input_files,
       tensors [params["batch_size"], length]. Every batch is full (a static
       batch size, as TPUs need).
     """
+    kind = pretraining_records.UNMASKED if masking else pretraining_records.MASKED
     name_to_features = pretraining_records.name_to_features(max_seq_length,
-                                                            max_predictions_per_seq)
+                                                            max_predictions_per_seq, kind)
 
-    def input_fn(params):
-        """See input_fn_builder."""
-        if is_training:
-            files = list(input_files)
-            num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
-            if num_pipelines > 1 and len(files) >= num_pipelines:
-                # Distinct files for each worker: none reads another's.
-                files = files[index::num_pipelines]
-                params[runtime.INPUT_SHARDED] = True
-                tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
-                                "from %s", index, num_pipelines, len(files),
-                                len(input_files), os.path.basename(files[0]))
-            d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-            d = d.repeat().shuffle(buffer_size=len(files), seed=seed)
+    def parse(epoch, file_index, record_index, record):
+        features = run_common.decode_record(record, name_to_features)
+        if masking is None:
+            return features
+        example = dynamic_masking.example_seed(masking.random_seed, epoch, file_index,
+                                               record_index)
+        return features, dynamic_masking.draw(example, max_seq_length)
+
+    def training_stream(params):
+        indices = list(range(len(input_files)))
+        num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
+        skip_records = skip_batches * params["batch_size"]
+        if num_pipelines > 1 and len(input_files) >= num_pipelines:
+            # Distinct files for each worker: none reads another's.
+            indices = indices[index::num_pipelines]
+            params[runtime.INPUT_SHARDED] = True
+            tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
+                            "from %s", index, num_pipelines, len(indices),
+                            len(input_files), os.path.basename(input_files[indices[0]]))
+        elif num_pipelines > 1:
+            # One stream for all, each worker taking every n-th batch: all
+            # workers together have consumed n times this worker's batches.
+            skip_records *= num_pipelines
+        files = tf.constant([input_files[i] for i in indices])
+        file_indices = tf.constant(indices, tf.int64)
+        epoch_size = (sum(records_per_file[i] for i in indices)
+                      if records_per_file is not None else None)
+        first_epoch, skip_in_epoch, skip_in_stream = _stream_position(skip_records,
+                                                                       epoch_size)
+        if skip_records:
+            tf.logging.info(
+                "Resuming the training input after %d batches (%d records): %d whole "
+                "epochs skipped by count, then %d records skipped unread", skip_batches,
+                skip_records, first_epoch, skip_in_epoch + skip_in_stream)
+        readers = min(num_cpu_threads, len(indices))
+
+        def epoch_records(epoch):
+            if seed is not None:
+                keys = tf.random.stateless_uniform(
+                    [len(indices)], seed=dynamic_masking.example_seed(seed, epoch, -1, -1))
+                order = tf.argsort(keys, stable=True)
+            else:
+                order = tf.random.shuffle(tf.range(len(indices)))
+            d = tf.data.Dataset.from_tensor_slices((tf.gather(file_indices, order),
+                                                    tf.gather(files, order)))
             # Records of several files at once. Unseeded, taken in whatever
             # order the readers deliver them (like the original's "sloppy"
             # interleave): faster, and more mixing on top of the shuffles.
             # Seeded, in a fixed rotation over the open files.
-            readers = min(num_cpu_threads, len(files))
-            d = d.interleave(tf.data.TFRecordDataset, cycle_length=readers,
+            d = d.interleave(_tagged_records, cycle_length=readers,
                              num_parallel_calls=readers, deterministic=seed is not None)
-            d = d.shuffle(buffer_size=100, seed=seed)
-        else:
-            # Evaluation runs --max_eval_steps batches: repeating the input
-            # means it never runs out.
-            d = tf.data.TFRecordDataset(input_files).repeat()
-        d = d.map(lambda record: run_common.decode_record(record, name_to_features),
-                  num_parallel_calls=num_cpu_threads)
+            skip_here = tf.where(tf.equal(epoch, first_epoch),
+                                 tf.constant(skip_in_epoch, tf.int64),
+                                 tf.constant(0, tf.int64))
+            if seed is not None:
+                d = _window_permuted(d, seed, epoch).skip(skip_here)
+            else:
+                d = d.skip(skip_here).shuffle(buffer_size=100)
+            return d.map(lambda f, r, record: (epoch, f, r, record))
+
+        d = tf.data.Dataset.range(first_epoch, _EPOCHS).flat_map(epoch_records)
+        return d.skip(skip_in_stream) if skip_in_stream else d
+
+    def evaluation_stream():
+        # Evaluation runs --max_eval_steps batches: repeating the input
+        # means it never runs out. Each repetition counts as an epoch.
+        def epoch_records(epoch):
+            d = tf.data.Dataset.from_tensor_slices(
+                (tf.range(len(input_files), dtype=tf.int64), tf.constant(input_files)))
+            d = d.flat_map(_tagged_records)
+            return d.map(lambda f, r, record: (epoch, f, r, record))
+        return tf.data.Dataset.range(_EPOCHS).flat_map(epoch_records)
+
+    def input_fn(params):
+        """See input_fn_builder."""
+        d = training_stream(params) if is_training else evaluation_stream()
+        d = d.map(parse, num_parallel_calls=num_cpu_threads)
         # Both inputs repeat, so dropping a partial batch loses nothing.
         d = d.batch(params["batch_size"], drop_remainder=True)
+        if masking is not None:
+            d = d.map(lambda features, draws: dynamic_masking.mask_batch(
+                features, draws, masking), num_parallel_calls=num_cpu_threads)
         return d.prefetch(tf.data.AUTOTUNE)
 
     return input_fn
 
 
+class InputFiles(NamedTuple):
+    """What `check_input_files` found.
+
+    Attributes:
+      records_per_file: list of ints, one per file.
+      kind: pretraining_records.MASKED or UNMASKED (written with
+        --dynamic_masking), the same for all files.
+    """
+
+    records_per_file: list
+    kind: str
+
+
 def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size,
                       flag_name="input_file"):
     """Checks the framing of every input file
-    (`pretraining_records.check_tfrecord_file`) and the first record of the
-    first one (`check_input_file`), logging the number of records (progress
-    about every --log_every_seconds). `flag_name` is the flag that named
-    the files (input_file or eval_file).
+    (`pretraining_records.check_tfrecord_file`), the first record of each
+    (`check_input_file`: all must be of one kind) and logs the number of
+    records (progress about every --log_every_seconds). `flag_name` is the
+    flag that named the files (input_file or eval_file).
 
     Returns:
-      The number of records of all the files.
+      An `InputFiles`.
 
     Raises:
       InputError: naming the flag and the file at fault.
     """
     what = "input" if flag_name == "input_file" else "evaluation"
     progress = run_common.Progress("Checking the %s files" % what, len(input_files), "files")
-    num_records = 0
+    counts = []
+    kinds = {}
     for path in input_files:
-        num_records += pretraining_records.check_tfrecord_file(flag_name, path)
+        counts.append(pretraining_records.check_tfrecord_file(flag_name, path))
+        kind = check_input_file(path, max_seq_length, max_predictions_per_seq, vocab_size,
+                                flag_name)
+        kinds.setdefault(kind, path)
+        if len(kinds) > 1:
+            raise run_common.InputError(
+                "--%s mixes records with masks (%s) and records written with "
+                "--dynamic_masking (%s): use files of one kind"
+                % (flag_name, kinds[pretraining_records.MASKED],
+                   kinds[pretraining_records.UNMASKED]))
         progress.update()
-    tf.logging.info("%d %s file(s), %d records", len(input_files), what, num_records)
-    check_input_file(input_files[0], max_seq_length, max_predictions_per_seq, vocab_size,
-                     flag_name)
-    return num_records
+    kind = next(iter(kinds))
+    tf.logging.info("%d %s file(s), %d records%s", len(input_files), what, sum(counts),
+                    " without masks (masked as they are read)"
+                    if kind == pretraining_records.UNMASKED else "")
+    return InputFiles(counts, kind)
 
 
 def head_variable_shapes(bert_config):
@@ -425,6 +586,11 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
     Can't parse serialized Example") or, for ids beyond the vocabulary, with
     an index error on the embedding lookup.
 
+    Returns:
+      The kind of its records: pretraining_records.MASKED, or UNMASKED for
+      a file of create_pretraining_data.py --dynamic_masking (no masked_lm_*
+      features).
+
     Raises:
       InputError: naming the file, the feature and the flag at fault.
     """
@@ -442,16 +608,18 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
             "--%s: the first record of %s is not a tf.train.Example "
             "(was it written by create_pretraining_data.py?)" % (flag_name, input_file))
     feature_map = example.features.feature
-    for spec in pretraining_records.FEATURES:
-        name, kind = spec.name, spec.kind
+    kind = pretraining_records.record_kind(feature_map)
+    for spec in pretraining_records.features_of(kind):
+        name, kind_of_values = spec.name, spec.kind
         if name not in feature_map:
             raise run_common.InputError(
                 "--%s: the records of %s have no feature %r (was it written "
                 "by create_pretraining_data.py?)" % (flag_name, input_file, name))
-        if feature_map[name].WhichOneof("kind") != kind + "_list":
+        if feature_map[name].WhichOneof("kind") != kind_of_values + "_list":
             raise run_common.InputError(
-                "--%s: feature %r of %s is not %s" % (flag_name, name, input_file, kind))
-        found = len(getattr(feature_map[name], kind + "_list").value)
+                "--%s: feature %r of %s is not %s"
+                % (flag_name, name, input_file, kind_of_values))
+        found = len(getattr(feature_map[name], kind_of_values + "_list").value)
         expected = spec.size(max_seq_length, max_predictions_per_seq)
         if found == expected:
             continue
@@ -464,13 +632,16 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
         raise run_common.InputError(
             "--%s: feature %r of %s has length %d, expected %d"
             % (flag_name, name, input_file, found, expected))
-    largest_id = max(list(feature_map["input_ids"].int64_list.value)
-                     + list(feature_map["masked_lm_ids"].int64_list.value))
+    ids = list(feature_map["input_ids"].int64_list.value)
+    if kind == pretraining_records.MASKED:
+        ids += list(feature_map["masked_lm_ids"].int64_list.value)
+    largest_id = max(ids)
     if largest_id >= vocab_size:
         raise run_common.InputError(
             "--%s: %s holds token id %d but vocab_size in --bert_config_file "
             "is %d: the data was made with another vocabulary"
             % (flag_name, input_file, largest_id, vocab_size))
+    return kind
 
 
 # ---------------------------------------------------------------------------
@@ -573,7 +744,8 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
     `evaluation_steps`, and stops at the first evaluation whose
     masked_lm_accuracy reaches --stop_threshold (when set).
     `train_input_fn_at(step)` is the training input_fn of a segment that
-    starts at global step `step`.
+    starts at global step `step` (built just before the segment trains, so
+    it may look at the checkpoint the segment starts from).
 
     Each evaluation is logged and written to TensorBoard (output_dir/eval by
     step, output_dir/eval_by_examples by examples seen); the last one to
@@ -631,6 +803,34 @@ def latest_step(output_dir):
     return int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP)), checkpoint
 
 
+def masking_from_flags(vocab_size):
+    """The `dynamic_masking.Masking` of the flags, for data written with
+    --dynamic_masking.
+
+    Raises:
+      InputError: --vocab_file is missing, unreadable or larger than the
+        model's vocabulary, or --masked_lm_prob is out of range.
+    """
+    if not FLAGS.vocab_file:
+        raise run_common.InputError(
+            "--vocab_file is needed: the data was written with --dynamic_masking and "
+            "is masked as it is read, which needs the vocabulary it was made with")
+    if not 0.0 <= FLAGS.masked_lm_prob <= 1.0:
+        raise run_common.InputError("--masked_lm_prob=%g must be in [0, 1]"
+                                    % FLAGS.masked_lm_prob)
+    vocab = dynamic_masking.MaskingVocab(FLAGS.vocab_file)
+    if vocab.size > vocab_size:
+        raise run_common.InputError(
+            "--vocab_file %s has ids up to %d but vocab_size in --bert_config_file is %d: "
+            "use the vocabulary of the model" % (FLAGS.vocab_file, vocab.size - 1, vocab_size))
+    tf.logging.info("Masking as the data is read: --masked_lm_prob=%g, "
+                    "--max_predictions_per_seq=%d, --do_whole_word_mask=%s, --random_seed=%d",
+                    FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
+                    FLAGS.do_whole_word_mask, FLAGS.random_seed)
+    return dynamic_masking.Masking(vocab, FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
+                                   FLAGS.do_whole_word_mask, FLAGS.random_seed)
+
+
 def check_evaluation_flags(options):
     """Checks --eval_file's companions before any work.
 
@@ -683,16 +883,20 @@ def main(_):
     tf.logging.info("*** Input Files ***")
     for path in input_files:
         tf.logging.info("  %s", path)
-    check_input_files(input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                      bert_config.vocab_size)
+    train_files = check_input_files(input_files, FLAGS.max_seq_length,
+                                    FLAGS.max_predictions_per_seq, bert_config.vocab_size)
 
     options = run_common.training_options_from_flags()
     check_evaluation_flags(options)
-    eval_files = input_files
+    eval_files, eval_kind = input_files, train_files.kind
     if FLAGS.eval_file:
         eval_files = run_common.expand_file_patterns("eval_file", FLAGS.eval_file)
-        check_input_files(eval_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                          bert_config.vocab_size, flag_name="eval_file")
+        eval_kind = check_input_files(eval_files, FLAGS.max_seq_length,
+                                      FLAGS.max_predictions_per_seq, bert_config.vocab_size,
+                                      flag_name="eval_file").kind
+    masking = None
+    if pretraining_records.UNMASKED in (train_files.kind, eval_kind):
+        masking = masking_from_flags(bert_config.vocab_size)
     if FLAGS.do_train:  # The one training run of --output_dir.
         run_common.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
@@ -705,18 +909,23 @@ def main(_):
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size)
 
-    def input_fn(is_training, start_step=None):
-        # A seeded run that starts at a later step (a resumed run, or the
-        # training after an evaluation) takes the seed plus that step: the
-        # same seed again would read the records already trained on.
-        seed = None
-        if FLAGS.input_seed:
-            if start_step is None:
-                start_step = latest_step(FLAGS.output_dir)[0]
-            seed = FLAGS.input_seed + start_step
-        return input_fn_builder(input_files if is_training else eval_files,
-                                FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                                is_training=is_training, seed=seed)
+    def input_fn(is_training):
+        if not is_training:
+            return input_fn_builder(
+                eval_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                is_training=False,
+                masking=masking if eval_kind == pretraining_records.UNMASKED else None)
+        # Training that starts from a checkpoint (a resumed run, or the
+        # training after an evaluation) goes on with the first batch the
+        # checkpoint has not trained on. Built just before each `train`
+        # call, so this is the checkpoint that call starts from.
+        return input_fn_builder(
+            input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+            is_training=True, seed=FLAGS.input_seed or None,
+            masking=masking if train_files.kind == pretraining_records.UNMASKED else None,
+            records_per_file=train_files.records_per_file,
+            skip_batches=run_common.consumed_batches(
+                FLAGS.output_dir, options.gradient_accumulation_steps))
 
     evaluated = None
     if FLAGS.do_train:
@@ -727,7 +936,7 @@ def main(_):
         run_common.log_training(options, [], FLAGS.num_train_steps)
         if FLAGS.eval_file:
             evaluated = train_with_evaluation(
-                estimator, lambda step: input_fn(True, step), input_fn(False),
+                estimator, lambda step: input_fn(True), input_fn(False),
                 FLAGS.train_batch_size * options.gradient_accumulation_steps)
         else:
             estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)

@@ -540,6 +540,43 @@ def test_masking_rate_and_80_10_10(tmp_path):
     assert abs(randomized / total - 0.1) < 0.012
 
 
+def test_dynamic_masking_writes_unmasked_pairs_once(tmp_path):
+    """--dynamic_masking: records of input_ids (the text's, no [MASK]),
+    input_mask, segment_ids and next_sentence_labels only; --dupe_factor 1
+    unless given; in the sharded mode too."""
+    corpus, vocab, where, _ = tagged_corpus(str(tmp_path), num_docs=30)
+    outputs = {}
+    for name, extra in [("default", {}), ("once", {"dupe_factor": 1}),
+                        ("twice", {"dupe_factor": 2}),
+                        ("sharded", {"shard_size_mb": 0.005})]:
+        values = dict(do_lower_case=True, do_whole_word_mask=False, max_seq_length=48,
+                      max_predictions_per_seq=7, random_seed=3, masked_lm_prob=0.15,
+                      short_seq_prob=0.1, num_workers=1, shard_size_mb=0.0,
+                      shuffle_buffer_size=1000, dynamic_masking=True, input_file=corpus,
+                      vocab_file=vocab, output_file=str(tmp_path / (name + ".tfrecord")))
+        values.update(extra)
+        with flagsaver.as_parsed(**{k: str(v) for k, v in values.items()}):
+            cpd.main([])
+        outputs[name] = read_records([values["output_file"]])
+    assert outputs["default"] == outputs["once"]
+    assert 1.8 < len(outputs["twice"]) / len(outputs["once"]) < 2.2
+    with open(vocab, encoding="utf-8") as f:
+        tokens = f.read().split()
+    for record in outputs["once"] + outputs["sharded"]:
+        f = parse(record)
+        assert sorted(f) == ["input_ids", "input_mask", "next_sentence_labels", "segment_ids"]
+        n = sum(f["input_mask"][1])
+        ids = f["input_ids"][1]
+        assert ids[0] == 2 and ids[n - 1] == 3 and 4 not in ids  # [CLS] [SEP], no [MASK]
+        first_sep = ids.index(3)
+        assert f["segment_ids"][1] == ([0] * (first_sep + 1) + [1] * (n - first_sep - 1)
+                                       + [0] * (48 - n))
+        # The text as it is: sentences of a tag and 9 words.
+        words = [tokens[i] for i in ids[1:n - 1] if i != 3]
+        assert all(w in where or w.startswith("w") for w in words)
+    assert 0.8 < len(outputs["sharded"]) / len(outputs["once"]) < 1.2
+
+
 def test_next_sentence_labels(tmp_path):
     """Label 0: B continues A in its document; label 1: it does not. B is
     random for a coin flip, or always when the chunk has one sentence (A is

@@ -153,8 +153,8 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
     tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
     final = tf.train.latest_checkpoint(output_dir)
     assert final.endswith("model.ckpt-6")
-    assert "The training input goes on after the 5 batches (20 examples) that the checkpoint " \
-           "has trained on" in messages
+    assert messages.count("Resuming the training input after the 20 examples that the "
+                          "checkpoint has trained on (the same order, from the input seed)") == 1
     _assert_same_variables(final, uninterrupted)
 
 

@@ -188,6 +188,29 @@ def test_example_encoder_equals_encode_example_and_parses():
             assert {name: t.numpy().tolist() for name, t in tensors.items()} == values
 
 
+def test_unmasked_records_equal_encode_example_and_parse():
+    """`encode_unmasked` (dynamic masking) writes `encode_example` of the
+    four unmasked features, which parse with the UNMASKED schema, protobuf
+    reads back, and `record_kind` tells from the masked records."""
+    rng = random.Random(4)
+    encoder = records.ExampleEncoder(1000, 40, 6)
+    schema = records.name_to_features(40, 6, records.UNMASKED)
+    assert sorted(schema) == ["input_ids", "input_mask", "next_sentence_labels",
+                              "segment_ids"]
+    for _ in range(100):
+        input_ids, num_a, _, _, is_random_next = random_instance(rng, 1000, 40, 6)
+        data = encoder.encode_unmasked(input_ids, num_a, is_random_next)
+        values = {name: v for name, v in padded_features(
+            input_ids, num_a, [], [], is_random_next, 40, 6).items() if name in schema}
+        assert data == records.encode_example(values)
+        assert {name: v[1] for name, v in parsed(data).items()} == values
+        tensors = tf.io.parse_single_example(data, schema)
+        assert {name: t.numpy().tolist() for name, t in tensors.items()} == values
+        assert records.record_kind(parsed(data)) == records.UNMASKED
+    masked = encoder.encode(*random_instance(rng, 1000, 40, 6))
+    assert records.record_kind(parsed(masked)) == records.MASKED
+
+
 def test_protobuf_writes_the_encoders_map_order():
     """Where protobuf's map order is fixed (protobuf 4), an example built as
     the original builds it serializes to exactly the encoder's bytes: the

@@ -13,7 +13,10 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
+import dynamic_masking
 import modeling
+import optimization
+import pretraining_records
 import run_common
 import run_pretraining
 import runtime
@@ -365,16 +368,17 @@ def test_input_seed_fixes_the_training_order(tmp_path):
     assert len(set(first)) == 12
 
 
-def test_seeded_training_segments_continue_rather_than_repeat(setup, tmp_path, monkeypatch):
-    """With --input_seed, each training segment (between evaluations, or a
-    resumed run) is seeded with the seed plus its starting step, so it does
-    not read the records of the previous segment again."""
-    seeds = []
+def test_seeded_training_segments_continue_where_the_checkpoint_stopped(setup, tmp_path,
+                                                                        monkeypatch):
+    """With --input_seed, every training segment (between evaluations, or a
+    resumed run) reads the one stream of that seed, from the batch after
+    those its checkpoint has trained on."""
+    calls = []
     builder = run_pretraining.input_fn_builder
 
     def recording_builder(*args, **kwargs):
         if kwargs.get("is_training"):
-            seeds.append(kwargs.get("seed"))
+            calls.append((kwargs.get("seed"), kwargs.get("skip_batches")))
         return builder(*args, **kwargs)
 
     monkeypatch.setattr(run_pretraining, "input_fn_builder", recording_builder)
@@ -382,11 +386,11 @@ def test_seeded_training_segments_continue_rather_than_repeat(setup, tmp_path, m
     run_main(**base_flags(setup, output_dir, do_train=True, eval_file=setup["data"],
                           samples_between_eval=32, num_train_steps=4, num_warmup_steps=0,
                           max_eval_steps=1, input_seed=3))
-    assert seeds == [3, 5]
-    # Resumed (a longer run in the same folder): from step 4.
+    assert calls == [(3, 0), (3, 2)]
+    # Resumed (a longer run in the same folder).
     run_main(**base_flags(setup, output_dir, do_train=True, num_train_steps=5,
                           num_warmup_steps=0, input_seed=3))
-    assert seeds == [3, 5, 7]
+    assert calls[2:] == [(3, 4)]
 
 
 # ---------------------------------------------------------------------------
@@ -662,3 +666,193 @@ def test_training_stops_at_the_target_accuracy(setup, tmp_path):
     # The runner's own evaluation summaries, by step.
     by_step = _summaries(os.path.join(output_dir, "eval"))["masked_lm_accuracy"]
     assert [s for s, _ in by_step] == list(range(20, step + 1, 20))
+
+
+# ---------------------------------------------------------------------------
+# Data written without masks (create_pretraining_data.py --dynamic_masking),
+# masked as it is read; the seeded stream resumed from a checkpoint.
+
+def write_unmasked(path, num_records, tag=0, seed=0):
+    """Unmasked records of `num_records` sequences of one word repeated,
+    with input_ids[1] = 5 + tag and input_ids[2] = 5 + the record's index
+    (at most NUM_WORDS - 1), and 8 padding positions at the end."""
+    encoder = pretraining_records.ExampleEncoder(VOCAB_SIZE, SEQ, PRED)
+    rng = np.random.RandomState(seed)
+    records = []
+    for r in range(num_records):
+        word = len(tiny.SPECIAL_TOKENS) + rng.randint(NUM_WORDS)
+        ids = [CLS_ID, 5 + tag, 5 + r % NUM_WORDS] + [word] * (SEQ - 12) + [SEP_ID]
+        records.append(encoder.encode_unmasked(ids, 10, bool(rng.randint(2))))
+    with open(path, "wb") as f:
+        f.write(b"".join(pretraining_records.frame_records(records)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def unmasked(setup):
+    """Three unmasked files (5, 7 and 4 records) and their masking."""
+    d = setup["dir"]
+    files = [write_unmasked(str(d / ("unmasked-%d.tfrecord" % i)), n, tag=i, seed=i)
+             for i, n in enumerate([5, 7, 4])]
+    vocab = dynamic_masking.MaskingVocab(str(d / "vocab.txt"))
+    masking = dynamic_masking.Masking(vocab, 0.15, PRED, False, random_seed=9)
+    return {"files": files, "counts": [5, 7, 4], "masking": masking}
+
+
+def _stream(unmasked, num_batches, params=None, **kwargs):
+    """`num_batches` training batches of 3 of the unmasked files (all
+    features, numpy) and the params the input_fn was given."""
+    params = dict(params or {}, batch_size=3)
+    kwargs.setdefault("masking", unmasked["masking"])
+    input_fn = run_pretraining.input_fn_builder(unmasked["files"], SEQ, PRED,
+                                                is_training=True, **kwargs)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        next_batch = tf.data.make_one_shot_iterator(input_fn(params)).get_next()
+        return [sess.run(next_batch) for _ in range(num_batches)], params
+
+
+def _unmask(batch):
+    """The examples' original ids (the targets put back): [batch, SEQ]."""
+    ids = batch["input_ids"].copy()
+    for row in range(len(ids)):
+        k = int(batch["masked_lm_weights"][row].sum())
+        ids[row, batch["masked_lm_positions"][row, :k]] = batch["masked_lm_ids"][row, :k]
+    return ids
+
+
+def test_unmasked_records_are_masked_as_they_are_read(unmasked):
+    """The records come out as masked records do, masked afresh in each epoch
+    (16 records, 12 batches of 3 = 2.25 epochs), the same way for the same
+    seed; a resumed stream (skip_batches) goes on exactly where it would
+    have, whether whole epochs are skipped by count or read."""
+    batches, _ = _stream(unmasked, 12, seed=5)
+    assert set(batches[0]) == set(pretraining_records.FEATURE_NAMES)
+    assert batches[0]["masked_lm_positions"].shape == (3, PRED)
+    assert batches[0]["masked_lm_weights"].dtype == np.float32
+    # 24 real tokens: round(3.6) = 4 targets each, [MASK] in most.
+    assert all((b["masked_lm_weights"].sum(axis=1) == 4).all() for b in batches)
+    assert np.mean([(b["input_ids"] == MASK_ID).sum() for b in batches]) > 0.6 * 12
+    # Each example's masks: by (epoch, file, record).
+    masks = {}
+    for number, batch in enumerate(batches):
+        original = _unmask(batch)
+        for row in range(3):
+            epoch = (number * 3 + row) // 16
+            key = (epoch, int(original[row, 1]) - 5, int(original[row, 2]) - 5)
+            masks[key] = tuple(batch["masked_lm_positions"][row])
+    assert len({k[1:] for k in masks if k[0] == 0}) == 16
+    changed = [masks[(0,) + k[1:]] != masks[k] for k in masks if k[0] == 1]
+    assert sum(changed) >= 0.7 * len(changed)
+
+    again, _ = _stream(unmasked, 12, seed=5)
+    other, _ = _stream(unmasked, 12, seed=6)
+    for name in batches[0]:
+        assert all(np.array_equal(a[name], b[name]) for a, b in zip(batches, again))
+    assert not all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(batches, other))
+    for skip in (4, 7):  # 12 and 21 records: in the first epoch, and past it.
+        for counts in (unmasked["counts"], None):
+            resumed, _ = _stream(unmasked, 12 - skip, seed=5, skip_batches=skip,
+                                 records_per_file=counts)
+            for name in batches[0]:
+                for a, b in zip(batches[skip:], resumed):
+                    np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_two_workers_draw_the_masks_of_one_process(unmasked):
+    """With files split between two workers, each example of an epoch gets
+    the masks one process gives it."""
+    def masks_of(batches):
+        out = {}
+        for batch in batches:
+            original = _unmask(batch)
+            for row in range(3):
+                out[(int(original[row, 1]), int(original[row, 2]))] = (
+                    tuple(batch["input_ids"][row]), tuple(batch["masked_lm_positions"][row]))
+        return out
+    single = masks_of(_stream(unmasked, 5, seed=5)[0])  # 15 of the epoch's 16
+    workers = {}
+    for index in range(2):
+        # Worker 0 reads files 0 and 2 (9 records), worker 1 file 1 (7).
+        batches, params = _stream(unmasked, 2, {runtime.INPUT_PIPELINE: (2, index)}, seed=5)
+        assert params[runtime.INPUT_SHARDED] is True
+        workers.update(masks_of(batches))
+    shared = set(single) & set(workers)
+    assert len(shared) >= 8
+    assert all(single[k] == workers[k] for k in shared)
+
+
+def test_input_files_of_both_kinds_are_refused(setup, unmasked, tmp_path):
+    with pytest.raises(run_common.InputError,
+                       match="--input_file mixes records with masks .*data.tfrecord.* and "
+                             "records written with --dynamic_masking .*unmasked-0"):
+        run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True,
+                              input_file=setup["data"] + "," + unmasked["files"][0]))
+    with pytest.raises(run_common.InputError, match="--vocab_file is needed"):
+        run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True,
+                              input_file=unmasked["files"][0]))
+    assert not os.path.exists(tmp_path / "out" / "checkpoint")
+
+
+def _variables(output_dir):
+    checkpoint = tf.train.latest_checkpoint(output_dir)
+    return {name: tf.train.load_variable(checkpoint, name)
+            for name, _ in tf.train.list_variables(checkpoint)}
+
+
+@pytest.mark.slow
+def test_interrupted_seeded_run_ends_as_an_uninterrupted_one(setup, unmasked, tmp_path):
+    """A seeded run on unmasked data, 2 batches an update, interrupted after
+    step 2 and run again (the same command) ends at step 5 with the
+    variables of a run straight to 5 (no dropout in the tiny config): it
+    trained on the same batches with the same masks."""
+    flags_ = dict(do_train=True, input_file=",".join(unmasked["files"]),
+                  vocab_file=str(setup["dir"] / "vocab.txt"), random_seed=9,
+                  masked_lm_prob=0.15, do_whole_word_mask=False, input_seed=4,
+                  train_batch_size=4, gradient_accumulation_steps=2,
+                  num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=1)
+    # (Seeded initialisation: both runs start from the same weights.)
+    straight = str(tmp_path / "straight")
+    tiny.run_main_seeded(run_pretraining.main,
+                         base_flags(setup, straight, num_train_steps=5, **flags_))
+    resumed = str(tmp_path / "resumed")
+    make_estimator = run_common.estimator_from_flags
+
+    def stopping_at_step_2(*args, **kwargs):
+        # The interruption: training ends after step 2 of the 5 it was set
+        # for (the learning-rate schedule is that of the 5).
+        estimator = make_estimator(*args, **kwargs)
+        train = estimator.train
+        estimator.train = lambda input_fn, max_steps, **kw: train(
+            input_fn=input_fn, max_steps=min(max_steps, 2), **kw)
+        return estimator
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_common, "estimator_from_flags", stopping_at_step_2)
+        tiny.run_main_seeded(run_pretraining.main,
+                             base_flags(setup, resumed, num_train_steps=5, **flags_))
+    assert tf.train.latest_checkpoint(resumed).endswith("model.ckpt-2")
+    tiny.run_main_seeded(run_pretraining.main,
+                         base_flags(setup, resumed, num_train_steps=5, **flags_))
+    a, b = _variables(straight), _variables(resumed)
+    assert a.keys() == b.keys()
+    assert int(b["global_step"]) == 5
+    moved = 0
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        moved += name.endswith("adam_m")
+    assert moved
+
+
+def test_consumed_batches_counts_the_saved_micro_step(tmp_path):
+    """The stream position of a checkpoint saved in the middle of an
+    accumulation cycle: updates × batches an update + micro-batches done."""
+    with tf.Graph().as_default(), tf.Session() as sess:
+        step = tf.train.get_or_create_global_step()
+        micro = tf.get_variable(optimization.MICRO_STEP_VARIABLE, shape=[], dtype=tf.int64,
+                                initializer=tf.constant_initializer(3), trainable=False)
+        sess.run(tf.global_variables_initializer())
+        sess.run(step.assign(7))
+        tf.train.Saver([step, micro]).save(sess, str(tmp_path / "model.ckpt"), global_step=7)
+    assert run_common.consumed_batches(str(tmp_path), 4) == 7 * 4 + 3
+    assert run_common.consumed_batches(str(tmp_path), 1) == 7
+    assert run_common.consumed_batches(str(tmp_path / "none"), 4) == 0
