@@ -801,10 +801,11 @@ def _variables(output_dir):
 
 @pytest.mark.slow
 def test_interrupted_seeded_run_ends_as_an_uninterrupted_one(setup, unmasked, tmp_path):
-    """A seeded run on unmasked data, 2 batches an update, interrupted after
-    step 2 and run again (the same command) ends at step 5 with the
-    variables of a run straight to 5 (no dropout in the tiny config): it
-    trained on the same batches with the same masks."""
+    """A seeded run on unmasked data, 2 batches an update, stopped by a
+    SIGTERM during its 5th micro-batch (one into the 3rd update) and run
+    again (the same command) ends at step 5 with the variables of a run
+    straight to 5 (no dropout in the tiny config): it trained on the same
+    batches with the same masks, the stopped cycle's micro-batch included."""
     flags_ = dict(do_train=True, input_file=",".join(unmasked["files"]),
                   vocab_file=str(setup["dir"] / "vocab.txt"), random_seed=9,
                   masked_lm_prob=0.15, do_whole_word_mask=False, input_seed=4,
@@ -815,24 +816,9 @@ def test_interrupted_seeded_run_ends_as_an_uninterrupted_one(setup, unmasked, tm
     tiny.run_main_seeded(run_pretraining.main,
                          base_flags(setup, straight, num_train_steps=5, **flags_))
     resumed = str(tmp_path / "resumed")
-    make_estimator = run_common.estimator_from_flags
-
-    def stopping_at_step_2(*args, **kwargs):
-        # The interruption: training ends after step 2 of the 5 it was set
-        # for (the learning-rate schedule is that of the 5).
-        estimator = make_estimator(*args, **kwargs)
-        train = estimator.train
-        estimator.train = lambda input_fn, max_steps, **kw: train(
-            input_fn=input_fn, max_steps=min(max_steps, 2), **kw)
-        return estimator
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_common, "estimator_from_flags", stopping_at_step_2)
-        tiny.run_main_seeded(run_pretraining.main,
-                             base_flags(setup, resumed, num_train_steps=5, **flags_))
-    assert tf.train.latest_checkpoint(resumed).endswith("model.ckpt-2")
-    tiny.run_main_seeded(run_pretraining.main,
-                         base_flags(setup, resumed, num_train_steps=5, **flags_))
+    stopped = tiny.run_main_interrupted(
+        run_pretraining.main, base_flags(setup, resumed, num_train_steps=5, **flags_), at=5)
+    assert stopped.endswith("model.ckpt-2")
     a, b = _variables(straight), _variables(resumed)
     assert a.keys() == b.keys()
     assert int(b["global_step"]) == 5
