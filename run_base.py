@@ -1199,6 +1199,10 @@ def _on_interrupt(signum, frame):
     first = _INTERRUPT["signal"] is None
     _INTERRUPT["signal"] = _INTERRUPT["signal"] or signum
     if first and _INTERRUPT["held"]:
+        # A second signal ends the process at once, even in the middle of a
+        # long TensorFlow call (Python handlers run only between its calls).
+        for other in INTERRUPT_SIGNALS:
+            signal.signal(other, signal.SIG_DFL)
         if _INTERRUPT["on_hold"]:
             _INTERRUPT["on_hold"](signum)
         return
@@ -1238,9 +1242,12 @@ def raise_if_interrupted():
     signal raised can be lost, since Python prints and drops an exception
     raised while it runs a finalizer (a `__del__` method, a weakref or
     multiprocessing callback), and the work would then go on to the end.
-    Inside `interrupts_held`, the block's end raises instead.
+    Inside `interrupts_held`, the block's end raises instead; other threads
+    (the lock's heartbeat) never raise: the signal concerns the run's own
+    thread.
     """
-    if _INTERRUPT["signal"] is not None and not _INTERRUPT["held"]:
+    if (_INTERRUPT["signal"] is not None and not _INTERRUPT["held"]
+            and threading.current_thread() is threading.main_thread()):
         raise KeyboardInterrupt
 
 
@@ -1435,7 +1442,7 @@ def _remove(path):
             os.remove(path)
 
 
-def _is_training_chief():
+def is_training_chief():
     """Whether this process is the one of its training cluster (TF_CONFIG)
     that holds the output directory's lock: the "chief" task, else worker
     0; true without a cluster. All workers of a multi-worker run train into
@@ -1476,7 +1483,7 @@ def lock_output_dir(output_dir, flag_name="output_dir"):
       InputError: another training run holds the directory; the one line
         names its host, pid and start time.
     """
-    if not _is_training_chief():
+    if not is_training_chief():
         return
     path = os.path.join(output_dir, LOCK_FILE)
     if path in _HELD_LOCKS:

@@ -337,8 +337,9 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
 
     The runner resumes from (or predicts with) the latest checkpoint in
     output_dir; one of another model would fail only after it was restored,
-    with a shape error in the middle of the graph. A damaged latest
-    checkpoint is first set aside (`use_intact_checkpoint`).
+    with a shape error in the middle of the graph. Of a damaged latest
+    checkpoint, the newest intact one is checked instead
+    (`use_intact_checkpoint`; training sets the damaged one aside).
 
     Args:
       output_dir: the run's model directory.
@@ -351,7 +352,7 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
     """
     if not output_dir or not tf.io.gfile.isdir(output_dir):
         return
-    checkpoint = use_intact_checkpoint(output_dir)
+    checkpoint = use_intact_checkpoint(output_dir, rewrite=False)
     if not checkpoint:
         return
     stored = dict(tf.train.list_variables(checkpoint))
@@ -1410,9 +1411,13 @@ class ResumableTrainer:
 
     def train(self, input_fn, max_steps=None, hooks=None, steps=None):
         """`runner.train` from the next unseen batch; see the class."""
+        # A signal whose KeyboardInterrupt was lost stops the run here.
+        run_base.raise_if_interrupted()
         model_dir = self._runner.model_dir
-        _remove_failed_saves(model_dir)
-        use_intact_checkpoint(model_dir)
+        chief = run_base.is_training_chief()
+        if chief:  # The holder of the directory's lock; other workers only read.
+            _remove_failed_saves(model_dir)
+        use_intact_checkpoint(model_dir, rewrite=chief)
         start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
         start_record = start_batch * self._train_batch_size
         seed = self._options.input_seed
@@ -1423,15 +1428,18 @@ class ResumableTrainer:
             params[INPUT_SEED] = seed
             return input_fn(params)
 
-        hook = InterruptHook(model_dir)
+        hook = InterruptHook(model_dir, save=chief)
         with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False):
             self._runner.train(positioned_input_fn, max_steps=max_steps,
                                hooks=list(hooks or ()) + [hook], steps=steps)
         if hook.signum is not None:
             checkpoint = tf.train.latest_checkpoint(model_dir)
+            step = hook.step
+            if step is None:  # The signal came after the hooks had ended.
+                step = int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP))
             tf.logging.warning(
                 "Training stopped by %s at step %d: checkpoint %s saved; the same command "
-                "resumes from it", hook.signal_name, hook.step, checkpoint)
+                "resumes from it", hook.signal_name, step, checkpoint)
             raise TrainingInterrupted(128 + hook.signum)
         return self
 
@@ -1472,10 +1480,13 @@ class InterruptHook(tf.train.SessionRunHook):
 
     Args:
       model_dir: where checkpoints go.
+      save: whether this process saves checkpoints (the chief of a cluster;
+        the others only stop).
     """
 
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, save=True):
         self._model_dir = model_dir
+        self._save = save
         self.signum = None
         self.step = None
         self._micro_step = None
@@ -1494,7 +1505,7 @@ class InterruptHook(tf.train.SessionRunHook):
     def begin(self):
         self._global_step = tf.train.get_global_step()
         self._micro_step = _graph_variable(optimization.MICRO_STEP_VARIABLE)
-        if self._micro_step is not None:
+        if self._micro_step is not None and self._save:
             self._saver = tf.train.Saver(sharded=True, save_relative_paths=True)
 
     def after_run(self, run_context, run_values):
@@ -1505,7 +1516,7 @@ class InterruptHook(tf.train.SessionRunHook):
         if self.signum is None:
             return
         self.step = int(session.run(self._global_step))
-        if self._micro_step is None:
+        if self._saver is None:
             return
         micro_step = int(session.run(self._micro_step))
         latest = tf.train.latest_checkpoint(self._model_dir)
@@ -1531,10 +1542,19 @@ def _checkpoint_fault(prefix):
         dtypes = reader.get_variable_to_dtype_map()
     except (tf.errors.OpError, ValueError) as e:
         return "%s is cut short or corrupt (%s)" % (index, str(e).splitlines()[0])
-    data_files = sorted(tf.io.gfile.glob(prefix + ".data-*"))
-    match = re.search(r"-of-(\d+)$", data_files[0]) if data_files else None
-    if not match or len(data_files) != int(match.group(1)):
-        return "%s.data-* is incomplete (%d file(s))" % (prefix, len(data_files))
+    # The shards of the latest save: files of another shard count may be
+    # left from an earlier save under the same name.
+    shard_sets = {}
+    for path in tf.io.gfile.glob(prefix + ".data-*"):
+        match = re.search(r"-of-(\d+)$", path)
+        if match:
+            shard_sets.setdefault(int(match.group(1)), []).append(path)
+    complete = [paths for count, paths in shard_sets.items() if len(paths) == count]
+    if not complete:
+        return "%s.data-* is incomplete (%d file(s))" % (
+            prefix, sum(map(len, shard_sets.values())))
+    data_files = sorted(max(complete, key=lambda paths: sum(
+        tf.io.gfile.stat(path).length for path in paths)))
     needed = 0
     for name, shape in shapes.items():
         dtype = tf.as_dtype(dtypes[name])
@@ -1550,13 +1570,18 @@ def _checkpoint_fault(prefix):
     return None
 
 
-def use_intact_checkpoint(model_dir):
+def use_intact_checkpoint(model_dir, rewrite=True):
     """Makes the latest checkpoint in `model_dir` (by its "checkpoint" state
     file) one that can be restored: if it is cut short or unreadable (a full
     disk, a killed copy), one warning names the damaged file and the state
     file is rewritten to name the newest intact checkpoint instead. The
     damaged files stay; training overwrites them when it reaches their step
     again.
+
+    Args:
+      model_dir: the run's model directory.
+      rewrite: False: only find the checkpoint, leave the state file as it
+        is (for runs that do not hold the directory's training lock).
 
     Returns:
       The latest intact checkpoint's prefix, or None when there is none
@@ -1583,12 +1608,14 @@ def use_intact_checkpoint(model_dir):
                          "intact; move the damaged checkpoint away to start over"
                          % (model_dir, fault))
     intact = older[-1]
+    if not rewrite:
+        return intact
     step = int(tf.train.load_variable(intact, tf.GraphKeys.GLOBAL_STEP))
     tf.logging.warning("%s: resuming from %s (step %d), the newest intact checkpoint",
                        fault, intact, step)
-    tf.train.update_checkpoint_state(
-        model_dir, os.path.basename(intact),
-        all_model_checkpoint_paths=[os.path.basename(path) for path in older])
+    # The paths as the state file gave them (TensorFlow writes them relative
+    # to model_dir again).
+    tf.train.update_checkpoint_state(model_dir, intact, all_model_checkpoint_paths=older)
     return intact
 
 

@@ -404,9 +404,12 @@ def input_fn_builder(input_files,
         `check_input_files` counts them), so that whole epochs are skipped
         by arithmetic; None: skipped records are read.
       skip_batches: training only: start this many batches into the stream
-        (a run resumed from a checkpoint). Skipped records are neither
-        parsed nor masked. Seeded, the stream goes on exactly where it
-        would have; unseeded, the records are skipped before the shuffle.
+        (a run resumed from a checkpoint), for a caller without
+        `run_common.ResumableTrainer`, whose params[START_RECORD] (the
+        records trained on, all replicas together) takes precedence.
+        Skipped records are neither parsed nor masked. Seeded, the stream
+        goes on exactly where it would have; unseeded, the records are
+        skipped before the shuffle.
 
     Several workers (params[runtime.INPUT_PIPELINE] = (n, i), set by the
     runner under multi_worker_mirrored): with at least n files, worker i
@@ -436,18 +439,22 @@ def input_fn_builder(input_files,
     def training_stream(params):
         indices = list(range(len(input_files)))
         num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
-        skip_records = skip_batches * params["batch_size"]
+        if run_common.START_RECORD in params:
+            # The records all pipelines together have trained on: steps times
+            # the global batch (run_common.ResumableTrainer), whatever the
+            # replicas per pipeline and the batch each is given.
+            skip_records = params[run_common.START_RECORD]
+        else:
+            skip_records = skip_batches * params["batch_size"] * num_pipelines
         if num_pipelines > 1 and len(input_files) >= num_pipelines:
-            # Distinct files for each worker: none reads another's.
+            # Distinct files for each worker: none reads another's, and each
+            # has read its share of the records trained on.
+            skip_records //= num_pipelines
             indices = indices[index::num_pipelines]
             params[runtime.INPUT_SHARDED] = True
             tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
                             "from %s", index, num_pipelines, len(indices),
                             len(input_files), os.path.basename(input_files[indices[0]]))
-        elif num_pipelines > 1:
-            # One stream for all, each worker taking every n-th batch: all
-            # workers together have consumed n times this worker's batches.
-            skip_records *= num_pipelines
         files = tf.constant([input_files[i] for i in indices])
         file_indices = tf.constant(indices, tf.int64)
         epoch_size = (sum(records_per_file[i] for i in indices)

@@ -228,7 +228,7 @@ def _truncate(path, keep):
 
 @pytest.mark.parametrize("damage", ["data", "index"])
 def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
-        task, uninterrupted, tmp_path, messages, damage):
+        task, uninterrupted, tmp_path, messages, monkeypatch, damage):
     """The latest checkpoint's .data (or .index) cut short: one warning
     names the file and the state file names the checkpoint before it;
     training resumes from there and ends like the uninterrupted run."""
@@ -251,14 +251,20 @@ def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
     if damage == "data":
         tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
     else:
-        # The same function, before training, as the run above calls it.
-        intact = run_common.use_intact_checkpoint(output_dir)
-        assert intact == os.path.join(output_dir, "model.ckpt-4")
-        assert tf.train.latest_checkpoint(output_dir) == intact
+        # The same function, before training, as the run above calls it;
+        # here with the folder given relative to the working directory.
+        monkeypatch.chdir(tmp_path)
+        intact = run_common.use_intact_checkpoint("run")
+        assert intact == os.path.join("run", "model.ckpt-4")
+        assert tf.train.latest_checkpoint("run") == intact
+        assert run_common.consumed_batches("run", 2) == 8
+        monkeypatch.undo()
     warnings = [line for line in messages if "the newest intact checkpoint" in line]
-    assert len(warnings) == 1 and warnings[0].startswith(damaged + " is cut short")
+    named = damaged if damage == "data" else os.path.relpath(damaged, tmp_path)
+    assert len(warnings) == 1 and warnings[0].startswith(named + " is cut short")
     assert warnings[0].endswith("resuming from %s (step 4), the newest intact checkpoint"
-                                % os.path.join(output_dir, "model.ckpt-4"))
+                                % os.path.join(output_dir if damage == "data" else "run",
+                                               "model.ckpt-4"))
     if damage == "data":
         _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
 
@@ -362,6 +368,8 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
         commits.append(target.path)
         if len(commits) == 1:
             os.kill(os.getpid(), signal.SIGTERM)
+            # Recorded; a second signal would end the process at once.
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
     with run_base.interrupts_caught():
         with pytest.MonkeyPatch.context() as patch:
