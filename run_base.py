@@ -370,8 +370,9 @@ def run_script(main):
       headline (`report_output`, `log_outputs`).
     * --help exits with status 0 (absl's own exit status for it is 1).
     * Ctrl-C (SIGINT) and SIGTERM stop the run (see `interrupts_caught`) with
-      one line and exit status 128 + the signal's number; outputs not yet
-      complete are not put in place.
+      one line; outputs not yet complete are not put in place. The process
+      then ends by the signal itself (a shell shows status 128 + its
+      number), so that a calling shell loop stops too.
 
     Args:
       main: the script's main(argv).
@@ -387,8 +388,13 @@ def run_script(main):
                 return status
             except KeyboardInterrupt:
                 signum = interrupted() or signal.SIGINT
+                _INTERRUPT["exit_signal"] = signum
                 _exit_with_error("interrupted by %s" % signal.Signals(signum).name,
                                  status=128 + signum)
+            except SystemExit as e:
+                if isinstance(e, InterruptedExit):
+                    _INTERRUPT["exit_signal"] = e.code - 128
+                raise
             except InputError as e:
                 _exit_with_error(str(e))
             except Exception as e:  # Reported in one line only if it is a failed write.
@@ -406,12 +412,32 @@ def run_script(main):
         for flag in list(FLAGS.flags_by_module_dict().get("absl.testing.absltest", ())):
             if flag.name in FLAGS:
                 delattr(FLAGS, flag.name)
+    _INTERRUPT["exit_signal"] = None
     try:
         app.run(wrapped)
     except SystemExit as e:
         if asks_for_help and e.code == 1:
             sys.exit(0)
+        signum = _INTERRUPT["exit_signal"]
+        # Only for a script run as the program (not a test calling this).
+        if signum and getattr(main, "__module__", None) == "__main__":
+            _end_by_signal(signum)
         raise
+
+
+def _end_by_signal(signum):
+    """Ends the process by `signum` itself, with its default action, once
+    the run's cleanup is done (as Python does after a KeyboardInterrupt):
+    a shell then sees that the script was interrupted, and a shell loop
+    calling it stops too, where an ordinary exit status would let it go on
+    to its next command."""
+    import logging
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _exit_with_error(message, status=1):
@@ -1190,9 +1216,16 @@ def atomic_output(path, mode="w"):
 
 INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+
+class InterruptedExit(SystemExit):
+    """The end of a run that a SIGINT or SIGTERM stopped after doing what it
+    must (e.g. saving a checkpoint); the exit status is 128 + the signal's
+    number, and a script run from the shell ends by the signal itself
+    (see `run_script`)."""
+
 # signal: the first interrupting signal's number, or None. held: while > 0,
 # a first signal is only recorded (see `interrupts_held`).
-_INTERRUPT = {"signal": None, "held": 0, "on_hold": None}
+_INTERRUPT = {"signal": None, "held": 0, "on_hold": None, "exit_signal": None}
 
 
 def _on_interrupt(signum, frame):

@@ -1373,7 +1373,7 @@ START_RECORD = "start_record"
 INPUT_SEED = "input_seed"
 
 
-class TrainingInterrupted(SystemExit):
+class TrainingInterrupted(run_base.InterruptedExit):
     """Training stopped by SIGINT or SIGTERM after a checkpoint was saved;
     the exit status is 128 + the signal's number."""
 
