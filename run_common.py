@@ -23,6 +23,10 @@ import time
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
+from google.protobuf import text_format
+# The CheckpointState message of the "checkpoint" state file (TensorFlow has
+# no public name for it).
+from tensorflow.python.training import checkpoint_state_pb2
 
 import bert_ops
 import modeling
@@ -1570,13 +1574,54 @@ def _checkpoint_fault(prefix):
     return None
 
 
+# The file in a model directory that names its checkpoints (TensorFlow's
+# CheckpointState as a text proto); TensorFlow resumes from the checkpoint it
+# names as the latest.
+CHECKPOINT_STATE_FILE = "checkpoint"
+
+
+def _state_file_fault(model_dir):
+    """None if `model_dir` has no checkpoint state file or one that reads as
+    a CheckpointState naming a latest checkpoint; else what is wrong with it,
+    naming the file. (TensorFlow takes an unreadable state file for a
+    folder without checkpoints, and would train from the start.)"""
+    path = os.path.join(model_dir, CHECKPOINT_STATE_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    state = checkpoint_state_pb2.CheckpointState()
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text_format.Merge(f.read().decode("utf-8"), state)
+    except (text_format.ParseError, UnicodeDecodeError) as e:
+        return "%s is cut short or not a checkpoint state file (%s)" % (
+            path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+    if not state.model_checkpoint_path:
+        return "%s is empty or cut short (it names no checkpoint)" % path
+    return None
+
+
+def _intact_checkpoints(model_dir):
+    """The intact checkpoints of `model_dir` found by listing its *.index
+    files, whatever its state file says: the runner's "<prefix>-<step>"
+    names, oldest step first."""
+    found = []
+    for index in tf.io.gfile.glob(os.path.join(model_dir, "*.index")):
+        prefix = index[:-len(".index")]
+        match = re.search(r"-(\d+)$", prefix)
+        if match and _checkpoint_fault(prefix) is None:
+            found.append((int(match.group(1)), prefix))
+    return [prefix for _, prefix in sorted(found)]
+
+
 def use_intact_checkpoint(model_dir, rewrite=True):
     """Makes the latest checkpoint in `model_dir` (by its "checkpoint" state
     file) one that can be restored: if it is cut short or unreadable (a full
-    disk, a killed copy), one warning names the damaged file and the state
-    file is rewritten to name the newest intact checkpoint instead. The
-    damaged files stay; training overwrites them when it reaches their step
-    again.
+    disk, a killed copy), or the state file itself is unreadable or names a
+    checkpoint that is not there, one warning names the damaged file and the
+    state file is rewritten to name the newest intact checkpoint instead:
+    the newest older one the state file lists, else the newest that a
+    listing of the folder's *.index files finds. The damaged files stay;
+    training overwrites them when it reaches their step again.
 
     Args:
       model_dir: the run's model directory.
@@ -1585,38 +1630,49 @@ def use_intact_checkpoint(model_dir, rewrite=True):
 
     Returns:
       The latest intact checkpoint's prefix, or None when there is none
-      yet.
+      yet (no state file).
 
     Raises:
-      InputError: checkpoints are listed, and none of them is intact.
+      InputError: the state file or the checkpoints it lists are damaged,
+        and no checkpoint there is intact.
     """
     if not model_dir:
         return None
-    state = tf.train.get_checkpoint_state(model_dir)
-    if not state or not state.model_checkpoint_path:
-        return None
-    listed = list(state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path not in listed:
-        listed.append(state.model_checkpoint_path)
-    latest = state.model_checkpoint_path
-    fault = _checkpoint_fault(latest)
+    fault = _state_file_fault(model_dir)
+    intact = []
     if fault is None:
-        return latest
-    older = [path for path in listed[:listed.index(latest)] if _checkpoint_fault(path) is None]
-    if not older:
-        raise InputError("--output_dir %s: cannot resume, %s and no older checkpoint there is "
-                         "intact; move the damaged checkpoint away to start over"
+        state = tf.train.get_checkpoint_state(model_dir)
+        if not state or not state.model_checkpoint_path:
+            return None
+        listed = list(state.all_model_checkpoint_paths)
+        if state.model_checkpoint_path not in listed:
+            listed.append(state.model_checkpoint_path)
+        latest = state.model_checkpoint_path
+        fault = _checkpoint_fault(latest)
+        if fault is None:
+            return latest
+        if not tf.io.gfile.exists(latest + ".index"):
+            fault = "%s names %s, which is not there (no .index)" % (
+                os.path.join(model_dir, CHECKPOINT_STATE_FILE), latest)
+        intact = [path for path in listed[:listed.index(latest)]
+                  if _checkpoint_fault(path) is None]
+    if not intact:
+        intact = _intact_checkpoints(model_dir)
+    if not intact:
+        raise InputError("--output_dir %s: cannot resume, %s and no checkpoint there is "
+                         "intact; move the damaged files away to start over"
                          % (model_dir, fault))
-    intact = older[-1]
+    newest = intact[-1]
     if not rewrite:
-        return intact
-    step = int(tf.train.load_variable(intact, tf.GraphKeys.GLOBAL_STEP))
+        return newest
+    step = int(tf.train.load_variable(newest, tf.GraphKeys.GLOBAL_STEP))
     tf.logging.warning("%s: resuming from %s (step %d), the newest intact checkpoint",
-                       fault, intact, step)
-    # The paths as the state file gave them (TensorFlow writes them relative
-    # to model_dir again).
-    tf.train.update_checkpoint_state(model_dir, intact, all_model_checkpoint_paths=older)
-    return intact
+                       fault, newest, step)
+    # The paths as the state file gave them, or as the listing found them
+    # (TensorFlow writes them relative to model_dir again, in the list it
+    # is given).
+    tf.train.update_checkpoint_state(model_dir, newest, all_model_checkpoint_paths=intact)
+    return newest
 
 
 # ---------------------------------------------------------------------------

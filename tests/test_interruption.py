@@ -269,14 +269,88 @@ def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
         _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
 
 
-def test_no_intact_checkpoint_is_one_line(tmp_path):
+def _copy_checkpoints(source_dir, output_dir, steps):
+    os.makedirs(output_dir)
+    for name in os.listdir(source_dir):
+        if name.startswith(tuple("model.ckpt-%d." % step for step in steps)):
+            with open(os.path.join(source_dir, name), "rb") as f, \
+                    open(os.path.join(output_dir, name), "wb") as g:
+                g.write(f.read())
+
+
+def _tensorflow_sees_no_checkpoint(output_dir):
+    """Whether TensorFlow finds no checkpoint to resume from in `output_dir`
+    (an empty state file makes it raise instead)."""
+    try:
+        return tf.train.latest_checkpoint(output_dir) is None
+    except ValueError:
+        return True
+
+
+# Damaged "checkpoint" state files: TensorFlow finds no checkpoint by them.
+DAMAGED_STATE_FILES = {
+    "truncated": (b'model_checkpoint_path: "model.ckpt-4"\nall_model_checkpoint_paths: "mod',
+                  "is cut short or not a checkpoint state file"),
+    "garbage": (b"\x00\x9c\xffK\x03 not a state file", "is cut short or not a checkpoint "
+                "state file"),
+    "empty": (b"", "is empty or cut short (it names no checkpoint)"),
+    "missing": (b'model_checkpoint_path: "model.ckpt-8"\n'
+                b'all_model_checkpoint_paths: "model.ckpt-8"\n',
+                "names %s, which is not there (no .index)"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED_STATE_FILES))
+def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
+        task, uninterrupted, tmp_path, messages, damage):
+    """A "checkpoint" state file cut short, not a state file, empty, or
+    naming a checkpoint that is not there: the folder's *.index files are
+    listed, one warning names the state file, the state file is rewritten
+    to name the newest intact checkpoint, and training resumes from it (and
+    ends like the uninterrupted run) instead of starting over."""
+    output_dir = str(tmp_path / "run")
+    _copy_checkpoints(os.path.dirname(uninterrupted), output_dir, (2, 4))
+    state_path = os.path.join(output_dir, "checkpoint")
+    content, fault = DAMAGED_STATE_FILES[damage]
+    with open(state_path, "wb") as f:
+        f.write(content)
+    # A listed checkpoint of a later step, damaged, is passed over too.
+    with open(os.path.join(output_dir, "model.ckpt-5.index"), "wb") as f:
+        f.write(b"not a checkpoint index")
+    assert _tensorflow_sees_no_checkpoint(output_dir)
+    newest = os.path.join(output_dir, "model.ckpt-4")
+    if "%s" in fault:
+        fault %= os.path.join(output_dir, "model.ckpt-8")
+
+    if damage == "garbage":
+        tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+        _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
+    else:
+        assert run_common.use_intact_checkpoint(output_dir, rewrite=False) == newest
+        assert _tensorflow_sees_no_checkpoint(output_dir)  # Left as it was.
+        assert run_common.use_intact_checkpoint(output_dir) == newest
+        assert tf.train.latest_checkpoint(output_dir) == newest
+        assert run_common.consumed_batches(output_dir, 2) == 8
+    warnings = [line for line in messages if "the newest intact checkpoint" in line]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("%s %s" % (state_path, fault)), warnings
+    assert warnings[0].endswith(": resuming from %s (step 4), the newest intact checkpoint"
+                                % newest), warnings
+
+
+@pytest.mark.parametrize("state_file, fault", [
+    (b'model_checkpoint_path: "model.ckpt-5"\n',
+     r".*model\.ckpt-5\.index is cut short or corrupt .*"),
+    (b"garbage", r".*run/checkpoint is cut short or not a checkpoint state file \(.*\)"),
+])
+def test_no_intact_checkpoint_is_one_line(tmp_path, state_file, fault):
     output_dir = tmp_path / "run"
     output_dir.mkdir()
     (output_dir / "model.ckpt-5.index").write_bytes(b"not a checkpoint")
-    (output_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    (output_dir / "checkpoint").write_bytes(state_file)
     with pytest.raises(run_common.InputError, match=(
-            r"^--output_dir .*run: cannot resume, .*model\.ckpt-5\.index is cut short or "
-            r"corrupt .* and no older checkpoint there is intact")):
+            r"^--output_dir .*run: cannot resume, %s and no checkpoint there is intact; "
+            r"move the damaged files away to start over$" % fault)):
         run_common.use_intact_checkpoint(str(output_dir))
 
 
