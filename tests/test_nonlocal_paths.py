@@ -199,13 +199,41 @@ def test_lock_is_held_during_the_run_and_released_however_it_ends(lock_dir):
     assert_no_partial_files(lock_dir)
 
 
-def test_only_one_of_two_racing_creates_wins(lock_dir):
+def test_a_create_fails_where_the_lock_exists(lock_dir):
     gfile.makedirs(lock_dir)
     path = lock_path(lock_dir)
     assert run_base._create_exclusively(path, b"first")
     assert not run_base._create_exclusively(path, b"second")
     assert run_base.read_file_bytes(path) == b"first"
     assert gfile.listdir(lock_dir) == [run_base.LOCK_FILE]
+
+
+def test_of_racing_creates_on_a_local_disk_exactly_one_wins(tmp_path):
+    """Processes released together by a barrier create the same lock file
+    at once, in each of 25 fresh folders: every time exactly one succeeds,
+    the file holds its bytes, and no temporary file is left."""
+    import multiprocessing
+    num_processes, rounds = 4, 25
+    paths = []
+    for round_index in range(rounds):
+        os.makedirs(str(tmp_path / str(round_index)))
+        paths.append(lock_path(str(tmp_path / str(round_index))))
+    context = multiprocessing.get_context("spawn")  # This process has TensorFlow's threads.
+    barrier, results = context.Barrier(num_processes), context.Queue()
+    processes = [context.Process(target=tiny.race_to_create,
+                                 args=(barrier, paths, index, results))
+                 for index in range(num_processes)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=300) for _ in range(num_processes * rounds)]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    for round_index, path in enumerate(paths):
+        winners = [index for r, index, created in outcomes if r == round_index and created]
+        assert len(winners) == 1, (round_index, winners)
+        assert run_base.read_file_bytes(path) == b"%d" % winners[0]
+        assert os.listdir(os.path.dirname(path)) == [run_base.LOCK_FILE]
 
 
 def test_a_live_run_is_named_in_one_line(lock_dir):
