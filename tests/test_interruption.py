@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -354,25 +355,30 @@ def test_no_intact_checkpoint_is_one_line(tmp_path, state_file, fault):
         run_common.use_intact_checkpoint(str(output_dir))
 
 
-def _interrupt_when(command, marker, delay=0, **popen_args):
-    """Runs `command`, sends it SIGINT `delay` seconds after it printed a
-    line with `marker`, and returns (exit status, everything it printed)."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, **popen_args)
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if marker in line:
-                break
-        time.sleep(delay)
-        assert process.poll() is None, "".join(lines)
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    return process.returncode, "".join(lines) + rest
+def _interrupt_when(command, ready, timeout=300, **popen_args):
+    """Runs `command` with its output going to a file, sends it SIGINT as
+    soon as `ready(output so far)` is true, and returns (exit status,
+    everything it printed). Fails if the command ends before it is ready."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                   text=True, **popen_args)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                log.seek(0)
+                output = log.read()
+                if ready(output):
+                    break
+                assert process.poll() is None, "ended before it was ready:\n" + output
+                assert time.monotonic() < deadline, "not ready in time:\n" + output
+                time.sleep(0.05)  # Polling only; the state waited for decides.
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        log.seek(0)
+        return process.returncode, log.read()
 
 
 def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
@@ -387,7 +393,8 @@ def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
                "--num_train_epochs=100000", "--save_checkpoints_steps=1000000"]
     # The runner's first checkpoint: training has started (a signal from
     # here on stops it after a step, with a checkpoint).
-    returncode, output = _interrupt_when(command, "Saving checkpoints for 0")
+    returncode, output = _interrupt_when(command,
+                                         lambda output: "Saving checkpoints for 0" in output)
     # Ended by the signal itself, once done (as Python does after Ctrl-C).
     assert returncode == -signal.SIGINT, output
     assert "Traceback" not in output
@@ -457,36 +464,74 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
     assert all(os.path.getsize(path) > 0 for path in paths)
 
 
+# create_pretraining_data.py run as from the shell, with its first shard held
+# in its worker: the worker creates the file sys.argv[1] and waits there
+# (until the pool ends it), so that a signal is sure to come while the
+# workers work. The workers are forked (no TensorFlow is imported), so they
+# have the replaced function.
+_HELD_DATA_STEP = """
+import os, signal, sys
+sys.path.insert(0, %r)
+ready_file = sys.argv.pop(1)
+import create_pretraining_data as script
+import run_base
+process_shard = script._process_shard
+
+
+def held_shard(shard_index, lines):
+    if shard_index == 0:
+        with open(ready_file, "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            signal.pause()
+    return process_shard(shard_index, lines)
+
+
+def main(argv):  # The program's own main: it ends by the signal, as the script does.
+    return script.main(argv)
+
+
+script._process_shard = held_shard
+run_base.run_script(main)
+""" % ROOT
+
+
 def test_sharded_data_step_stops_on_sigint_even_if_started_ignoring_it(tmp_path):
     """create_pretraining_data.py in sharded mode with worker processes,
     started as a shell script starts a background job (SIGINT ignored),
-    gets SIGINT while it works: it stops (by the signal), leaves the
-    earlier output files as they were and no temporary file, and its
-    workers end (no hang)."""
+    gets SIGINT while a worker is in the middle of a shard: it stops (by the
+    signal), leaves the earlier output files as they were and no temporary
+    file, and its workers end (no hang)."""
     corpus = tmp_path / "corpus.txt"
     with open(os.path.join(ROOT, "demo_data", "corpus.txt")) as f:
         text = f.read()
-    # Enough text for a minute of work: the signal comes while it works.
-    corpus.write_text(text * 40)
+    corpus.write_text(text * 2)  # Several shards of 0.05 MB.
     vocab = tiny.write_vocab(str(tmp_path), sorted(set(text.lower().split()))[:300])
     out = tmp_path / "out"
     out.mkdir()
     outputs = [out / "a.tfrecord", out / "b.tfrecord"]
     for path in outputs:
         path.write_bytes(b"earlier")
-    command = [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+    ready_file = tmp_path / "worker_holds_shard_0"
+    command = [sys.executable, "-c", _HELD_DATA_STEP, str(ready_file),
                "--input_file=%s" % corpus, "--vocab_file=%s" % vocab,
                "--output_file=%s" % ",".join(map(str, outputs)), "--max_seq_length=32",
-               "--max_predictions_per_seq=5", "--num_workers=2", "--shard_size_mb=0.05",
-               "--dupe_factor=10"]
-    # 2 s into the work, with the worker processes running.
+               "--max_predictions_per_seq=5", "--num_workers=2", "--shard_size_mb=0.05"]
     returncode, output = _interrupt_when(
-        command, "Writing to output files", delay=2,
+        command, lambda output: ready_file.exists(),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert returncode == -signal.SIGINT, output
     assert "ERROR: interrupted by SIGINT" in output
     assert [path.read_bytes() for path in outputs] == [b"earlier", b"earlier"]
     assert sorted(os.listdir(out)) == ["a.tfrecord", "b.tfrecord"]
+    # The worker that held the shard has ended with the pool.
+    worker = int(ready_file.read_text())
+    assert not os.path.exists("/proc/%d" % worker) or _is_zombie(worker)
+
+
+def _is_zombie(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="uses Linux's RLIMIT_FSIZE")
