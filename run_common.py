@@ -386,8 +386,11 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
 
 def consumed_batches(output_dir, gradient_accumulation_steps=1):
     """How many training batches the latest checkpoint in `output_dir` has
-    used: its global step times `gradient_accumulation_steps`, plus the
-    micro-batches of an unfinished accumulation cycle that it saved.
+    used: the count it saved where it has one (a float16 run's, whose
+    steps skipped for overflow read a batch each without moving the global
+    step: optimization.BATCHES_READ_VARIABLE), else its global step times
+    `gradient_accumulation_steps`, plus the micro-batches of an unfinished
+    accumulation cycle that it saved.
 
     A resumed run skips this many batches of its input so that it goes on
     with the next batch that an uninterrupted run would read. 0 when there
@@ -397,6 +400,8 @@ def consumed_batches(output_dir, gradient_accumulation_steps=1):
     if not checkpoint:
         return 0
     reader = tf.train.load_checkpoint(checkpoint)
+    if reader.has_tensor(optimization.BATCHES_READ_VARIABLE):
+        return int(reader.get_tensor(optimization.BATCHES_READ_VARIABLE))
     step = int(reader.get_tensor(tf.GraphKeys.GLOBAL_STEP))
     micro_step = 0
     if gradient_accumulation_steps > 1 and reader.has_tensor(optimization.MICRO_STEP_VARIABLE):
@@ -1110,7 +1115,8 @@ def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_
         poly_power=options.poly_power, start_warmup_step=options.start_warmup_step,
         # LAMB's update is an XLA loop where the model's kernels are.
         fused_update=(None if options.fused_ops is None
-                      else options.fused_ops != bert_ops.FusedOps()))
+                      else options.fused_ops != bert_ops.FusedOps()),
+        count_batches=bool(tf.get_collection(COUNT_BATCHES)))
 
 
 def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
@@ -1376,6 +1382,14 @@ def _config_errors_as_input_errors():
 START_RECORD = "start_record"
 INPUT_SEED = "input_seed"
 
+# A graph collection that `ResumableTrainer.train` fills (through the
+# input_fn, which the runners call before the model_fn, in the same graph)
+# where the train op may count the batches it reads
+# (optimization.BATCHES_READ_VARIABLE): in a new run, or one resumed from a
+# checkpoint that holds the count. A checkpoint without it (of an earlier
+# version) could not restore the variable, so such a run goes on without.
+COUNT_BATCHES = "run_common_count_batches"
+
 
 class TrainingInterrupted(run_base.InterruptedExit):
     """Training stopped by SIGINT or SIGTERM after a checkpoint was saved;
@@ -1393,7 +1407,9 @@ class ResumableTrainer:
       checkpoint's steps have consumed, `consumed_batches` times the
       training batch) and params[INPUT_SEED], so that it can start at the
       next unseen batch (`tfrecord_input_fn`): with a seed, the run then
-      trains on exactly the batches of an uninterrupted run.
+      trains on exactly the batches of an uninterrupted run. A float16
+      train op counts the batches it reads (COUNT_BATCHES), as steps
+      skipped for overflow do not move the global step.
     * SIGINT (Ctrl-C) or SIGTERM during training: the running step is
       finished, a checkpoint of that step is saved (`InterruptHook`), one
       line names it, and `TrainingInterrupted` ends the run. A second signal
@@ -1421,15 +1437,19 @@ class ResumableTrainer:
         chief = run_base.is_training_chief()
         if chief:  # The holder of the directory's lock; other workers only read.
             _remove_failed_saves(model_dir)
-        use_intact_checkpoint(model_dir, rewrite=chief)
+        checkpoint = use_intact_checkpoint(model_dir, rewrite=chief)
         start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
         start_record = start_batch * self._train_batch_size
         seed = self._options.input_seed
+        count_batches = checkpoint is None or tf.train.load_checkpoint(checkpoint).has_tensor(
+            optimization.BATCHES_READ_VARIABLE)
 
         def positioned_input_fn(params):
             params = dict(params)
             params[START_RECORD] = start_record
             params[INPUT_SEED] = seed
+            if count_batches:
+                tf.add_to_collection(COUNT_BATCHES, 1)
             return input_fn(params)
 
         hook = InterruptHook(model_dir, save=chief)

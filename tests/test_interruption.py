@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import mixed_precision
 import optimization
 import run_base
 import run_classifier
@@ -157,6 +158,62 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
     assert messages.count("Resuming the training input after the 20 examples that the "
                           "checkpoint has trained on (the same order, from the input seed)") == 1
     _assert_same_variables(final, uninterrupted)
+
+
+def test_fp16_resume_after_skipped_steps_ends_like_an_uninterrupted_run(
+        task, tmp_path, messages, monkeypatch):
+    """--precision=fp16, with an initial loss scale so large that the first
+    steps overflow: each skipped step reads a batch but leaves the global
+    step. The checkpoint counts the batches read, so a run stopped after
+    such steps resumes at the next unread batch (not global step batches
+    in) and ends with the variables of an uninterrupted run. A checkpoint
+    without the count (of an earlier version) still resumes, by its global
+    step, and the run goes on without counting (it could not restore the
+    count)."""
+    monkeypatch.setattr(mixed_precision.DynamicLossScale.__init__, "__defaults__",
+                        (2.0 ** 30, 2000, 2.0))
+    values = dict(gradient_accumulation_steps=1, precision="fp16")
+    output_dir = str(tmp_path / "uninterrupted")
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
+    uninterrupted = tf.train.latest_checkpoint(output_dir)
+    reader = tf.train.load_checkpoint(uninterrupted)
+    assert reader.get_tensor(optimization.BATCHES_READ_VARIABLE) > reader.get_tensor("global_step")
+    # A training counter, which exports leave out.
+    import convert_checkpoint
+    assert convert_checkpoint.classify_variables(list(reader.get_variable_to_shape_map()))[1][
+        optimization.BATCHES_READ_VARIABLE] == "a training counter"
+
+    output_dir = str(tmp_path / "interrupted")
+    hooks = run_common.training_hooks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+            hooks(*args, **kwargs) + [tiny.signal_during_run(7, signal.SIGTERM)]))
+        with pytest.raises(run_common.TrainingInterrupted):
+            tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+    assert reader.get_tensor(optimization.BATCHES_READ_VARIABLE) == 7
+    assert reader.get_tensor("global_step") < 7  # Steps were skipped.
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
+    final = tf.train.latest_checkpoint(output_dir)
+    _assert_same_variables(final, uninterrupted)
+    assert messages.count("Resuming the training input after the 28 examples that the "
+                          "checkpoint has trained on (the same order, from the input seed)") == 1
+
+    # The final checkpoint as an earlier version wrote it, without the count.
+    reader = tf.train.load_checkpoint(final)
+    with tf.Graph().as_default():
+        saved = [tf.Variable(reader.get_tensor(name), name=name)
+                 for name in reader.get_variable_to_shape_map()
+                 if name != optimization.BATCHES_READ_VARIABLE]
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver(saved).save(session, final)
+    assert run_common.consumed_batches(output_dir) == 12
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **dict(
+        values, num_train_epochs=2.5)))
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+    assert reader.get_tensor("global_step") == 15
+    assert not reader.has_tensor(optimization.BATCHES_READ_VARIABLE)
 
 
 def test_resume_without_a_seed_reads_on_after_the_trained_records(task, tmp_path, monkeypatch):
