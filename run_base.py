@@ -666,11 +666,25 @@ def output_write_error(error, path=None):
 # ---------------------------------------------------------------------------
 # Input files and flags.
 
-def require_flags(*names):
-    """Raises InputError naming every listed flag that is unset."""
-    missing = [n for n in names if getattr(FLAGS, n) in (None, "")]
+def require_flags(*names, data_files=()):
+    """Raises InputError naming, in one line, every listed flag that is
+    unset.
+
+    Args:
+      *names: the required flags.
+      data_files: flags of data files (train_file, ...) that the script may
+        find in --data_dir instead: the unset ones, where --data_dir is unset
+        too, are named first, as "--data_dir (or --train_file and
+        --dev_file)".
+    """
+    missing = ["--" + n for n in names if getattr(FLAGS, n) in (None, "")]
+    files = ["--" + n for n in data_files if getattr(FLAGS, n) in (None, "")]
+    if files and FLAGS.data_dir in (None, ""):
+        listed = files[0] if len(files) == 1 else "%s and %s" % (", ".join(files[:-1]),
+                                                                files[-1])
+        missing.insert(0, "--data_dir (or %s)" % listed)
     if missing:
-        raise InputError("Missing required flag(s): %s" % ", ".join("--" + n for n in missing))
+        raise InputError("Missing required flag(s): %s" % ", ".join(missing))
 
 
 def require_file(flag_name, path):

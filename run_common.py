@@ -602,12 +602,19 @@ def data_file(flag_name, names, required_for):
     return None
 
 
-def require_model_flags(record, *names):
+def require_model_flags(record, *names, data_files=()):
     """`require_flags` for the flags `names`, then --vocab_file,
     --bert_config_file (unless the `RunRecord` `record` holds the config) and
-    --output_dir, in one message."""
+    --output_dir, in one message, with the data files of `data_files` (see
+    `require_flags`)."""
     config_flag = () if record is not None and record.bert_config else ("bert_config_file",)
-    require_flags(*names, "vocab_file", *config_flag, "output_dir")
+    require_flags(*names, "vocab_file", *config_flag, "output_dir", data_files=data_files)
+
+
+def data_file_flags(*actions):
+    """The data file flags that the run reads, of (action flag, file flag)
+    pairs such as ("do_train", "train_file"): those whose action is set."""
+    return [file_flag for action, file_flag in actions if getattr(FLAGS, action)]
 
 
 def load_model_inputs(record=None, max_seq_length=None):
