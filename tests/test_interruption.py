@@ -372,7 +372,7 @@ def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
     content, fault = DAMAGED_STATE_FILES[damage]
     with open(state_path, "wb") as f:
         f.write(content)
-    # A listed checkpoint of a later step, damaged, is passed over too.
+    # A damaged checkpoint of a later step, which the listing finds, is passed over.
     with open(os.path.join(output_dir, "model.ckpt-5.index"), "wb") as f:
         f.write(b"not a checkpoint index")
     assert _tensorflow_sees_no_checkpoint(output_dir)
