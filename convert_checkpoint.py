@@ -756,7 +756,7 @@ HF_HIDDEN_ACT = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_exact": "gelu
 # AdamWeightDecayOptimizer / _1) and gradient accumulators, and counters.
 _SLOT = re.compile(r"^(.+)/(adam_m|adam_v|AdamWeightDecayOptimizer(?:_\d+)?|grad_accum)$")
 _COUNTERS = ("global_step", "gradient_accumulation/micro_step", "loss_scale/scale",
-             "loss_scale/good_steps")
+             "loss_scale/good_steps", "loss_scale/batches_read")
 
 # The heads each transformers class has (pooler: bert.pooler.*).
 _CLASS_PARTS = {

@@ -1108,7 +1108,10 @@ def main(_):
 
     # Every input is checked before anything is trained or written.
     record = run_common.use_run_record()
-    run_common.require_model_flags(record)
+    # --predict_text_file stands for the test file.
+    data_files = [("do_train", "train_file"), ("do_eval", "dev_file")] + (
+        [] if FLAGS.predict_text_file else [("do_predict", "test_file")])
+    run_common.require_model_flags(record, data_files=run_common.data_file_flags(*data_files))
     run_common.check_run_flags(min_seq_length=3)
     if FLAGS.doc_stride is None or FLAGS.doc_stride < 1:
         raise InputError("--doc_stride must be at least 1, got %s" % FLAGS.doc_stride)

@@ -66,6 +66,13 @@ RUNTIME = _choose_runtime()
 USE_ESTIMATOR = RUNTIME == "estimator"
 
 if USE_ESTIMATOR:
+    # TensorFlow's wrapper of the tf.compat.v1.estimator.tpu module names it
+    # "estimator.tpu" however it is reached, so its first attribute read
+    # from this file warned "The name tf.estimator.tpu.TPUEstimatorSpec is
+    # deprecated. Please use tf.compat.v1.estimator.tpu.TPUEstimatorSpec
+    # instead": the very name used here. That module's rename warnings (only
+    # those; every one of them would be the same mistake) are turned off.
+    tf.estimator.tpu._tfmw_print_deprecation_warnings = False
     ModeKeys = tf.estimator.ModeKeys
     TPUEstimatorSpec = tf.estimator.tpu.TPUEstimatorSpec
     PredictOutput = tf.estimator.export.PredictOutput

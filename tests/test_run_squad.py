@@ -1126,8 +1126,8 @@ def test_main_flag_errors(tmp_path):
     values, _ = _main_flags(tmp_path, version_2=False)
     for overrides, message in [
             (dict(do_train=False, do_predict=False), "Nothing to do: set --do_train"),
-            (dict(train_file=None), "--do_train needs --train_file"),
-            (dict(predict_file=None), "--do_predict needs --predict_file"),
+            (dict(train_file=None), r"^Missing required flag\(s\): --train_file$"),
+            (dict(predict_file=None), r"^Missing required flag\(s\): --predict_file$"),
             (dict(train_file=str(tmp_path / "missing.json")), "--train_file: file not found"),
             (dict(max_query_length=61), r"--max_seq_length \(64\) leaves no room .* "
              r"--max_query_length \(61\) \+ 3"),
