@@ -11,6 +11,7 @@ BERT_BROWSER_TESTS=required (as .ci/run sets), where they fail instead.
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -350,16 +351,42 @@ def test_tagger_page_highlights_entities_and_shows_html_as_text(servers, page):
     starts, ends = out["start_offsets"][0, :n], out["end_offsets"][0, :n]
     entities = get_entities(tags)  # conlleval's chunks: (type, first word, last word)
     assert entities, tags  # The random model tags something in this text.
-    marks = page.eval_on_selector_all("#result mark", """marks => marks.map(m => [
-        m.firstChild.textContent, m.querySelector('.type').textContent])""")
-    assert marks == [[HOSTILE[starts[first]:ends[last]], kind]
-                     for kind, first, last in entities]
+    _assert_entities_shown(page, entities, starts, ends)
     rows = page.eval_on_selector_all("#result .entity-row", """rows => rows.map(r =>
         Array.from(r.cells, c => c.textContent))""")
     probabilities = out["probabilities"][0]
     assert rows == [[HOSTILE[starts[first]:ends[last]], kind, "%.1f%%" % (
         100 * probabilities[first:last + 1].max(axis=-1).mean())]
                     for kind, first, last in entities]
+    # Nothing wider than the phone's screen.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    # The random model tags (nearly) every word: the same answer with tags
+    # made here, of IOB1, IOB2 and BIOES, and O between, on the markup's
+    # words among others (whole tags between the entities).
+    answer = json.loads(page.text_content("#answer"))
+    pattern = ["O", "B-PER", "I-PER", "O", "S-LOC", "I-LOC", "E-LOC", "I-PER", "B-PER",
+               "B-PER", "O", "I-LOC", "E-PER"]
+    markup = [m.span() for m in re.finditer(r"<[^>]*>", HOSTILE)]
+    made = ["O" if any(a <= start < b for a, b in markup) else pattern[i % len(pattern)]
+            for i, start in enumerate(starts)]
+    assert len(get_entities(made)) > 5
+    answer["predictions"][0]["tags"] = made
+    page.route("**/v1/models/ner:predict", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+    page.click("#run")
+    page.wait_for_selector("#run:enabled")
+    _assert_entities_shown(page, get_entities(made), starts, ends)
+    _no_problems(page)
+
+
+def _assert_entities_shown(page, entities, starts, ends):
+    """The tagger's result shows HOSTILE as text, with `entities` ((type,
+    first word, last word), as seqeval reads the tags) marked."""
+    marks = page.eval_on_selector_all("#result mark", """marks => marks.map(m => [
+        m.firstChild.textContent, m.querySelector('.type').textContent])""")
+    assert marks == [[HOSTILE[starts[first]:ends[last]], kind]
+                     for kind, first, last in entities]
     # The text, less the type labels, is the input as typed; nothing of it ran.
     shown = page.evaluate("""() => {
         const copy = document.querySelector('#result .tagged').cloneNode(true);
@@ -368,6 +395,3 @@ def test_tagger_page_highlights_entities_and_shows_html_as_text(servers, page):
     assert shown == HOSTILE
     assert page.locator("#result img, #result script, img").count() == 0
     assert page.evaluate("window.ranScript") is None
-    # Nothing wider than the phone's screen.
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    _no_problems(page)
