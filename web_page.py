@@ -317,11 +317,13 @@ mark .type { font-size: 0.7rem; font-weight: 700; margin-left: 0.3rem; padding: 
 table { border-collapse: collapse; margin-top: 0.75rem; width: 100%; }
 th, td { text-align: left; padding: 0.2rem 0.5rem 0.2rem 0; border-bottom: 1px solid var(--line);
   vertical-align: top; }
+th, td.value { white-space: nowrap; overflow-wrap: normal; }
 td.value { text-align: right; }
 .empty { color: var(--muted); margin: 0.5rem 0 0; }
 details { margin-bottom: 1rem; }
 summary { cursor: pointer; color: var(--muted); }
-pre { background: var(--panel); border-radius: 6px; padding: 0.6rem; overflow-x: auto;
+pre { background: var(--panel); border-radius: 6px; padding: 0.6rem; overflow: auto;
+  max-height: 20rem;
   font-size: 0.8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
 footer { padding-bottom: 1.5rem; }
 """
