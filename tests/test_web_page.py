@@ -215,9 +215,11 @@ def test_server_answers_the_page_with_its_policy(servers):
 # ---------------------------------------------------------------------------
 # In Chromium.
 
+# Offline and quiet (no updates, sync or first-run pages); as root in a
+# container (no sandbox, no GPU, shared memory in /tmp).
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 
 def _chromium():
