@@ -21,7 +21,8 @@ order; a tagger's per-word outputs are cut to the text's words.
 Serving (--port): POST /v1/models/<name>[/versions/<v>]:predict with
 {"instances": [...]} (answered {"predictions": [...]}) or {"inputs": ...}
 (answered {"outputs": ...}), an optional "signature_name"; GET
-/v1/models/<name> (status) and /v1/models/<name>/metadata (signatures).
+/v1/models/<name> (status) and /v1/models/<name>/metadata (signatures);
+GET / is a page to try the model in a browser (web_page.py).
 Bad requests are answered 400 {"error": "..."}, as TensorFlow Serving does.
 """
 
@@ -44,6 +45,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from google.protobuf import json_format
 
 import run_base
+import web_page
 from run_base import InputError
 
 FLAGS = flags.FLAGS
@@ -564,6 +566,14 @@ def make_server(model, host, port, model_name, max_request_bytes):
             return match, None
 
         def do_GET(self):
+            if self.path.split("?", 1)[0] in web_page.PATHS:  # A page to try the model.
+                body, headers = web_page.page(model.path, model.version, model_name)
+                self.send_response(200)
+                for header in headers:
+                    self.send_header(*header)
+                self.end_headers()
+                self.wfile.write(body)
+                return
             match, error = self._route()
             if error:
                 self._answer(*error)
@@ -631,8 +641,9 @@ def main(_):
     if FLAGS.port is not None:
         server = make_server(model, FLAGS.host, FLAGS.port, FLAGS.model_name,
                              FLAGS.max_request_bytes)
-        run_base.log_info("Serving at http://%s:%d/v1/models/%s (Ctrl-C stops)",
-                          FLAGS.host, server.server_address[1], FLAGS.model_name)
+        run_base.log_info("Serving at http://%s:%d/v1/models/%s, a page to try it at / "
+                          "(Ctrl-C stops)", FLAGS.host, server.server_address[1],
+                          FLAGS.model_name)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
