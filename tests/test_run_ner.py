@@ -783,6 +783,8 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
     (dict(labels="PER,LOC,B-"), r"--labels: 'B-' is neither a type nor a tag"),
     (dict(labels="PER"), r"train\.txt, line \d+: label 'I-LOC' is not one of the model's "
                          r"labels \(IOB1 tags of the types PER\)"),
+    (dict(export_dir=__file__), r"--export_dir .*test_run_ner\.py is a file, not a "
+                                r"directory"),
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)
