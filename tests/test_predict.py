@@ -12,6 +12,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -61,16 +62,29 @@ def _direct(export_dir, inputs):
     return test_serving._run_signature(export_dir, "serving_default", inputs)
 
 
-def _predict(export_dir, **flag_values):
+# Exports loaded by _predict, by folder: loading one takes seconds.
+_LOADED = {}
+
+
+def _predict(export_dir, cached=True, **flag_values):
     """Runs predict.main with these flags (the rest at their defaults) and
-    returns the JSON objects it wrote to --output_file."""
+    returns the JSON objects it wrote to --output_file. With `cached`, an
+    export loaded by an earlier call is used again."""
     values = dict(model_dir=export_dir, input_file=None, output_file=None, batch_size=32,
                   skip_malformed_rows=False, input_format="auto", input_columns=None,
                   signature_name="serving_default", port=None)
     values.update(flag_values)
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(**values):
+    load = predict.Model
+
+    def loaded(model_dir):
+        if model_dir not in _LOADED:
+            _LOADED[model_dir] = load(model_dir)
+        return _LOADED[model_dir]
+
+    with flagsaver.flagsaver(**values), mock.patch.object(predict, "Model",
+                                                          loaded if cached else load):
         predict.main([])
     with open(values["output_file"], encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -267,7 +281,7 @@ def _refused_before_loading(exports, monkeypatch, message, **flag_values):
     with monkeypatch.context() as patch:
         patch.setattr(predict, "Model", no_loading)
         with pytest.raises(run_base.InputError, match=message):
-            _predict(exports["single"], **flag_values)
+            _predict(exports["single"], cached=False, **flag_values)
 
 
 def test_output_file_checks_and_its_folder(exports, tmp_path, monkeypatch):
