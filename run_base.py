@@ -434,10 +434,34 @@ def _end_by_signal(signum):
     import logging
     for handler in logging.getLogger().handlers:
         handler.flush()
-    sys.stdout.flush()
+    _flush_stdout()
     sys.stderr.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _flush_stdout():
+    """Writes out what standard output holds, unless it is closed (the
+    program started with it closed, or its reader went away: `| head`)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stdout()
+    except (OSError, ValueError):
+        pass
+
+
+def discard_stdout():
+    """Points standard output at /dev/null, once its reader has gone away
+    (a closed pipe): what its buffer still holds would otherwise fail to be
+    written again at exit, with a message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _exit_with_error(message, status=1):
@@ -446,7 +470,7 @@ def _exit_with_error(message, status=1):
     import logging
     for handler in logging.getLogger().handlers:
         handler.flush()
-    sys.stdout.flush()
+    _flush_stdout()
     sys.stderr.write("ERROR: %s\n" % message)
     sys.stderr.flush()
     sys.exit(status)

@@ -1810,7 +1810,7 @@ def main(_):
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file)
+        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
     options = run_common.training_options_from_flags()
     windows = Windows.from_flags()
 
