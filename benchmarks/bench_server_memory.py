@@ -20,10 +20,11 @@ comparison on the same machine; --server_flags are passed to it as they
 are.
 """
 
-import http.client
 import json
 import os
 import re
+import select
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,19 +75,34 @@ def _body(case, size):
 
 
 def _post(port, body):
-    """(status, seconds, start of the answer) of one :predict request."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=FLAGS.timeout)
+    """(status, seconds, start of the answer) of one :predict request. The
+    body goes in pieces, and no more of it once the server has answered (a
+    server may refuse a body before reading it)."""
     start = time.perf_counter()
-    try:
-        connection.request("POST", "/v1/models/default:predict", body,
-                           {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        answer = response.read()
-        return response.status, time.perf_counter() - start, answer[:160].decode(errors="replace")
-    except OSError as e:  # The server died or closed the connection.
-        return None, time.perf_counter() - start, repr(e)
-    finally:
-        connection.close()
+    with socket.create_connection(("127.0.0.1", port), timeout=FLAGS.timeout) as sock:
+        sock.sendall(b"POST /v1/models/default:predict HTTP/1.1\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                     % len(body))
+        try:
+            for offset in range(0, len(body), 1 << 20):
+                if select.select([sock], [], [], 0)[0]:
+                    break
+                sock.sendall(body[offset:offset + (1 << 20)])
+        except OSError:  # The server answered and closed.
+            pass
+        answer = b""
+        try:
+            while True:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                answer += data
+        except OSError as e:
+            if not answer:
+                return None, time.perf_counter() - start, repr(e)
+    head, _, text = answer.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head else None
+    return status, time.perf_counter() - start, text[:160].decode(errors="replace")
 
 
 def _drain(stream):

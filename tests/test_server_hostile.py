@@ -14,7 +14,10 @@ import os
 import random
 import re
 import select
+import shutil
 import socket
+import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -749,3 +752,64 @@ def test_serves_on_ipv6(servers):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ---------------------------------------------------------------------------
+# docs/serving.md's reverse proxy, where nginx is installed.
+
+def test_the_documented_nginx_proxy_asks_for_a_password(pair, tmp_path):
+    nginx, openssl = shutil.which("nginx"), shutil.which("openssl")
+    if not nginx or not openssl:
+        pytest.skip("needs nginx and openssl on the PATH")
+    server, answer = pair
+    with open(os.path.join(os.path.dirname(predict.__file__), "docs", "serving.md"),
+              encoding="utf-8") as f:
+        (snippet,) = re.findall(r"```nginx\n(.*?)```", f.read(), flags=re.S)
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", str(tmp_path / "models.key"),
+                    "-out", str(tmp_path / "models.crt")], check=True, capture_output=True)
+    (tmp_path / "models.htpasswd").write_text("alice:{PLAIN}secret\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    snippet = (snippet.replace("listen 8443", "listen 127.0.0.1:%d" % port)
+               .replace("/etc/nginx/tls/", str(tmp_path) + "/")
+               .replace("/etc/nginx/", str(tmp_path) + "/")
+               .replace("127.0.0.1:8501", "127.0.0.1:%d" % server.server_address[1]))
+    # Around the snippet: what an nginx.conf holds, with every file nginx
+    # writes in tmp_path.
+    (tmp_path / "nginx.conf").write_text(
+        # (Started by root, nginx's workers would read as "nobody".)
+        ("user root;\n" if os.geteuid() == 0 else "")
+        + "pid {0}/nginx.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n"
+        "access_log off;\n".format(tmp_path)
+        + "".join("%s_temp_path %s/%s;\n" % (kind, tmp_path, kind)
+                  for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        + snippet + "}\n")
+    proxy = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"),
+                              "-g", "daemon off;"], stderr=subprocess.PIPE)
+    try:
+        context = ssl.create_default_context(cafile=str(tmp_path / "models.crt"))
+        context.check_hostname = False
+
+        def call(headers):
+            for _ in range(300):  # Until nginx listens.
+                try:
+                    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=60,
+                                                             context=context)
+                    connection.request("POST", PREDICT, json.dumps(GOOD), headers)
+                    response = connection.getresponse()
+                    return response.status, response.read()
+                except ConnectionRefusedError:
+                    time.sleep(0.05)
+            raise AssertionError(proxy.stderr.read())
+
+        assert call({})[0] == 401, (tmp_path / "error.log").read_text()
+        assert call({"Authorization": "Basic " + base64.b64encode(b"alice:wrong").decode()}
+                    )[0] == 401, (tmp_path / "error.log").read_text()
+        status, body = call({"Authorization": "Basic "
+                             + base64.b64encode(b"alice:secret").decode()})
+        assert (status, json.loads(body)) == (200, answer)
+    finally:
+        proxy.terminate()
+        proxy.wait()
