@@ -232,7 +232,7 @@ BAD_REQUESTS = [
 
 
 @pytest.mark.parametrize("body, status, message", BAD_REQUESTS,
-                         ids=["%d-%s" % (i, m[:30]) for i, (_, _, m) in enumerate(BAD_REQUESTS)])
+                         ids=["%d-%s" % (i, m) for i, (_, _, m) in enumerate(BAD_REQUESTS)])
 def test_bad_requests_are_refused_with_what_was_wrong(pair, body, status, message):
     server, _ = pair
     data = body if isinstance(body, bytes) else body.encode()
@@ -274,7 +274,7 @@ def test_json_depth_counts_brackets_outside_strings_in_one_pass():
         assert predict.json_depth(data) == depth
 
 
-@pytest.mark.parametrize("request_bytes, half_close, status, message", [
+HTTP_ERRORS = [
     # A body shorter than its Content-Length, then the end of the sending.
     (b"POST %s HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"instances\": []}" % PREDICT.encode(),
      True, 400, "the body ended after 17 of the 100 bytes of its Content-Length"),
@@ -289,7 +289,8 @@ def test_json_depth_counts_brackets_outside_strings_in_one_pass():
      413, "request body of 99999999999 bytes exceeds the limit of 300000 "
           "(--max_request_bytes)"),
     (b"POST %s HTTP/1.1\r\nContent-Length: 400000\r\nExpect: 100-continue\r\n\r\n"
-     % PREDICT.encode(), False, 413, "exceeds the limit"),  # Refused before the body.
+     % PREDICT.encode(), False, 413, "request body of 400000 bytes exceeds the limit of "
+                                     "300000"),  # Refused before the body is sent.
     (b"POST %s HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
      % PREDICT.encode(), False, 400, "either a Content-Length or a Transfer-Encoding"),
     (b"POST %s HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" % PREDICT.encode(), False,
@@ -300,7 +301,7 @@ def test_json_depth_counts_brackets_outside_strings_in_one_pass():
      True, 400, "ended inside a chunk"),
     (b"POST %s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % (PREDICT.encode(),
                                                                        400000), False, 413,
-     "exceeds the limit"),
+     "request body of more than 300000 bytes exceeds the limit"),
     (b"GET /v1/models/other HTTP/1.1\r\n\r\n", False, 404,
      "Servable not found for request: Latest(other)"),
     (b"POST /v1/models/m/versions/7:predict HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", False,
@@ -318,7 +319,12 @@ def test_json_depth_counts_brackets_outside_strings_in_one_pass():
     (b"GET /v1/models/m HTTP/9.1\r\n\r\n", False, 505, "Invalid HTTP version"),
     (b"POST /v1/models/m/metadata HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", False, 400,
      "this server answers :predict requests"),
-])
+]
+
+
+@pytest.mark.parametrize("request_bytes, half_close, status, message", HTTP_ERRORS,
+                         ids=["%d-%d-%s" % (i, case[2], case[3])
+                              for i, case in enumerate(HTTP_ERRORS)])
 def test_http_errors_are_json_and_name_the_fault(pair, request_bytes, half_close, status,
                                                  message):
     server, _ = pair
