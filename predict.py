@@ -1264,10 +1264,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return "%s: %d%s" % (request, status, took)
 
     def _answer(self, status, body, held=None, headers=(), detail=None):
-        """Sends `body` as JSON and logs the answer (an error with its
+        """Sends `body` as JSON, then logs the answer (an error with its
         message, or `detail` where the log should say more)."""
-        if status >= 400:
-            self.server.log.error(self._line(status), detail or body["error"])
         data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
         self.connection.settimeout(self.server.limits.timeout_seconds)
         self.send_response(status)
@@ -1280,7 +1278,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-        if status < 400:
+        # Logged once sent (an answer the client did not take has the line
+        # of `handle` instead).
+        if status >= 400:
+            self.server.log.error(self._line(status), detail or body["error"])
+        else:
             self.server.log.answered(self._line(status), held)
 
     def send_error(self, code, message=None, explain=None):

@@ -369,6 +369,7 @@ def test_an_internal_error_is_a_500_without_details(pair, monkeypatch, caplog):
     monkeypatch.setattr(predict, "predict_response", broken)
     with caplog.at_level(logging.WARNING, logger="tensorflow"):
         status, answer = _post(server, GOOD)
+        _logged(caplog, 1)
     assert (status, answer) == (500, {"error": "internal error (KeyError); the server's log "
                                                "has more"})
     logged = [r.getMessage() for r in caplog.records]
@@ -403,6 +404,7 @@ def test_long_texts_are_cut_where_the_model_stops_reading(servers, exports,  # n
     with caplog.at_level(logging.INFO, logger="tensorflow"):
         status, answer = _post(server, {"instances": [{"text_a": a, "text_b": b}
                                                       for a, b in pairs]})
+        _logged(caplog, 1)
     assert status == 200, answer
     expected = test_serving._run_signature(exports["pair"], "serving_default", {
         "text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]})
@@ -543,6 +545,11 @@ def test_pairs_are_cut_alike_whatever_the_length_past_the_cut():
 
 # ---------------------------------------------------------------------------
 # Limits on the server: in flight, connections, slow and idle clients.
+
+def _logged(caplog, count):
+    """Waits for `count` log records: a server logs an answer once sent."""
+    _wait_for(lambda: len(caplog.records) >= count, "%d log records" % count)
+
 
 def _wait_for(condition, what):
     for _ in range(3000):
@@ -695,6 +702,7 @@ def test_every_error_answer_is_logged(pair, caplog):
         for _ in range(3):
             _post(server, b"{not json")
         _exchange(server, b"FOO / HTTP/1.1\r\n\r\n")
+        _logged(caplog, 4)
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(errors) == 4, errors
     assert re.match(r"POST /v1/models/m:predict from 127\.0\.0\.1:\d+: 400 in \d+ ms: JSON "
