@@ -22,7 +22,11 @@ Serving (--port): POST /v1/models/<name>[/versions/<v>]:predict with
 {"instances": [...]} (answered {"predictions": [...]}) or {"inputs": ...}
 (answered {"outputs": ...}), an optional "signature_name"; GET
 /v1/models/<name> (status) and /v1/models/<name>/metadata (signatures).
-Bad requests are answered 400 {"error": "..."}, as TensorFlow Serving does.
+Bad requests are answered 400 (or 404, 405, 408, 411, 413, 503) with
+{"error": "..."}, as TensorFlow Serving does, and each request's size,
+instances, text and time are bounded (--max_request_bytes, ...). The
+server is for trusted networks: it has no authentication or TLS
+(docs/serving.md shows a reverse proxy for the rest).
 """
 
 import base64
@@ -1293,11 +1297,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def handle_expect_100(self):
         # A body that would be refused is refused before the client sends it.
-        try:
-            self._body_length()
-        except _HTTPError as e:
-            self.send_error(e.status, e.message)
-            return False
+        if self.command == "POST":
+            try:
+                self._body_length()
+            except _HTTPError as e:
+                self.send_error(e.status, e.message)
+                return False
         return super().handle_expect_100()
 
     def _route(self):
@@ -1436,6 +1441,8 @@ def listen_family(host, port):
     Raises:
       socket.gaierror: `host` is no address or name of one.
     """
+    if not host:  # Every IPv4 interface, as socketserver takes "".
+        return socket.AF_INET
     return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                               flags=socket.AI_PASSIVE)[0][0]
 
