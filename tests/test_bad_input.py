@@ -804,7 +804,9 @@ _HELP_FLAGS = {
                                        "sentences_per_document"),
     "run_swag.py": _FINE_TUNING_HELP + ("input_format",),
     "predict.py": ("model_dir", "input_file", "output_file", "input_format", "batch_size",
-                   "skip_malformed_rows", "port", "model_name", "log_every_seconds"),
+                   "skip_malformed_rows", "port", "model_name", "log_every_seconds",
+                   "max_request_bytes", "max_instances", "max_text_chars",
+                   "max_requests_in_flight", "max_connections", "client_timeout_seconds"),
 }
 
 

@@ -445,31 +445,43 @@ def test_server_answers_as_tensorflow_serving(server):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body, raw, message", [
-    (None, b"{not json", "JSON Parse error"),
-    ({"instances": [{"text": "good"}]}, None, "missing: text_a, text_b; unknown: text"),
-    ({"instances": [{"text_a": 1, "text_b": "x"}]}, None, "input text_a: expected text"),
-    (None, b'{"instances": [{"text_a": "caf\xe9", "text_b": ""}]}', "not UTF-8"),
-    ({"instances": []}, None, "non-empty list"),
-    ({"instances": [{"text_a": "a" * 30000, "text_b": ""}]}, None, "exceeds the limit"),
-    ({"instances": [{"text_a": "a", "text_b": ""}], "inputs": {}}, None, "not both"),
-    ({"signature_name": "nope", "instances": [{"text_a": "a"}]}, None, "no signature 'nope'"),
+@pytest.mark.parametrize("body, raw, status, message", [
+    (None, b"{not json", 400, "JSON Parse error"),
+    ({"instances": [{"text": "good"}]}, None, 400, "missing: text_a, text_b; unknown: text"),
+    ({"instances": [{"text_a": 1, "text_b": "x"}]}, None, 400, "input text_a: expected text"),
+    (None, b'{"instances": [{"text_a": "caf\xe9", "text_b": ""}]}', 400, "not UTF-8"),
+    ({"instances": []}, None, 400, "non-empty list"),
+    ({"instances": [{"text_a": "a" * 30000, "text_b": ""}]}, None, 413, "exceeds the limit"),
+    ({"instances": [{"text_a": "a", "text_b": ""}], "inputs": {}}, None, 400, "not both"),
+    ({"signature_name": "nope", "instances": [{"text_a": "a"}]}, None, 400,
+     "no signature 'nope'"),
 ])
-def test_server_refuses_bad_requests_and_keeps_serving(server, body, raw, message):
+def test_server_refuses_bad_requests_and_keeps_serving(server, body, raw, status, message):
     url, _ = server
-    status, answer = _call(url + "/v1/models/mrpc:predict", body, raw)
-    assert status == 400 and message in answer["error"], answer
+    got, answer = _call(url + "/v1/models/mrpc:predict", body, raw)
+    assert got == status and message in answer["error"], answer
     status, answer = _call(url + "/v1/models/mrpc:predict",
                            {"instances": [{"text_a": "good", "text_b": "film"}]})
     assert status == 200 and len(answer["predictions"]) == 1
 
 
 @pytest.mark.slow
-def test_concurrent_clients_get_their_own_answers(server):
+def test_concurrent_clients_get_their_own_answers(server, monkeypatch):
     url, _ = server
     requests = [{"instances": [{"text_a": a, "text_b": b}]} for a, b in PAIRS]
     alone = [_call(url + "/v1/models/mrpc:predict", r)[1] for r in requests]
     together = [None] * len(requests)
+    # Requests run in groups that must be in flight together to go on (as
+    # many as the server runs at once): a server that answered one request
+    # at a time would never pass the barrier.
+    barrier = threading.Barrier(predict.DEFAULT_LIMITS.max_requests_in_flight, timeout=60)
+    original = predict.predict_response
+
+    def together_with_others(*args):
+        barrier.wait()
+        return original(*args)
+
+    monkeypatch.setattr(predict, "predict_response", together_with_others)
 
     def client(i):
         together[i] = _call(url + "/v1/models/mrpc:predict", requests[i])[1]
