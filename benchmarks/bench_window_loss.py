@@ -1,0 +1,255 @@
+"""Dev accuracy and training time of run_classifier's --window_loss=window
+and --window_loss=document on long inputs read in windows (--doc_stride),
+for each --window_aggregation.
+
+    python benchmarks/bench_window_loss.py                    # the full table
+    python benchmarks/bench_window_loss.py --seeds=1 --cases=single \\
+        --epochs=4                                            # quick check
+
+Two synthetic tasks of two labels, documents of 70 to 110 words of filler:
+
+  single  the label is decided by one word ("alpha" or "beta"), placed
+          somewhere after the 45th word: past the first window; no other
+          word tells it.
+  spread  the label is carried by many words throughout: each word is, with
+          probability 0.1, one of five cue words of the document's label and,
+          with probability 0.05, one of the other label's (noise); a window
+          alone is often ambiguous, the whole document rarely.
+
+Each seed draws its own data (96 training and 200 dev documents) and seeds
+the model (initialisation, dropout, input order). Every cell trains
+run_classifier.main itself, in this process, on a 2-layer model (hidden
+size 32) from scratch: --max_seq_length=32 --doc_stride=16 --max_windows=6
+(which holds every window of these documents), --num_train_epochs=10.
+--window_loss=window trains once per seed and evaluates that model with each
+aggregation (training does not depend on it); --window_loss=document trains
+once per aggregation (mean and max; first is refused).
+
+Reported per cell: dev accuracy, mean and spread (min..max) over the seeds,
+and the training time per epoch: the wall time of the training steps after
+the first (whose time is mostly start-up), per epoch, mean over the seeds.
+"""
+
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+from absl.testing import flagsaver  # noqa: E402
+
+import bench_common  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_integer("seeds", 3, "Seeds per cell (data and model).")
+flags.DEFINE_list("cases", "single,spread", "Tasks (see the module docstring).")
+flags.DEFINE_list("aggregations", "mean,max,first",
+                  "--window_aggregation values (first: --window_loss=window only).")
+flags.DEFINE_integer("epochs", 10, "--num_train_epochs.")
+flags.DEFINE_integer("num_train", 96, "Training documents.")
+flags.DEFINE_integer("num_dev", 200, "Dev documents.")
+flags.DEFINE_integer("window_batch_size", 16,
+                     "--train_batch_size with --window_loss=window (windows).")
+flags.DEFINE_integer("document_batch_size", 4,
+                     "--train_batch_size with --window_loss=document (documents, about "
+                     "5.4 windows each: about as many windows a step as the other).")
+flags.DEFINE_float("learning_rate", 2e-3, "--learning_rate.")
+flags.DEFINE_string("work_dir", None, "Where the runs are written (default: a temporary "
+                    "folder, removed at the end).")
+
+FILLER = ["w%d" % i for i in range(60)]
+SIGNALS = ["alpha", "beta"]
+CUES = [["good%d" % i for i in range(5)], ["bad%d" % i for i in range(5)]]
+LABELS = ["no", "yes"]
+
+
+def single_place_document(rng, label):
+    """Filler words, and the label's signal word once, after word 45."""
+    words = [rng.choice(FILLER) for _ in range(rng.randint(70, 110))]
+    words[rng.randrange(45, len(words))] = SIGNALS[label]
+    return words
+
+
+def start_document(rng, label):
+    """Filler words, and the label's signal word once, in the first 30."""
+    words = [rng.choice(FILLER) for _ in range(rng.randint(70, 110))]
+    words[rng.randrange(0, 30)] = SIGNALS[label]
+    return words
+
+
+def spread_document(rng, label):
+    """Filler words, with the label's cue words (and some of the other
+    label's) throughout."""
+    words = []
+    for _ in range(rng.randint(70, 110)):
+        draw = rng.random()
+        if draw < 0.2:
+            words.append(rng.choice(CUES[label]))
+        elif draw < 0.25:
+            words.append(rng.choice(CUES[1 - label]))
+        else:
+            words.append(rng.choice(FILLER))
+    return words
+
+
+CASES = {"single": single_place_document, "spread": spread_document,
+         "start": start_document}
+
+
+def write_task(data_dir, case, seed):
+    """train.csv and dev.csv of `case` (columns text, label)."""
+    rng = random.Random(seed)
+    os.makedirs(data_dir)
+    for split, n in (("train", FLAGS.num_train), ("dev", FLAGS.num_dev)):
+        with open(os.path.join(data_dir, split + ".csv"), "w") as f:
+            f.write("text,label\n")
+            for _ in range(n):
+                label = rng.randint(0, 1)
+                f.write("%s,%s\n" % (" ".join(CASES[case](rng, label)), LABELS[label]))
+
+
+class StepTimer:
+    """A SessionRunHook factory's state: the times at which training session
+    runs end."""
+
+    def __init__(self):
+        self.ends = []
+
+    def hook(self):
+        import tensorflow.compat.v1 as tf
+        timer = self
+
+        class Hook(tf.train.SessionRunHook):
+            def after_run(self, run_context, run_values):
+                timer.ends.append(time.perf_counter())
+
+        return Hook()
+
+
+def run(flag_values, seed, timer=None):
+    """run_classifier.main with `flag_values`, the runner's random seed set
+    to `seed`; with `timer`, the training session runs are timed."""
+    import run_classifier
+    import run_common
+    make_run_config = run_common.make_run_config
+    training_hooks = run_common.training_hooks
+
+    def seeded_run_config(*args, **kwargs):
+        return make_run_config(*args, **kwargs).replace(tf_random_seed=seed)
+
+    def timed_hooks(*args, **kwargs):
+        return training_hooks(*args, **kwargs) + ([timer.hook()] if timer else [])
+
+    run_common.make_run_config = seeded_run_config
+    run_common.training_hooks = timed_hooks
+    try:
+        with flagsaver.flagsaver(**flag_values):
+            run_classifier.main([])
+    finally:
+        run_common.make_run_config = make_run_config
+        run_common.training_hooks = training_hooks
+
+
+def eval_accuracy(output_dir):
+    with open(os.path.join(output_dir, "eval_results.txt")) as f:
+        for line in f:
+            key, value = line.strip().split(" = ")
+            if key == "eval_accuracy":
+                return float(value)
+    raise RuntimeError("no eval_accuracy in %s" % output_dir)
+
+
+def seconds_per_epoch(timer, steps_per_epoch):
+    ends = timer.ends
+    return (ends[-1] - ends[0]) / (len(ends) - 1) * steps_per_epoch
+
+
+def main(argv):
+    del argv
+    import tensorflow.compat.v1 as tf
+    work_dir = FLAGS.work_dir or tempfile.mkdtemp(prefix="bench_window_loss_")
+    vocab = os.path.join(work_dir, "vocab.txt")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + FILLER + SIGNALS + sum(CUES, [])
+    os.makedirs(work_dir, exist_ok=True)
+    with open(vocab, "w") as f:
+        f.write("\n".join(tokens) + "\n")
+    config = os.path.join(work_dir, "bert_config.json")
+    with open(config, "w") as f:
+        f.write('{"vocab_size": %d, "hidden_size": 32, "num_hidden_layers": 2, '
+                '"num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu", '
+                '"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, '
+                '"max_position_embeddings": 64, "type_vocab_size": 2, '
+                '"initializer_range": 0.02}\n' % len(tokens))
+    common = dict(task_name="generic", vocab_file=vocab, bert_config_file=config,
+                  do_lower_case=True, max_seq_length=32, doc_stride=16, max_windows=6,
+                  num_train_epochs=float(FLAGS.epochs), learning_rate=FLAGS.learning_rate,
+                  eval_batch_size=32, predict_batch_size=32, save_checkpoints_steps=100000,
+                  input_seed=0)
+    rows = {}  # (case, loss, aggregation) -> list of (accuracy, seconds per epoch)
+    tf.logging.set_verbosity(tf.logging.WARN)
+    for case in FLAGS.cases:
+        for seed in range(1, FLAGS.seeds + 1):
+            data_dir = os.path.join(work_dir, "%s-%d" % (case, seed), "data")
+            write_task(data_dir, case, seed)
+            for loss in ("window", "document"):
+                for aggregation in FLAGS.aggregations:
+                    if loss == "document" and aggregation == "first":
+                        continue
+                    name = "%s-%s" % (loss, aggregation)
+                    output_dir = os.path.join(work_dir, "%s-%d" % (case, seed), name)
+                    values = dict(common, data_dir=data_dir, output_dir=output_dir,
+                                  window_aggregation=aggregation, window_loss=loss,
+                                  do_eval=True, input_seed=seed)
+                    trained = os.path.join(work_dir, "%s-%d" % (case, seed), "window-trained")
+                    seconds = None
+                    if loss == "window":
+                        if not os.path.isdir(trained):
+                            timer = StepTimer()
+                            run(dict(values, output_dir=trained, do_train=True, do_eval=False,
+                                     train_batch_size=FLAGS.window_batch_size), seed, timer)
+                            rows.setdefault((case, "window", "train"), []).append(
+                                seconds_per_epoch(timer, len(timer.ends) / FLAGS.epochs))
+                        # The same model, evaluated with this aggregation.
+                        values.update(init_checkpoint=trained)
+                        run(dict(values, do_train=False), seed)
+                    else:
+                        timer = StepTimer()
+                        run(dict(values, do_train=True,
+                                 train_batch_size=FLAGS.document_batch_size), seed, timer)
+                        seconds = seconds_per_epoch(timer, len(timer.ends) / FLAGS.epochs)
+                    rows.setdefault((case, loss, aggregation), []).append(
+                        (eval_accuracy(output_dir), seconds))
+                    print("%s seed %d %s: dev accuracy %.3f" % (
+                        case, seed, name, rows[(case, loss, aggregation)][-1][0]), flush=True)
+
+    print()
+    print("CPU: %s; load average at the end: %s" % (
+        bench_common.cpu_model(), " ".join("%.2f" % x for x in os.getloadavg())))
+    print("| case | --window_loss | --window_aggregation | dev accuracy, mean (min..max) "
+          "| training s/epoch |")
+    print("|---|---|---|---|---|")
+    for case in FLAGS.cases:
+        for loss in ("window", "document"):
+            for aggregation in FLAGS.aggregations:
+                cell = rows.get((case, loss, aggregation))
+                if not cell:
+                    continue
+                accuracies = [a for a, _ in cell]
+                if loss == "window":
+                    seconds = rows[(case, "window", "train")]
+                else:
+                    seconds = [s for _, s in cell]
+                print("| %s | %s | %s | %.3f (%.3f..%.3f) | %.2f |" % (
+                    case, loss, aggregation, statistics.mean(accuracies), min(accuracies),
+                    max(accuracies), statistics.mean(seconds)))
+
+
+if __name__ == "__main__":
+    app.run(main)
