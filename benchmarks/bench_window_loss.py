@@ -12,15 +12,19 @@ Two synthetic tasks of two labels, documents of 70 to 110 words of filler:
           somewhere after the 45th word: past the first window; no other
           word tells it.
   spread  the label is carried by many words throughout: each word is, with
-          probability 0.1, one of five cue words of the document's label and,
-          with probability 0.05, one of the other label's (noise); a window
-          alone is often ambiguous, the whole document rarely.
+          probability 0.2, one of five cue words of the document's label and,
+          with probability 0.05, one of the other label's (noise): every
+          window tells the label, some wrongly.
 
 Each seed draws its own data (96 training and 200 dev documents) and seeds
 the model (initialisation, dropout, input order). Every cell trains
 run_classifier.main itself, in this process, on a 2-layer model (hidden
 size 32) from scratch: --max_seq_length=32 --doc_stride=16 --max_windows=6
-(which holds every window of these documents), --num_train_epochs=10.
+(which holds every window of these documents), --num_train_epochs=30,
+--learning_rate=1e-3. (A model this small, trained from scratch, is slow
+to leave chance level: in tries with the signal word in the first window of
+cut inputs, it reached 0.99 to 1.0 with these settings and stayed at chance
+in most tries with 10 epochs or with 2e-3.)
 --window_loss=window trains once per seed and evaluates that model with each
 aggregation (training does not depend on it); --window_loss=document trains
 once per aggregation (mean and max; first is refused).
@@ -32,6 +36,7 @@ the first (whose time is mostly start-up), per epoch, mean over the seeds.
 
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -52,7 +57,7 @@ flags.DEFINE_integer("seeds", 3, "Seeds per cell (data and model).")
 flags.DEFINE_list("cases", "single,spread", "Tasks (see the module docstring).")
 flags.DEFINE_list("aggregations", "mean,max,first",
                   "--window_aggregation values (first: --window_loss=window only).")
-flags.DEFINE_integer("epochs", 10, "--num_train_epochs.")
+flags.DEFINE_integer("epochs", 30, "--num_train_epochs.")
 flags.DEFINE_integer("num_train", 96, "Training documents.")
 flags.DEFINE_integer("num_dev", 200, "Dev documents.")
 flags.DEFINE_integer("window_batch_size", 16,
@@ -60,7 +65,7 @@ flags.DEFINE_integer("window_batch_size", 16,
 flags.DEFINE_integer("document_batch_size", 4,
                      "--train_batch_size with --window_loss=document (documents, about "
                      "5.4 windows each: about as many windows a step as the other).")
-flags.DEFINE_float("learning_rate", 2e-3, "--learning_rate.")
+flags.DEFINE_float("learning_rate", 1e-3, "--learning_rate.")
 flags.DEFINE_string("work_dir", None, "Where the runs are written (default: a temporary "
                     "folder, removed at the end).")
 
@@ -74,13 +79,6 @@ def single_place_document(rng, label):
     """Filler words, and the label's signal word once, after word 45."""
     words = [rng.choice(FILLER) for _ in range(rng.randint(70, 110))]
     words[rng.randrange(45, len(words))] = SIGNALS[label]
-    return words
-
-
-def start_document(rng, label):
-    """Filler words, and the label's signal word once, in the first 30."""
-    words = [rng.choice(FILLER) for _ in range(rng.randint(70, 110))]
-    words[rng.randrange(0, 30)] = SIGNALS[label]
     return words
 
 
@@ -99,8 +97,7 @@ def spread_document(rng, label):
     return words
 
 
-CASES = {"single": single_place_document, "spread": spread_document,
-         "start": start_document}
+CASES = {"single": single_place_document, "spread": spread_document}
 
 
 def write_task(data_dir, case, seed):
@@ -173,8 +170,17 @@ def seconds_per_epoch(timer, steps_per_epoch):
 
 def main(argv):
     del argv
-    import tensorflow.compat.v1 as tf
     work_dir = FLAGS.work_dir or tempfile.mkdtemp(prefix="bench_window_loss_")
+    try:
+        measure(work_dir)
+    finally:
+        if not FLAGS.work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def measure(work_dir):
+    """Runs every cell in `work_dir` and prints the table."""
+    import tensorflow.compat.v1 as tf
     vocab = os.path.join(work_dir, "vocab.txt")
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + FILLER + SIGNALS + sum(CUES, [])
     os.makedirs(work_dir, exist_ok=True)

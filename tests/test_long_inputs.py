@@ -367,8 +367,8 @@ def test_document_loss_learns_from_the_combined_windows(long_task):
         data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
         bert_config_file=long_task["config"], output_dir=output_dir, do_train=True,
         do_eval=True, do_predict=True, doc_stride=7, max_windows=4, window_loss="document",
-        window_aggregation="max", train_batch_size=8,
-        num_train_epochs=8.0))
+        window_aggregation="max", train_batch_size=8, num_train_epochs=8.0,
+        learning_rate=1e-3))
     result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert result["eval_accuracy"] >= 0.9, result
     # Steps count inputs, not windows: 160 in batches of 8, 8 epochs.
