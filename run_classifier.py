@@ -867,18 +867,14 @@ def file_based_convert_examples_to_features(
             records = [features] if windows_per_record else [[f] for f in features]
             for record_windows in records:
                 feature = record_windows[0]
-                empty = [0] * (max_seq_length * (windows_per_record - len(record_windows))
-                               if windows_per_record else 0)
-
-                def stacked(name):
-                    return list(itertools.chain.from_iterable(
-                        getattr(w, name) for w in record_windows)) + empty
-
                 label_ids = feature.label_id if multi_label else [feature.label_id]
                 record = tf.train.Example(features=tf.train.Features(feature={
-                    "input_ids": run_common.int64_feature(stacked("input_ids")),
-                    "input_mask": run_common.int64_feature(stacked("input_mask")),
-                    "segment_ids": run_common.int64_feature(stacked("segment_ids")),
+                    "input_ids": _windows_feature(record_windows, "input_ids",
+                                                  windows_per_record, max_seq_length),
+                    "input_mask": _windows_feature(record_windows, "input_mask",
+                                                   windows_per_record, max_seq_length),
+                    "segment_ids": _windows_feature(record_windows, "segment_ids",
+                                                    windows_per_record, max_seq_length),
                     "label_ids": label_feature(label_ids),
                     "is_real_example": run_common.int64_feature(
                         [int(feature.is_real_example)]),
@@ -892,6 +888,15 @@ def file_based_convert_examples_to_features(
             "the first in --max_seq_length=%d: they are cut, not read in windows",
             len(cut), os.path.basename(output_file), cut[0], max_seq_length)
     return example_of_record
+
+
+def _windows_feature(windows, name, num_windows, max_seq_length):
+    """An int64 tf.train.Feature of the InputFeatures `windows`' list `name`
+    (input_ids, ...), one window after another, then all-zero windows up to
+    `num_windows` (0: none)."""
+    values = [value for window in windows for value in getattr(window, name)]
+    return run_common.int64_feature(
+        values + [0] * (max_seq_length * max(num_windows - len(windows), 0)))
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,

