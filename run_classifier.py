@@ -20,6 +20,7 @@ Same flags, building blocks and output files as Google's original
 """
 
 import collections
+import contextlib
 import csv
 import dataclasses
 import itertools
@@ -30,6 +31,7 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import modeling
 import own_data
 import run_common
 import runtime
@@ -47,7 +49,8 @@ run_common.define_flags(
         "doc_stride": "Read an input too long for --max_seq_length in overlapping windows "
                       "instead of cutting it: windows of the first text (a pair's second "
                       "text is kept whole in each) that start this many word pieces apart. "
-                      "Training learns each window with the input's label; evaluation and "
+                      "Training learns each window with the input's label, or each input "
+                      "from its combined windows (--window_loss); evaluation and "
                       "prediction combine the windows' outputs per input "
                       "(--window_aggregation). Unset: inputs are cut, as the original.",
         "data_dir": "Directory with the task's data files (train.tsv, dev.tsv, test.tsv "
@@ -104,13 +107,23 @@ flags.DEFINE_string(
 flags.DEFINE_integer(
     "max_windows", 0,
     "With --doc_stride: read at most this many windows of each input (its "
-    "first ones); 0: as many as it takes.")
+    "first ones); 0: as many as it takes (not with --window_loss=document).")
 
 flags.DEFINE_enum(
     "window_aggregation", "mean", ["mean", "max", "first"],
     "With --doc_stride: how an input's prediction is made from its windows': "
     "the mean or the maximum of their logits (of their probabilities for "
     "multi-label tasks), or the first window's.")
+
+flags.DEFINE_enum(
+    "window_loss", "window", ["window", "document"],
+    "With --doc_stride and --do_train: what the training loss is computed on. "
+    "window: each window on its own, with its input's label. document: an "
+    "input's windows (at most --max_windows, which this needs) go through the "
+    "model together and the loss is computed on their combination by "
+    "--window_aggregation (mean or max), as evaluation, prediction and the "
+    "export combine them: for labels that one place of a long text decides. "
+    "--train_batch_size then counts inputs, each of up to --max_windows windows.")
 
 flags.DEFINE_string(
     "diagnostic_file", None,
@@ -810,7 +823,7 @@ def convert_example(ex_index, example, label_list, max_seq_length, tokenizer,
 
 def file_based_convert_examples_to_features(
         examples, label_list, max_seq_length, tokenizer, output_file, multi_label=False,
-        doc_stride=None, max_windows=0, pad_to_multiple=1):
+        doc_stride=None, max_windows=0, pad_to_multiple=1, windows_per_record=0):
     """Converts `InputExample`s (see `convert_example`) into a TFRecord
     file, written atomically, of one tf.train.Example per input (per window
     with a doc_stride): int64 input_ids, input_mask, segment_ids
@@ -821,6 +834,11 @@ def file_based_convert_examples_to_features(
       doc_stride, max_windows: the windows of long inputs (`convert_example`).
       pad_to_multiple: all-zero records (is_real_example 0) follow until the
         number of records is a multiple of this (full batches for TPUs).
+      windows_per_record: 0: a record per window. Else (with a doc_stride
+        and max_windows no larger) one record per input, holding its windows
+        one after another in input_ids, input_mask and segment_ids
+        [windows_per_record * max_seq_length], then all-zero windows (input
+        mask 0) up to windows_per_record (--window_loss=document).
 
     Returns:
       list with the index in `examples` of each record's input (-1 for the
@@ -845,12 +863,18 @@ def file_based_convert_examples_to_features(
                 multi_label=multi_label, doc_stride=doc_stride, max_windows=max_windows)
             if was_cut:
                 cut.append(example.guid)
-            for feature in features:
+            # The windows of each record: one, or all of the input's.
+            records = [features] if windows_per_record else [[f] for f in features]
+            for record_windows in records:
+                feature = record_windows[0]
                 label_ids = feature.label_id if multi_label else [feature.label_id]
                 record = tf.train.Example(features=tf.train.Features(feature={
-                    "input_ids": run_common.int64_feature(feature.input_ids),
-                    "input_mask": run_common.int64_feature(feature.input_mask),
-                    "segment_ids": run_common.int64_feature(feature.segment_ids),
+                    "input_ids": _windows_feature(record_windows, "input_ids",
+                                                  windows_per_record, max_seq_length),
+                    "input_mask": _windows_feature(record_windows, "input_mask",
+                                                   windows_per_record, max_seq_length),
+                    "segment_ids": _windows_feature(record_windows, "segment_ids",
+                                                    windows_per_record, max_seq_length),
                     "label_ids": label_feature(label_ids),
                     "is_real_example": run_common.int64_feature(
                         [int(feature.is_real_example)]),
@@ -866,9 +890,18 @@ def file_based_convert_examples_to_features(
     return example_of_record
 
 
+def _windows_feature(windows, name, num_windows, max_seq_length):
+    """An int64 tf.train.Feature of the InputFeatures `windows`' list `name`
+    (input_ids, ...), one window after another, then all-zero windows up to
+    `num_windows` (0: none)."""
+    values = [value for window in windows for value in getattr(window, name)]
+    return run_common.int64_feature(
+        values + [0] * (max_seq_length * max(num_windows - len(windows), 0)))
+
+
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
                                 is_regression=False, num_multi_labels=0,
-                                length_buckets=None):
+                                length_buckets=None, windows_per_record=0):
     """Builds the `input_fn` reading a file of
     `file_based_convert_examples_to_features` for the runner.
 
@@ -881,19 +914,23 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
       num_multi_labels: a multi-label task's number of labels (label_ids are
         then 0/1 vectors of that length); 0 for other tasks.
       length_buckets: dynamic padding (run_common.tfrecord_input_fn).
+      windows_per_record: the file holds inputs of this many windows each
+        (file_based_convert_examples_to_features); 0: single sequences.
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 tensors
       [batch, seq_length] (input_ids, input_mask, segment_ids; with
-      length_buckets, [batch, a bucket's length]) and [batch]
-      (label_ids, float32 for regression, [batch, num_multi_labels] for
-      multi-label; is_real_example).
+      length_buckets, [batch, a bucket's length]; with windows_per_record,
+      [batch, windows_per_record, ...]) and [batch] (label_ids, float32 for
+      regression, [batch, num_multi_labels] for multi-label;
+      is_real_example).
     """
     label_shape = [num_multi_labels] if num_multi_labels else []
+    sequence_shape = [windows_per_record, seq_length] if windows_per_record else [seq_length]
     name_to_features = {
-        "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "input_ids": tf.io.FixedLenFeature(sequence_shape, tf.int64),
+        "input_mask": tf.io.FixedLenFeature(sequence_shape, tf.int64),
+        "segment_ids": tf.io.FixedLenFeature(sequence_shape, tf.int64),
         "label_ids": tf.io.FixedLenFeature(label_shape,
                                            tf.float32 if is_regression else tf.int64),
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
@@ -937,24 +974,8 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       probabilities [batch, num_labels]); for regression the last is the
       predicted score [batch] and the loss is the mean squared error.
     """
-    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
-                                  segment_ids, use_one_hot_embeddings, options)
-
-    # Sentence-level tasks classify the pooled output (from the final [CLS]
-    # vector); a token-level task would take model.get_sequence_output().
-    pooled = model.get_pooled_output()
-    output_weights = tf.get_variable(
-        "output_weights", [num_labels, pooled.shape[-1]],
-        initializer=tf.truncated_normal_initializer(stddev=0.02))
-    output_bias = tf.get_variable("output_bias", [num_labels],
-                                  initializer=tf.zeros_initializer())
-
-    with tf.variable_scope("loss"):
-        if is_training:
-            pooled = tf.nn.dropout(pooled, rate=0.1)
-        logits = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
-                                output_bias)
-
+    with _classifier_logits(bert_config, is_training, input_ids, input_mask, segment_ids,
+                            num_labels, use_one_hot_embeddings, options) as logits:
         if is_regression:
             scores = tf.squeeze(logits, axis=-1)
             per_example_loss = tf.square(scores - tf.cast(labels, tf.float32))
@@ -976,10 +997,149 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
         return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
 
 
+@contextlib.contextmanager
+def _classifier_logits(bert_config, is_training, input_ids, input_mask, segment_ids,
+                       num_labels, use_one_hot_embeddings, options):
+    """The classifier's logits [batch, num_labels] (float32) of inputs
+    [batch, seq_length] (see `create_model`), given inside the "loss" name
+    scope, where the losses are built on them."""
+    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
+                                  segment_ids, use_one_hot_embeddings, options)
+
+    # Sentence-level tasks classify the pooled output (from the final [CLS]
+    # vector); a token-level task would take model.get_sequence_output().
+    pooled = model.get_pooled_output()
+    output_weights = tf.get_variable(
+        "output_weights", [num_labels, pooled.shape[-1]],
+        initializer=tf.truncated_normal_initializer(stddev=0.02))
+    output_bias = tf.get_variable("output_bias", [num_labels],
+                                  initializer=tf.zeros_initializer())
+
+    with tf.variable_scope("loss"):
+        if is_training:
+            pooled = tf.nn.dropout(pooled, rate=0.1)
+        yield tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
+                             output_bias)
+
+
+def combine_windows(values, window_mask, how):
+    """Combines each input's window outputs in the graph, as
+    `aggregate_windows` does in NumPy.
+
+    Args:
+      values: float [batch, windows, ...], one output per window.
+      window_mask: bool [batch, windows], False for the padding windows
+        (left out); each input has at least one real window.
+      how: "mean" or "max" (value by value).
+
+    Returns:
+      float [batch, ...].
+    """
+    mask = tf.reshape(window_mask, tf.concat(
+        [tf.shape(window_mask), tf.ones([values.shape.ndims - 2], tf.int32)], axis=0))
+    if how == "max":
+        return tf.reduce_max(tf.where(tf.broadcast_to(mask, tf.shape(values)), values,
+                                      tf.fill(tf.shape(values), values.dtype.min)), axis=1)
+    weights = tf.cast(mask, values.dtype)
+    return tf.reduce_sum(values * weights, axis=1) / tf.maximum(
+        tf.reduce_sum(weights, axis=1), 1.0)
+
+
+def document_losses(window_logits, window_mask, labels, how, is_regression=False,
+                    multi_label=False):
+    """The loss of each input of windows on the combination of its windows'
+    outputs (--window_loss=document), as `example_losses` computes it on
+    `example_outputs`: cross-entropy of the combined logits; for multi-label
+    tasks, the sigmoid cross-entropy of the combined probabilities, averaged
+    over the labels; for regression, the squared error of the combined
+    score.
+
+    Args:
+      window_logits: float32 [batch, windows, num_labels].
+      window_mask: bool [batch, windows] (see `combine_windows`).
+      labels: as for `create_model`, one per input.
+      how: "mean" or "max".
+
+    Returns:
+      float32 [batch].
+    """
+    if is_regression:
+        scores = combine_windows(window_logits[..., 0], window_mask, how)
+        return tf.square(scores - tf.cast(labels, tf.float32))
+    if multi_label:
+        labels = tf.cast(labels, tf.float32)
+        if how == "max":
+            # The largest probability is the sigmoid of the largest logit.
+            return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+                labels=labels, logits=combine_windows(window_logits, window_mask, how)),
+                axis=-1)
+        # The log of the mean of the windows' probabilities (and of their
+        # complements) from their logs, which stay finite where they are tiny.
+        mask = tf.broadcast_to(window_mask[..., tf.newaxis], tf.shape(window_logits))
+        count = tf.reduce_sum(tf.cast(window_mask, tf.float32), axis=1, keepdims=True)
+
+        def log_mean(log_values):
+            masked = tf.where(mask, log_values, tf.fill(tf.shape(log_values), -1e30))
+            return tf.reduce_logsumexp(masked, axis=1) - tf.math.log(count)
+
+        log_p = log_mean(tf.math.log_sigmoid(window_logits))
+        log_not_p = log_mean(tf.math.log_sigmoid(-window_logits))
+        return -tf.reduce_mean(labels * log_p + (1.0 - labels) * log_not_p, axis=-1)
+    log_probs = tf.nn.log_softmax(combine_windows(window_logits, window_mask, how), axis=-1)
+    one_hot_labels = tf.one_hot(labels, depth=tf.shape(window_logits)[-1], dtype=tf.float32)
+    return -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
+
+
+def create_document_model(bert_config, is_training, input_ids, input_mask, segment_ids,
+                          labels, num_labels, use_one_hot_embeddings, how,
+                          is_regression=False, multi_label=False, options=None,
+                          fixed_shapes=False):
+    """`create_model` for inputs of several windows, trained on the
+    combination of their windows' outputs (--window_loss=document). The
+    variables are `create_model`'s, so that evaluation, prediction and the
+    export read the model window by window.
+
+    Args:
+      input_ids, input_mask, segment_ids: int32 [batch, windows,
+        seq_length]; padding windows are all zero.
+      labels: one per input, as for `create_model`.
+      how: "mean" or "max", the --window_aggregation.
+      fixed_shapes: run every window, padding included (TPUs). Otherwise
+        only the real ones run, with a few padding windows that round their
+        number up to a multiple of the batch size, so that the model meets
+        few distinct shapes.
+      Others: as for `create_model`.
+
+    Returns:
+      (loss, per_example_loss [batch]).
+    """
+    batch_size, num_windows, seq_length = modeling.get_shape_list(input_ids, expected_rank=3)
+    window_mask = tf.reduce_max(input_mask, axis=-1) > 0
+    # The windows of all inputs, one after another: [batch * windows, ...].
+    sequences = [tf.reshape(t, [-1, seq_length]) for t in (input_ids, input_mask, segment_ids)]
+    if not fixed_shapes:
+        real = tf.reshape(window_mask, [-1])
+        # The real windows first, each input's in order.
+        order = tf.argsort(tf.cast(tf.logical_not(real), tf.int32), stable=True)
+        count = tf.reduce_sum(tf.cast(real, tf.int32))
+        chosen = order[:(count + batch_size - 1) // batch_size * batch_size]
+        sequences = [tf.gather(t, chosen) for t in sequences]
+    with _classifier_logits(bert_config, is_training, *sequences, num_labels,
+                            use_one_hot_embeddings, options) as logits:
+        if not fixed_shapes:
+            logits = tf.scatter_nd(chosen[:, tf.newaxis], logits,
+                                   [batch_size * num_windows, num_labels])
+        window_logits = tf.reshape(logits, [batch_size, num_windows, num_labels])
+        per_example_loss = document_losses(window_logits, window_mask, labels, how,
+                                           is_regression=is_regression,
+                                           multi_label=multi_label)
+        return tf.reduce_mean(per_example_loss), per_example_loss
+
+
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, use_tpu,
                      use_one_hot_embeddings, is_regression=False, multi_label=False,
-                     options=None):
+                     options=None, document_windows=None):
     """Builds the classifier's `model_fn` for the runner (TPUEstimator API).
 
     Args:
@@ -989,6 +1149,11 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       learning_rate, num_train_steps, num_warmup_steps: the optimizer's
         schedule (see optimization.create_optimizer; TRAIN only).
       use_tpu: build for TPUEstimator (restore through a scaffold).
+      document_windows: None, or "mean" or "max": TRAIN features are inputs
+        of several windows, input_ids, input_mask and segment_ids [batch,
+        windows, seq_length], and the loss is that of their combined
+        outputs (`create_document_model`). EVAL and PREDICT features are
+        single windows all the same.
 
     Returns:
       model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec.
@@ -1022,10 +1187,18 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         else:
             is_real_example = tf.ones(tf.shape(input_ids)[:1], dtype=tf.float32)
 
-        total_loss, per_example_loss, logits, probabilities = create_model(
-            bert_config, mode == runtime.ModeKeys.TRAIN, input_ids, features["input_mask"],
-            features["segment_ids"], label_ids, num_labels, use_one_hot_embeddings,
-            is_regression=is_regression, multi_label=multi_label, options=options)
+        if document_windows and mode == runtime.ModeKeys.TRAIN:
+            total_loss, _ = create_document_model(
+                bert_config, True, input_ids, features["input_mask"], features["segment_ids"],
+                label_ids, num_labels, use_one_hot_embeddings, document_windows,
+                is_regression=is_regression, multi_label=multi_label, options=options,
+                fixed_shapes=use_tpu)
+        else:
+            total_loss, per_example_loss, logits, probabilities = create_model(
+                bert_config, mode == runtime.ModeKeys.TRAIN, input_ids,
+                features["input_mask"], features["segment_ids"], label_ids, num_labels,
+                use_one_hot_embeddings, is_regression=is_regression, multi_label=multi_label,
+                options=options)
 
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
@@ -1261,22 +1434,25 @@ class Windows:
     and their windows' outputs combined (`aggregate_windows`); None stands
     for the original's cutting."""
 
-    def __init__(self, doc_stride, max_windows=0, aggregation="mean"):
+    def __init__(self, doc_stride, max_windows=0, aggregation="mean", loss="window"):
         self.doc_stride = doc_stride
         self.max_windows = max_windows
         self.aggregation = aggregation
+        # "window" or "document" (--window_loss; training only).
+        self.loss = loss
 
     @classmethod
     def from_flags(cls):
-        """The Windows of --doc_stride, --max_windows and --window_aggregation,
-        or None without --doc_stride.
+        """The Windows of --doc_stride, --max_windows, --window_aggregation
+        and --window_loss, or None without --doc_stride.
 
         Raises:
-          InputError: a value out of range, or window flags without
-            --doc_stride.
+          InputError: a value out of range, window flags without
+            --doc_stride, or --window_loss=document for training without
+            --max_windows or with --window_aggregation=first.
         """
         if FLAGS.doc_stride is None:
-            for name in ("max_windows", "window_aggregation"):
+            for name in ("max_windows", "window_aggregation", "window_loss"):
                 if FLAGS[name].present or FLAGS[name].value != FLAGS[name].default:
                     raise run_common.InputError("--%s is for --doc_stride, which is unset"
                                                 % name)
@@ -1287,11 +1463,29 @@ class Windows:
         if FLAGS.max_windows < 0:
             raise run_common.InputError("--max_windows=%d: must be 0 (all) or more"
                                         % FLAGS.max_windows)
-        return cls(FLAGS.doc_stride, FLAGS.max_windows, FLAGS.window_aggregation)
+        # Runs without training may follow a record that says "document".
+        if FLAGS.window_loss == "document" and FLAGS.do_train:
+            if FLAGS.window_aggregation == "first":
+                raise run_common.InputError(
+                    "--window_loss=document needs --window_aggregation=mean or max: with "
+                    "first, only the first window would be trained")
+            if not FLAGS.max_windows:
+                raise run_common.InputError(
+                    "--window_loss=document needs --max_windows: the windows of an input "
+                    "trained together (a training batch holds --train_batch_size times "
+                    "that many)")
+        return cls(FLAGS.doc_stride, FLAGS.max_windows, FLAGS.window_aggregation,
+                   FLAGS.window_loss)
 
     def convert_args(self):
         """file_based_convert_examples_to_features' arguments."""
         return {"doc_stride": self.doc_stride, "max_windows": self.max_windows}
+
+    @property
+    def per_document(self):
+        """Whether training takes each input's windows together
+        (--window_loss=document)."""
+        return self.loss == "document"
 
 
 def aggregate_windows(values, example_of_record, num_examples, how):
@@ -1754,6 +1948,10 @@ def write_run_record(bert_config, processor, label_list):
     if FLAGS.doc_stride is not None:
         # Later runs read and combine windows as this one did.
         names += ["doc_stride", "max_windows", "window_aggregation"]
+        if FLAGS.window_loss != "window":
+            # Recorded where it differs from the default only, so that other
+            # runs' records stay as they were.
+            names.append("window_loss")
     if isinstance(processor, XnliProcessor):
         names.append("xnli_language")
     if isinstance(processor, GenericProcessor):
@@ -1851,11 +2049,12 @@ def main(_):
     if FLAGS.do_train:
         write_run_record(bert_config, processor, label_list)
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+        windows_per_record = windows.max_windows if windows and windows.per_document else 0
         num_train_records = len(file_based_convert_examples_to_features(
             train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
-            multi_label=processor.is_multi_label,
+            multi_label=processor.is_multi_label, windows_per_record=windows_per_record,
             **(windows.convert_args() if windows else {})))
-        if windows:
+        if windows and not windows.per_document:
             # Each window is a training example.
             num_train_steps, num_warmup_steps = run_common.train_schedule(
                 num_train_records, options, what="training windows")
@@ -1865,7 +2064,8 @@ def main(_):
         learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
         use_one_hot_embeddings=FLAGS.use_tpu, is_regression=processor.is_regression,
-        multi_label=processor.is_multi_label, options=options)
+        multi_label=processor.is_multi_label, options=options,
+        document_windows=windows.aggregation if windows and windows.per_document else None)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
     estimator = run_common.estimator_from_flags(
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
@@ -1879,7 +2079,10 @@ def main(_):
     last_result = None
     if FLAGS.do_train:
         count = [("Num examples", len(train_examples))]
-        if windows:
+        if windows and windows.per_document:
+            count.append(("Windows", "up to %d per example, trained together"
+                          % windows.max_windows))
+        elif windows:
             count.append(("Num windows", num_train_records))
         run_common.log_training(options, count, num_train_steps)
 
@@ -1887,7 +2090,7 @@ def main(_):
             input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
             drop_remainder=True, is_regression=processor.is_regression,
             num_multi_labels=_num_multi_labels(processor, label_list),
-            length_buckets=options.length_buckets)
+            length_buckets=options.length_buckets, windows_per_record=windows_per_record)
 
         if periodic_eval:
             every = FLAGS.eval_every_n_steps or FLAGS.save_checkpoints_steps

@@ -144,6 +144,127 @@ def test_windows_of_fitting_inputs_are_the_cut_features(tmp_path):
     assert was_cut
 
 
+def _problem(kind):
+    """A stand-in DataProcessor of a problem type: "single", "multi" or
+    "regression"."""
+    class Task:
+        is_regression = kind == "regression"
+        is_multi_label = kind == "multi"
+    return Task
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+@pytest.mark.parametrize("kind", ["single", "multi", "regression"])
+def test_document_losses_equal_those_of_the_combined_predictions(kind, how):
+    """--window_loss=document's loss in the graph is the loss that
+    evaluation computes on the combined outputs of --do_predict (NumPy),
+    padding windows left out whatever their outputs."""
+    rng = np.random.RandomState(4)
+    counts = [1, 4, 2]
+    num_labels = 1 if kind == "regression" else 3
+    window_logits = rng.normal(0, 2, [3, 4, num_labels])
+    window_mask = np.arange(4)[None, :] < np.array(counts)[:, None]
+    # Padding windows with outputs that would dominate any combination.
+    window_logits[~window_mask] = 50.0
+    labels = {"single": np.array([2, 0, 1]), "regression": np.array([0.5, -1.0, 2.0]),
+              "multi": np.array([[1, 0, 1], [0, 0, 1], [1, 1, 0]])}[kind]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        losses = sess.run(run_classifier.document_losses(
+            tf.constant(window_logits, tf.float32), tf.constant(window_mask),
+            tf.constant(labels), how, is_regression=kind == "regression",
+            multi_label=kind == "multi"))
+    # The model_fn's predictions of each real window, in input order.
+    predictions = []
+    for b, count in enumerate(counts):
+        for w in range(count):
+            logits = window_logits[b, w]
+            predictions.append({"logits": logits, "scores": logits[0],
+                                "probabilities": 1 / (1 + np.exp(-logits))})
+    example_of_record = [b for b, count in enumerate(counts) for _ in range(count)]
+    outputs, logits = run_classifier.example_outputs(
+        predictions, example_of_record, 3, _problem(kind), run_classifier.Windows(1, 0, how))
+    expected = run_classifier.example_losses(outputs, logits, labels, _problem(kind))
+    np.testing.assert_allclose(losses, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_document_model_is_the_window_model_combined():
+    """create_document_model gives the per-window model's outputs combined:
+    its loss equals that of create_model's logits of each real window,
+    combined in NumPy; running the real windows only (CPU/GPU) and every
+    window (fixed shapes, TPU) give the same loss and gradients."""
+    config = modeling.BertConfig.from_dict(tiny.tiny_config_dict(30))
+    rng = np.random.RandomState(0)
+    counts, num_windows, seq_length = [1, 4, 2], 4, 8
+    features = np.zeros([3, 3, num_windows, seq_length], np.int32)  # ids, mask, segments
+    for b, count in enumerate(counts):
+        for w in range(count):
+            n = rng.randint(3, seq_length + 1)
+            features[:, b, w, :n] = [rng.randint(5, 30, n), np.ones(n), rng.randint(0, 2, n)]
+    labels = np.array([0, 1, 1])
+    results = {}
+    for fixed_shapes in (False, True):
+        with tf.Graph().as_default():
+            tf.set_random_seed(1)
+            loss, per_example_loss = run_classifier.create_document_model(
+                config, False, *map(tf.constant, features), tf.constant(labels), 2, False,
+                "max", fixed_shapes=fixed_shapes)
+            gradients = [tf.convert_to_tensor(g)
+                         for g in tf.gradients(loss, tf.trainable_variables())]
+            tf.get_variable_scope().reuse_variables()
+            _, _, window_logits, _ = run_classifier.create_model(
+                config, False, *[tf.constant(f.reshape(-1, seq_length)) for f in features],
+                tf.zeros([3 * num_windows], tf.int32), 2, False)
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                results[fixed_shapes] = sess.run(
+                    [per_example_loss, gradients, window_logits])
+    per_example_loss, _, window_logits = results[False]
+    window_logits = window_logits.reshape(3, num_windows, 2)
+    combined = np.stack([window_logits[b, :count].max(axis=0)
+                         for b, count in enumerate(counts)])
+    np.testing.assert_allclose(per_example_loss, run_classifier.example_losses(
+        None, combined, labels, _problem("single")), rtol=1e-5)
+    np.testing.assert_allclose(results[True][0], per_example_loss, rtol=1e-5)
+    for fixed, gathered in zip(results[True][1], results[False][1]):
+        np.testing.assert_allclose(fixed, gathered, rtol=1e-4, atol=1e-6)
+
+
+def test_document_records_hold_their_windows(tmp_path):
+    """With windows_per_record, each input is one record: its window records
+    one after another, then all-zero windows; the input_fn reads them as
+    [batch, windows, seq_length]."""
+    vocab = tiny.write_vocab(str(tmp_path), FILLER + SIGNALS)
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    examples = [run_classifier.InputExample("a-0", " ".join(FILLER[:20]), None, "1"),
+                run_classifier.InputExample("a-1", "w1 w2 w3", None, "0")]
+    paths = {name: str(tmp_path / name) for name in ("windows", "documents")}
+    by_window = run_classifier.file_based_convert_examples_to_features(
+        examples, ["0", "1"], 12, tokenizer, paths["windows"], doc_stride=4, max_windows=3)
+    by_document = run_classifier.file_based_convert_examples_to_features(
+        examples, ["0", "1"], 12, tokenizer, paths["documents"], doc_stride=4, max_windows=3,
+        windows_per_record=3)
+    assert by_window == [0, 0, 0, 1] and by_document == [0, 1]
+
+    def parse(path):
+        return [tf.train.Example.FromString(r).features.feature
+                for r in tf.io.tf_record_iterator(path)]
+
+    windows, documents = parse(paths["windows"]), parse(paths["documents"])
+    for name in ("input_ids", "input_mask", "segment_ids"):
+        def values(record):
+            return list(record[name].int64_list.value)
+        assert values(documents[0]) == sum(map(values, windows[:3]), [])
+        assert values(documents[1]) == values(windows[3]) + [0] * 24
+    for document, window in ((documents[0], windows[0]), (documents[1], windows[3])):
+        assert document["label_ids"] == window["label_ids"]
+        assert document["is_real_example"] == window["is_real_example"]
+    input_fn = run_classifier.file_based_input_fn_builder(
+        paths["documents"], 12, is_training=False, drop_remainder=False, windows_per_record=3)
+    (batch,) = _batches(input_fn, 2, 2)
+    assert batch["input_ids"].shape == (2, 3, 12)
+    assert batch["input_mask"][1].sum(axis=-1).tolist() == [5, 0, 0]
+
+
 # ---------------------------------------------------------------------------
 # Learning from text past the first window.
 
@@ -168,9 +289,9 @@ def _write_long_task(data_dir, seed=0, num_train=160, num_dev=64, num_test=6):
 
 
 def _generic_flags(**overrides):
-    return tiny.fine_tuning_flags(**dict(
+    return tiny.fine_tuning_flags(**dict(dict(
         test_run_classifier.CLASSIFIER_FLAGS, task_name="generic", max_seq_length=16,
-        id_column="id", train_batch_size=32, num_train_epochs=6.0, learning_rate=2e-3,
+        id_column="id", train_batch_size=32, num_train_epochs=6.0, learning_rate=2e-3),
         **overrides))
 
 
@@ -235,6 +356,49 @@ def test_windows_learn_what_truncation_cannot_see(long_task):
         assert f.read() == trained
 
 
+def test_document_loss_learns_from_the_combined_windows(long_task):
+    """--window_loss=document: each input's windows are trained together, on
+    their combination (max), and the model learns the label told past the
+    first window. The run record keeps the setting; a prediction run in
+    the folder reads the windows as --do_predict did (window by window,
+    combined)."""
+    output_dir = str(long_task["tmp"] / "document")
+    tiny.run_main_seeded(run_classifier.main, _generic_flags(
+        data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
+        bert_config_file=long_task["config"], output_dir=output_dir, do_train=True,
+        do_eval=True, do_predict=True, doc_stride=7, max_windows=4, window_loss="document",
+        window_aggregation="max", train_batch_size=8, num_train_epochs=8.0,
+        learning_rate=1e-3))
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+    assert result["eval_accuracy"] >= 0.9, result
+    # Steps count inputs, not windows: 160 in batches of 8, 8 epochs.
+    assert result["global_step"] == 160, result
+    with open(os.path.join(output_dir, "run_config.json")) as f:
+        recorded = json.load(f)["flags"]
+    assert (recorded["window_loss"], recorded["max_windows"],
+            recorded["window_aggregation"]) == ("document", 4, "max")
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        trained = f.read()
+    os.remove(os.path.join(output_dir, "test_results.tsv"))
+    tiny.run_main_seeded(run_classifier.main, dict(
+        output_dir=output_dir, data_dir=long_task["data_dir"], do_predict=True))
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        assert f.read() == trained
+
+
+def test_document_loss_with_training_options(long_task):
+    """--window_loss=document trains with dynamic padding, gradient
+    accumulation and bf16 (a few steps)."""
+    output_dir = str(long_task["tmp"] / "document_options")
+    tiny.run_main_seeded(run_classifier.main, _generic_flags(
+        data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
+        bert_config_file=long_task["config"], output_dir=output_dir, do_train=True,
+        doc_stride=7, max_windows=4, window_loss="document", train_batch_size=4,
+        max_train_steps=3, dynamic_padding=True, length_buckets=["8"],
+        gradient_accumulation_steps=2, precision="bf16"))
+    assert run_classifier._checkpoint_step(tf.train.latest_checkpoint(output_dir)) == 3
+
+
 def test_window_flags_need_doc_stride(long_task):
     common = dict(data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
                   bert_config_file=long_task["config"],
@@ -247,6 +411,16 @@ def test_window_flags_need_doc_stride(long_task):
     tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
                             _generic_flags(doc_stride=8, max_windows=-1, **common),
                             "--max_windows=-1")
+    tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
+                            _generic_flags(window_loss="document", **common),
+                            "--window_loss is for --doc_stride")
+    tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
+                            _generic_flags(doc_stride=8, window_loss="document", **common),
+                            "--window_loss=document needs --max_windows")
+    tiny.assert_input_error(lambda **f: tiny.run_main_seeded(run_classifier.main, f),
+                            _generic_flags(doc_stride=8, max_windows=4, window_loss="document",
+                                           window_aggregation="first", **common),
+                            "--window_loss=document needs --window_aggregation=mean or max")
 
 
 # ---------------------------------------------------------------------------

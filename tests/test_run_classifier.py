@@ -607,7 +607,8 @@ CLASSIFIER_FLAGS = dict(
     diagnostic_file=None, xnli_language="zh", labels=None, data_format="auto",
     has_header=True, text_column="text", text_b_column=None, label_column="label",
     id_column=None, regression=False, multi_label=False, label_separator="|",
-    multi_label_threshold=0.5, doc_stride=None, max_windows=0, window_aggregation="mean")
+    multi_label_threshold=0.5, doc_stride=None, max_windows=0, window_aggregation="mean",
+    window_loss="window")
 
 
 def _flag_values(**overrides):
