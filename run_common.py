@@ -963,6 +963,11 @@ def decode_record(record, name_to_features):
             for name, t in example.items()}
 
 
+# The read buffer of the scripts' TFRecord readers, in bytes: TensorFlow
+# 2.15's default, given explicitly because TensorFlow 2.16+ logs a line on
+# every run whose reader leaves it unset.
+TFRECORD_BUFFER_BYTES = 256 * 1024
+
 # Dynamic padding sorts training inputs by length within pools of this many
 # batches: enough for batches of like lengths, few enough that the order
 # stays random.
@@ -1015,7 +1020,7 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
                 "Resuming the training input after the %d examples that the checkpoint has "
                 "trained on (%s)", start_record, "unseeded: the records after them, in a new "
                 "order" if seed is None else "the same order, from the input seed")
-        d = tf.data.TFRecordDataset(input_file)
+        d = tf.data.TFRecordDataset(input_file, buffer_size=TFRECORD_BUFFER_BYTES)
         if is_training:
             d = d.repeat()
             if seed is None:

@@ -356,7 +356,8 @@ def _stream_position(skip_records, records_per_epoch):
 
 def _tagged_records(file_index, path):
     """(file index, record index, serialized record) of each record of a file."""
-    return tf.data.TFRecordDataset(path).enumerate().map(
+    return tf.data.TFRecordDataset(
+        path, buffer_size=run_common.TFRECORD_BUFFER_BYTES).enumerate().map(
         lambda index, record: (file_index, index, record))
 
 

@@ -103,3 +103,39 @@ def test_example_dump_shows_tokens_length_and_the_real_label(tmp_path, log_lines
         0, run_classifier.InputExample("dev-2", "film", None, label="0"), ["0", "1"], 4,
         tokenizer)
     assert "input_ids: 2 6 3 0" in log_lines
+
+
+def _tfrecord_buffer_sizes(input_fn, params):
+    """The buffer_size of every TFRecord reader that `input_fn` builds, in
+    its graph or in the functions of its dataset (-1: left unset, which
+    TensorFlow 2.16+ reports in a log line)."""
+    with tf.Graph().as_default() as graph:
+        input_fn(params)
+        graph_def = graph.as_graph_def()
+    sizes = []
+    for nodes in [graph_def.node] + [f.node_def for f in graph_def.library.function]:
+        by_name = {node.name: node for node in nodes}
+        for node in nodes:
+            if node.op.startswith("TFRecordDataset"):
+                const = by_name[node.input[2].split(":")[0].lstrip("^")]
+                sizes.append(int(tf.make_ndarray(const.attr["value"].tensor)))
+    return sizes
+
+
+def test_tfrecord_readers_give_their_buffer_size(tmp_path):
+    """The fine-tuning, pre-training and feature readers set the read
+    buffer, so that no run prints "TFRecordDataset `buffer_size` is
+    unspecified"."""
+    import extract_features
+    import run_pretraining
+    path = str(tmp_path / "x.tfrecord")
+    tf.io.TFRecordWriter(path).close()
+    features = {"input_ids": tf.io.FixedLenFeature([4], tf.int64)}
+    fns = [
+        run_common.tfrecord_input_fn(path, features, is_training=True, drop_remainder=True),
+        run_pretraining.input_fn_builder([path], 8, 2, is_training=False),
+        run_pretraining.input_fn_builder([path], 8, 2, is_training=True, seed=3),
+        extract_features.file_based_input_fn_builder(path, 4)]
+    for input_fn in fns:
+        sizes = _tfrecord_buffer_sizes(input_fn, {"batch_size": 2})
+        assert sizes and set(sizes) == {run_common.TFRECORD_BUFFER_BYTES}
