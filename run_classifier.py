@@ -1830,8 +1830,10 @@ def main(_):
 
     num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
+        # With windows, a check only: the windows, counted once converted,
+        # make the steps (and the line that gives them).
         num_train_steps, num_warmup_steps = run_common.train_schedule(
-            len(train_examples), options)
+            len(train_examples), options, announce=windows is None)
     if FLAGS.export_dir and not FLAGS.do_train:
         _checkpoint_to_export(init_checkpoint)
 

@@ -1150,10 +1150,12 @@ def num_train_steps(num_examples, train_batch_size, num_train_epochs,
     return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
 
 
-def train_schedule(num_examples, options, what="training examples"):
+def train_schedule(num_examples, options, what="training examples", announce=True):
     """(num_train_steps, num_warmup_steps) for `num_examples` with
     --train_batch_size, --num_train_epochs and --warmup_proportion, the
-    steps capped by --max_train_steps.
+    steps capped by --max_train_steps (logged with the full count, unless
+    `announce` is False: for an early check whose count the caller replaces
+    later).
 
     Raises:
       InputError: the flags make no training step.
@@ -1164,9 +1166,10 @@ def train_schedule(num_examples, options, what="training examples"):
         raise InputError(
             "%d %s, --train_batch_size=%d and --num_train_epochs=%s make 0 training steps"
             % (num_examples, what, FLAGS.train_batch_size, FLAGS.num_train_epochs))
-    if 0 < FLAGS.max_train_steps < steps:
+    if 0 < FLAGS.max_train_steps < steps and announce:
         tf.logging.info("Training %d of the %d steps of %s epochs (--max_train_steps)",
                         FLAGS.max_train_steps, steps, FLAGS.num_train_epochs)
+    if 0 < FLAGS.max_train_steps < steps:
         steps = FLAGS.max_train_steps
     return steps, int(steps * FLAGS.warmup_proportion)
 

@@ -139,3 +139,24 @@ def test_tfrecord_readers_give_their_buffer_size(tmp_path):
     for input_fn in fns:
         sizes = _tfrecord_buffer_sizes(input_fn, {"batch_size": 2})
         assert sizes and set(sizes) == {run_common.TFRECORD_BUFFER_BYTES}
+
+
+def test_windowed_run_gives_one_step_total(tmp_path, log_lines):
+    """run_classifier with --doc_stride and --max_train_steps: the steps
+    are counted once, from the windows (not first from the inputs)."""
+    import test_long_inputs
+    data_dir = str(tmp_path / "data")
+    test_long_inputs._write_long_task(data_dir, num_train=40, num_dev=2, num_test=2)
+    vocab = tiny.write_vocab(str(tmp_path), test_long_inputs.FILLER + test_long_inputs.SIGNALS)
+    config = tiny.write_config(str(tmp_path), vocab_size=len(test_long_inputs.FILLER) + 7)
+    flag_values = test_long_inputs._generic_flags(
+        data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
+        output_dir=str(tmp_path / "out"), do_train=True, doc_stride=7, max_train_steps=1)
+    flag_values.update(train_batch_size=8, num_train_epochs=2.0)
+    tiny.run_main_seeded(run_classifier.main, flag_values)
+    (windows,) = [int(line.split("=")[1]) for line in log_lines
+                  if line.startswith("  Num windows = ")]
+    assert windows > 40
+    totals = [line for line in log_lines if line.startswith("Training 1 of the ")]
+    assert totals == ["Training 1 of the %d steps of 2.0 epochs (--max_train_steps)"
+                      % int(windows / 8 * 2.0)]
