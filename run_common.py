@@ -544,13 +544,30 @@ def use_run_record():
                 continue
             flag.value = value
             taken.append("--%s=%s" % (name, value))
-        elif flag.value != value:
+        elif flag.value != value and not (name == "vocab_file"
+                                          and _same_file(flag.value, value)):
             tf.logging.warning("--%s=%s differs from the training run's %s in %s; using %s",
                                name, flag.value, value, record.path, flag.value)
     if taken:
         tf.logging.info("Settings of the training run, from %s: %s", record.path,
                         " ".join(taken))
     return record
+
+
+def _same_file(given, recorded):
+    """Whether the path `given` on the command line and the path `recorded`
+    in a run record name the same file: the same file once resolved (a
+    relative path, a link), or two files of the same content (a copy)."""
+    try:
+        if not run_base.is_remote(given) and not run_base.is_remote(recorded):
+            if os.path.exists(given) and os.path.exists(recorded) and \
+                    os.path.samefile(given, recorded):
+                return True
+        return (exists(given) and exists(recorded)
+                and run_base.file_size(given) == run_base.file_size(recorded)
+                and read_file_bytes(given) == read_file_bytes(recorded))
+    except (OSError, tf.errors.OpError):
+        return False
 
 
 def check_run_flags(min_seq_length):

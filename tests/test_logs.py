@@ -160,3 +160,30 @@ def test_windowed_run_gives_one_step_total(tmp_path, log_lines):
     totals = [line for line in log_lines if line.startswith("Training 1 of the ")]
     assert totals == ["Training 1 of the %d steps of 2.0 epochs (--max_train_steps)"
                       % int(windows / 8 * 2.0)]
+
+
+def test_run_record_knows_the_vocabulary_by_its_file(tmp_path, monkeypatch, log_lines):
+    """The recorded --vocab_file (an absolute path) given again as a
+    relative path, or as a copy elsewhere, is the same vocabulary: no
+    warning. Another file is warned about."""
+    import json
+    vocab = tiny.write_vocab(str(tmp_path), ["good", "film"])
+    copy = tiny.write_vocab(str(tmp_path), ["good", "film"], name="copy.txt")
+    other = tiny.write_vocab(str(tmp_path), ["bad", "film"], name="other.txt")
+    record = {"script": "run_classifier.py", "problem_type": "single_label_classification",
+              "labels": ["0", "1"], "bert_config": {"vocab_size": 9},
+              "flags": {"vocab_file": vocab}}
+    (tmp_path / "run_config.json").write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    warned = {}
+    for given in ("vocab.txt", "./vocab.txt", copy, other):
+        del log_lines[:]
+        with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False,
+                                 init_checkpoint=None, vocab_file=given):
+            run_common.use_run_record()
+        warned[given] = [line for line in log_lines if "differs" in line]
+    assert warned == {"vocab.txt": [], "./vocab.txt": [], copy: [], other: [
+        "--vocab_file=%s differs from the training run's %s in %s; using %s"
+        % (other, vocab, tmp_path / "run_config.json", other)]}
