@@ -854,12 +854,34 @@ def bert_model(bert_config, is_training, input_ids, input_mask, segment_ids,
         **(options or TrainingOptions()).model_kwargs())
 
 
+# While a `ResumableTrainer` call runs: the checkpoint from which its runner
+# restores every variable (a resumed training, an evaluation or prediction of
+# a trained model), which replaces the model_fn's initialisation; None where
+# that initialisation gives the weights.
+_RUNNER_RESTORES = {"checkpoint": None}
+
+
+@contextlib.contextmanager
+def _runner_restores(checkpoint):
+    """Inside, `init_from_checkpoint` logs that the runner restores all
+    variables from `checkpoint` (None: that the initialisation is used)."""
+    previous = _RUNNER_RESTORES["checkpoint"]
+    _RUNNER_RESTORES["checkpoint"] = checkpoint
+    try:
+        yield
+    finally:
+        _RUNNER_RESTORES["checkpoint"] = previous
+
+
 def init_from_checkpoint(init_checkpoint, use_tpu):
     """Sets up the graph's trainable variables to start from `init_checkpoint`
     (those whose names and shapes it holds; the others keep their random
     initialisers). Logs how many variables and parameters there are, how
     many were restored and which were not; every variable, marking the
-    restored ones with ", *INIT_FROM_CKPT*", at DEBUG level.
+    restored ones with ", *INIT_FROM_CKPT*", at DEBUG level. Where the
+    runner of a `ResumableTrainer` restores a checkpoint of the run instead
+    (resumed training, evaluation, prediction), the initialisation is never
+    run: the line names that checkpoint.
 
     Args:
       init_checkpoint: checkpoint path prefix, or None/"" for none.
@@ -894,7 +916,11 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     num_parameters = sum(var.shape.num_elements() or 0 for var in variables)
     summary = "Trainable variables: %d, %s parameters" % (len(variables),
                                                           "{:,}".format(num_parameters))
-    if init_checkpoint:
+    runner_checkpoint = _RUNNER_RESTORES["checkpoint"]
+    if runner_checkpoint:
+        summary += "; all restored from %s" % runner_checkpoint
+        restored = {var.name for var in variables}
+    elif init_checkpoint:
         summary += "; %d restored from %s" % (len(assignment_map), init_checkpoint)
     tf.logging.info("%s", summary)
     fresh = [var.op.name for var in variables if var.name not in restored]
@@ -1442,7 +1468,7 @@ class ResumableTrainer:
         chief = run_base.is_training_chief()
         if chief:  # The holder of the directory's lock; other workers only read.
             _remove_failed_saves(model_dir)
-        use_intact_checkpoint(model_dir, rewrite=chief)
+        resumed_from = use_intact_checkpoint(model_dir, rewrite=chief)
         start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
         start_record = start_batch * self._train_batch_size
         seed = self._options.input_seed
@@ -1454,7 +1480,8 @@ class ResumableTrainer:
             return input_fn(params)
 
         hook = InterruptHook(model_dir, save=chief)
-        with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False):
+        with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False), \
+                _runner_restores(resumed_from):
             self._runner.train(positioned_input_fn, max_steps=max_steps,
                                hooks=list(hooks or ()) + [hook], steps=steps)
         if hook.signum is not None:
@@ -1467,6 +1494,34 @@ class ResumableTrainer:
                 "resumes from it", hook.signal_name, step, checkpoint)
             raise TrainingInterrupted(128 + hook.signum)
         return self
+
+    def _restored_checkpoint(self, checkpoint_path):
+        """The checkpoint an evaluation or prediction restores: the one
+        given, else the latest of model_dir (None: the model_fn's
+        initialisation gives the weights)."""
+        model_dir = self._runner.model_dir
+        return checkpoint_path or (tf.train.latest_checkpoint(model_dir) if model_dir
+                                   else None)
+
+    def evaluate(self, *args, **kwargs):
+        """`runner.evaluate`, its checkpoint named by the model_fn's log."""
+        with _runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
+            return self._runner.evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        """`runner.predict` (a generator), its checkpoint named by the
+        model_fn's log."""
+        predictions = iter(self._runner.predict(*args, **kwargs))
+        # The graph is built when the first prediction is asked for.
+        with _runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
+            first = next(predictions, _NO_PREDICTION)
+        if first is _NO_PREDICTION:
+            return
+        yield first
+        yield from predictions
+
+
+_NO_PREDICTION = object()  # The end of `ResumableTrainer.predict`'s first next().
 
 
 def _remove_failed_saves(model_dir):

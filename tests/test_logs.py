@@ -3,6 +3,7 @@ the training headline with the effective batch, evaluation and prediction
 progress, and example dumps that show what a reader checks."""
 
 import logging
+import os
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -152,7 +153,7 @@ def test_windowed_run_gives_one_step_total(tmp_path, log_lines):
     flag_values = test_long_inputs._generic_flags(
         data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
         output_dir=str(tmp_path / "out"), do_train=True, doc_stride=7, max_train_steps=1)
-    flag_values.update(train_batch_size=8, num_train_epochs=2.0)
+    flag_values.update(train_batch_size=8, num_train_epochs=2.0, fused_ops="none")
     tiny.run_main_seeded(run_classifier.main, flag_values)
     (windows,) = [int(line.split("=")[1]) for line in log_lines
                   if line.startswith("  Num windows = ")]
@@ -187,3 +188,48 @@ def test_run_record_knows_the_vocabulary_by_its_file(tmp_path, monkeypatch, log_
     assert warned == {"vocab.txt": [], "./vocab.txt": [], copy: [], other: [
         "--vocab_file=%s differs from the training run's %s in %s; using %s"
         % (other, vocab, tmp_path / "run_config.json", other)]}
+
+
+def _save_base_model(config_file, prefix):
+    """A BERT checkpoint without a task head at `prefix` (a base model)."""
+    import modeling
+    config = modeling.BertConfig.from_json_file(config_file)
+    with tf.Graph().as_default():
+        modeling.BertModel(config, False, tf.zeros([1, 4], tf.int32), scope="bert")
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, prefix)
+    return prefix
+
+
+def test_restore_lines_name_the_checkpoint_the_weights_come_from(tmp_path, log_lines):
+    """Training from a base model names it and the head it lacks; the
+    evaluation and prediction after it, and a resumed training, restore
+    every variable from the run's checkpoint, and say so."""
+    import test_long_inputs
+    data_dir = str(tmp_path / "data")
+    test_long_inputs._write_long_task(data_dir, num_train=8, num_dev=2, num_test=2)
+    vocab = tiny.write_vocab(str(tmp_path), test_long_inputs.FILLER + test_long_inputs.SIGNALS)
+    config = tiny.write_config(str(tmp_path), vocab_size=len(test_long_inputs.FILLER) + 7)
+    base = _save_base_model(config, str(tmp_path / "base" / "bert_model.ckpt"))
+    output_dir = str(tmp_path / "out")
+    flag_values = test_long_inputs._generic_flags(
+        data_dir=data_dir, vocab_file=vocab, bert_config_file=config, output_dir=output_dir,
+        init_checkpoint=base, do_train=True, do_eval=True, do_predict=True)
+    flag_values.update(train_batch_size=4, num_train_epochs=1.0, fused_ops="none")
+
+    def restore_lines():
+        lines = [line.split("; ", 1)[-1] for line in log_lines
+                 if line.startswith(("Trainable variables", "Not in the checkpoint"))]
+        del log_lines[:]
+        return lines
+
+    tiny.run_main_seeded(run_classifier.main, flag_values)
+    trained = os.path.join(output_dir, "model.ckpt-2")
+    assert restore_lines() == [
+        "%d restored from %s" % (len(tf.train.list_variables(base)), base),
+        "Not in the checkpoint, initialised at random: output_weights, output_bias",
+        "all restored from %s" % trained, "all restored from %s" % trained]
+    flag_values.update(num_train_epochs=2.0, do_eval=False, do_predict=False)
+    tiny.run_main_seeded(run_classifier.main, flag_values)
+    assert restore_lines() == ["all restored from %s" % trained]
