@@ -190,3 +190,49 @@ def test_real_tensorflow_runs_onednn_on_x86_64_linux():
                               env=dict(env, **extra), timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split()[-1] == enabled
+
+
+def _importing_tensorflow(pid):
+    """Whether process `pid` has begun to load TensorFlow's libraries."""
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            return "libtensorflow_framework" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_sigint_while_tensorflow_imports_stops_the_script(tmp_path):
+    """A script started as a shell starts a background job (SIGINT ignored)
+    gets SIGINT while TensorFlow is still importing: the signal is not
+    lost, the script ends by it with one line and writes nothing."""
+    import signal
+    import time
+
+    import test_interruption
+    import tiny
+    data_dir = str(tmp_path / "data")
+    test_interruption._write_task(data_dir)
+    vocab = tiny.write_vocab(str(tmp_path), test_interruption.WORDS)
+    config = tiny.write_config(str(tmp_path), vocab_size=len(test_interruption.WORDS) + 6)
+    output_dir = tmp_path / "out"
+    command = [sys.executable, os.path.join(ROOT, "run_classifier.py"), "--task_name=MRPC",
+               "--data_dir=" + data_dir, "--vocab_file=" + vocab, "--bert_config_file=" + config,
+               "--output_dir=%s" % output_dir, "--do_train=True", "--max_seq_length=16",
+               "--train_batch_size=4", "--num_train_epochs=1", "--fused_ops=none"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.time() + 120
+        while not _importing_tensorflow(process.pid):
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.005)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGINT, output
+    assert "ERROR: interrupted by SIGINT" in output and "Traceback" not in output
+    assert not output_dir.exists()
