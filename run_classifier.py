@@ -1522,6 +1522,7 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
     best_dir = os.path.join(FLAGS.output_dir, "best")
     result = None
     step = _global_step(estimator)
+    estimator.evaluations_at(range(eval_every_n_steps, num_train_steps, eval_every_n_steps))
     while step < num_train_steps:
         next_step = min(num_train_steps, (step // eval_every_n_steps + 1) * eval_every_n_steps)
         estimator.train(input_fn=train_input_fn, max_steps=next_step)

@@ -1217,11 +1217,69 @@ def train_schedule(num_examples, options, what="training examples", announce=Tru
     return steps, int(steps * FLAGS.warmup_proportion)
 
 
+class TrainingClock:
+    """The time of one training run, across the runner's `train` calls that
+    its evaluations split it into, for the ETA of `ThroughputHook`.
+
+    The first session run of a `train` call holds its start-up (graph
+    optimisation, XLA compilation, the input pipeline filling up), which is
+    no training step's time: the run's first one is left out, and from the
+    second call on, the time from the previous call's last run to the end of
+    this call's first run counts as a pause (the evaluation, and the restart
+    of training after it).
+
+    Args:
+      evaluation_steps: the global steps after which training pauses for an
+        evaluation (not the last step, after which training is over).
+
+    Attributes:
+      runs, run_seconds: session runs timed, and their wall time (from the
+        end of the run before, so checkpoint saves and hooks count too).
+      pauses, pause_seconds: pauses for evaluations so far, and their time.
+    """
+
+    def __init__(self, evaluation_steps=()):
+        self.evaluation_steps = tuple(sorted(evaluation_steps))
+        self.runs = 0
+        self.run_seconds = 0.0
+        self.pauses = 0
+        self.pause_seconds = 0.0
+        self.last_run_end = None  # Of the previous `train` call.
+
+    def eta(self, step, num_train_steps, runs_per_step=1):
+        """", ETA <time>" for the training from global step `step` to
+        `num_train_steps` ("" before any run was timed): the remaining
+        session runs at the mean time of a run so far, plus the
+        evaluations still to come at the mean time of a pause so far
+        ("with N evaluations"), or "+ N evaluations" when none was timed
+        yet."""
+        if not self.runs or step >= num_train_steps:
+            return ""
+        seconds = (num_train_steps - step) * runs_per_step * self.run_seconds / self.runs
+        pending = sum(step <= e < num_train_steps for e in self.evaluation_steps)
+        evaluations = "%d evaluation%s" % (pending, "" if pending == 1 else "s")
+        if pending and self.pauses:
+            return ", ETA %s with %s" % (format_duration(
+                seconds + pending * self.pause_seconds / self.pauses), evaluations)
+        if pending:
+            return ", ETA %s + %s" % (format_duration(seconds), evaluations)
+        return ", ETA %s" % format_duration(seconds)
+
+
+# The `TrainingClock` of the `ResumableTrainer.train` call under way (its
+# hooks time the run on it), or None.
+_TRAINING_CLOCK = {"current": None}
+
+
 class ThroughputHook(tf.train.SessionRunHook):
     """Logs the training progress about every --log_every_seconds of wall
-    time: "step <global step>[ of <num_train_steps>]: loss = <mean loss since
-    the last line>, <examples/s>[, <tokens/s>][, ETA <time>]", one line at
-    the first step and one at the end.
+    time: "step <global step>[ of <num_train_steps>]: loss = <the mean loss
+    of the batches since the last line> (mean of <n> batches),
+    <examples/s>[, <tokens/s>][, ETA <time>]", one line at the first step
+    and one at the end. The rate leaves out the start-up in the first
+    session run (a line with no other run says how long it took), and the
+    ETA counts the evaluations still to come (see `TrainingClock`; the
+    clock of the `ResumableTrainer` training, else one of this hook's own).
 
     Args:
       loss: the loss tensor.
@@ -1244,28 +1302,41 @@ class ThroughputHook(tf.train.SessionRunHook):
         self._every_seconds = log_every_seconds() if every_seconds is None else every_seconds
         self._num_train_steps = num_train_steps
         self._runs_per_step = max(1, runs_per_step)
+        self._clock = None
         self._runs = 0
+        self._begin = None
+        self._last_run_end = None
         self._interval_start = None
-        self._interval_runs = 0
-        self._interval_first_step = None
+        self._interval_timed_runs = 0
+        self._interval_seconds = 0.0
         self._losses = []
 
     def begin(self):
         self._global_step = tf.train.get_global_step()
+        self._clock = _TRAINING_CLOCK["current"] or TrainingClock()
+        self._begin = time.time()
 
     def before_run(self, run_context):
-        if self._interval_start is None:
-            self._interval_start = time.time()
         return tf.train.SessionRunArgs({"loss": self._loss, "step": self._global_step})
 
     def after_run(self, run_context, run_values):
-        step = int(run_values.results["step"])
-        if self._interval_first_step is None:
-            self._interval_first_step = step
-        self._runs += 1
-        self._interval_runs += 1
-        self._losses.append(float(run_values.results["loss"]))
         now = time.time()
+        self._runs += 1
+        self._losses.append(float(run_values.results["loss"]))
+        clock = self._clock
+        if self._runs == 1:
+            # The start-up: neither a step's time nor, after an evaluation,
+            # part of the pause's.
+            if clock.last_run_end is not None:
+                clock.pauses += 1
+                clock.pause_seconds += now - clock.last_run_end
+            self._interval_start = now
+        else:
+            clock.runs += 1
+            clock.run_seconds += now - self._last_run_end
+            self._interval_timed_runs += 1
+            self._interval_seconds += now - self._last_run_end
+        self._last_run_end = now
         if self._every_n:
             due = self._runs % self._every_n == 0
         else:
@@ -1276,35 +1347,37 @@ class ThroughputHook(tf.train.SessionRunHook):
             self._log(now, run_context.session)
 
     def end(self, session):
-        if self._interval_runs:
+        if self._losses:
             self._log(time.time(), session)
+        if self._last_run_end is not None:
+            self._clock.last_run_end = self._last_run_end
 
     def _log(self, now, session):
-        elapsed = max(now - self._interval_start, 1e-9)
         # The step fetched with the run may have been read before the
         # update: read it again.
         step = int(session.run(self._global_step))
         message = "step %d" % step
         if self._num_train_steps:
             message += " of %d" % self._num_train_steps
-        message += ": loss = %.4f, %.2f examples/s" % (
-            sum(self._losses) / len(self._losses),
-            self._examples_per_step * self._interval_runs / elapsed)
-        if self._tokens_per_step:
-            message += ", %.0f tokens/s" % (self._tokens_per_step * self._interval_runs
-                                            / elapsed)
-        # Global steps per second: with gradient accumulation one step takes
-        # several session runs.
-        # (None after the first run alone, whose time is mostly start-up.)
-        steps_done = step - self._interval_first_step
-        if (self._num_train_steps and step < self._num_train_steps and steps_done > 0
-                and self._runs > 1):
-            message += ", ETA %s" % format_duration(
-                (self._num_train_steps - step) * elapsed / steps_done)
+        batches = len(self._losses)
+        message += ": loss = %.4f (%s)" % (
+            sum(self._losses) / batches,
+            "1 batch" if batches == 1 else "mean of %d batches" % batches)
+        if self._interval_timed_runs:
+            seconds = max(self._interval_seconds, 1e-9)
+            message += ", %.2f examples/s" % (
+                self._examples_per_step * self._interval_timed_runs / seconds)
+            if self._tokens_per_step:
+                message += ", %.0f tokens/s" % (
+                    self._tokens_per_step * self._interval_timed_runs / seconds)
+        else:
+            message += ", %s with start-up" % format_duration(now - self._begin)
+        if self._num_train_steps:
+            message += self._clock.eta(step, self._num_train_steps, self._runs_per_step)
         tf.logging.info("%s", message)
         self._losses = []
-        self._interval_runs = 0
-        self._interval_first_step = None
+        self._interval_timed_runs = 0
+        self._interval_seconds = 0.0
         self._interval_start = now
 
 
@@ -1456,6 +1529,12 @@ class ResumableTrainer:
         self._runner = runner
         self._options = options
         self._train_batch_size = train_batch_size or 0
+        self._clock = TrainingClock()
+
+    def evaluations_at(self, steps):
+        """Tells the progress lines' ETA the global steps after which the
+        caller evaluates between two `train` calls (see `TrainingClock`)."""
+        self._clock.evaluation_steps = tuple(sorted(steps))
 
     def __getattr__(self, name):
         return getattr(self._runner, name)
@@ -1480,10 +1559,14 @@ class ResumableTrainer:
             return input_fn(params)
 
         hook = InterruptHook(model_dir, save=chief)
-        with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False), \
-                _runner_restores(resumed_from):
-            self._runner.train(positioned_input_fn, max_steps=max_steps,
-                               hooks=list(hooks or ()) + [hook], steps=steps)
+        _TRAINING_CLOCK["current"] = self._clock
+        try:
+            with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False), \
+                    _runner_restores(resumed_from):
+                self._runner.train(positioned_input_fn, max_steps=max_steps,
+                                   hooks=list(hooks or ()) + [hook], steps=steps)
+        finally:
+            _TRAINING_CLOCK["current"] = None
         if hook.signum is not None:
             checkpoint = tf.train.latest_checkpoint(model_dir)
             step = hook.step

@@ -780,6 +780,7 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
             os.path.join(FLAGS.output_dir, RESULTS_FILE))
         return latest
     checkpoint, result = None, None
+    estimator.evaluations_at(steps[:-1])
     for target in [step for step in steps if step > done] or steps[-1:]:
         estimator.train(input_fn=train_input_fn_at(done), max_steps=target)
         done = target

@@ -233,3 +233,81 @@ def test_restore_lines_name_the_checkpoint_the_weights_come_from(tmp_path, log_l
     flag_values.update(num_train_epochs=2.0, do_eval=False, do_predict=False)
     tiny.run_main_seeded(run_classifier.main, flag_values)
     assert restore_lines() == ["all restored from %s" % trained]
+
+
+class _FakeTime:
+    """A clock for run_common that only moves when told (seconds)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
+
+
+def _train_segment(hook, clock, start_step, num_runs, runs_per_update, seconds_of_run):
+    """`num_runs` session runs, from global step `start_step`, of a graph
+    whose step advances every `runs_per_update` runs; run i (from 0) moves
+    `clock` by seconds_of_run(i)."""
+
+    class Tick(tf.train.SessionRunHook):
+        def __init__(self):
+            self.runs = 0
+
+        def after_run(self, run_context, run_values):
+            clock.now += seconds_of_run(self.runs)
+            self.runs += 1
+
+    with tf.Graph().as_default():
+        global_step = tf.get_variable(
+            "global_step", initializer=tf.constant(start_step, tf.int64), trainable=False,
+            collections=[tf.GraphKeys.GLOBAL_VARIABLES, tf.GraphKeys.GLOBAL_STEP])
+        runs = tf.Variable(0, dtype=tf.int64, trainable=False)
+        count = tf.assign_add(runs, 1)
+        step = tf.cond(tf.equal(count % runs_per_update, 0),
+                       lambda: tf.assign_add(global_step, 1), lambda: tf.identity(global_step))
+        loss = tf.cast(step, tf.float32)
+        with tf.train.MonitoredSession(hooks=[Tick(), hook(loss)]) as session:
+            for _ in range(num_runs):
+                session.run(step)
+
+
+def test_rate_and_eta_leave_out_start_up_and_count_evaluations(log_lines, monkeypatch):
+    """Two micro-batches per update, 10 updates, evaluations after steps 2,
+    4, 6 and 8. The first run of each `train` call holds 100 s (then 5 s)
+    of start-up, the others 1 s: the rate and ETA use the 1 s runs only;
+    before any evaluation was timed the ETA says how many come; after the
+    first (50 s, plus the 5 s restart) it includes them."""
+    clock = _FakeTime()
+    monkeypatch.setattr(run_common, "time", clock)
+    training = run_common.TrainingClock(evaluation_steps=[2, 4, 6, 8])
+    monkeypatch.setitem(run_common._TRAINING_CLOCK, "current", training)
+
+    def hook(loss):
+        return run_common.ThroughputHook(loss, examples_per_step=4, num_train_steps=10,
+                                         every_seconds=0, runs_per_step=2)
+
+    _train_segment(hook, clock, 0, 4, 2, lambda run: 100.0 if run == 0 else 1.0)
+    clock.now += 50.0  # The evaluation at step 2.
+    _train_segment(hook, clock, 2, 2, 2, lambda run: 5.0 if run == 0 else 1.0)
+    steps = [line for line in log_lines if line.startswith("step ")]
+    assert steps == [
+        # Run 2 alone is timed: 4 examples in 1 s; 18 runs to go.
+        "step 1 of 10: loss = 0.5000 (mean of 2 batches), 4.00 examples/s, ETA 18 s + "
+        "4 evaluations",
+        "step 2 of 10: loss = 1.5000 (mean of 2 batches), 4.00 examples/s, ETA 16 s + "
+        "4 evaluations",
+        # 14 runs of 1 s and 3 evaluations of 55 s to go.
+        "step 3 of 10: loss = 2.5000 (mean of 2 batches), 4.00 examples/s, ETA 2 min 59 s "
+        "with 3 evaluations"]
+
+
+def test_a_first_line_without_timed_runs_gives_the_start_up(log_lines, monkeypatch):
+    clock = _FakeTime()
+    monkeypatch.setattr(run_common, "time", clock)
+    _train_segment(lambda loss: run_common.ThroughputHook(
+        loss, examples_per_step=4, num_train_steps=10, every_seconds=30), clock, 0, 3, 1,
+        lambda run: 100.0 if run == 0 else 1.0)
+    assert [line for line in log_lines if line.startswith("step ")] == [
+        "step 1 of 10: loss = 1.0000 (1 batch), 1 min 40 s with start-up",
+        "step 3 of 10: loss = 2.5000 (mean of 2 batches), 4.00 examples/s, ETA 7 s"]
