@@ -1221,12 +1221,13 @@ class TrainingClock:
     """The time of one training run, across the runner's `train` calls that
     its evaluations split it into, for the ETA of `ThroughputHook`.
 
-    The first session run of a `train` call holds its start-up (graph
-    optimisation, XLA compilation, the input pipeline filling up), which is
-    no training step's time: the run's first one is left out, and from the
+    The first update of a `train` call holds its start-up (graph
+    optimisation, XLA compilation, the input pipeline filling up, and with
+    gradient accumulation the first run of the update's ops), which is no
+    training step's time: the run's first one is left out, and from the
     second call on, the time from the previous call's last run to the end of
-    this call's first run counts as a pause (the evaluation, and the restart
-    of training after it).
+    this call's first update counts as a pause (the evaluation, and the
+    restart of training after it).
 
     Args:
       evaluation_steps: the global steps after which training pauses for an
@@ -1277,7 +1278,7 @@ class ThroughputHook(tf.train.SessionRunHook):
     of the batches since the last line> (mean of <n> batches),
     <examples/s>[, <tokens/s>][, ETA <time>]", one line at the first step
     and one at the end. The rate leaves out the start-up in the first
-    session run (a line with no other run says how long it took), and the
+    update (a line with no other run says how long it took), and the
     ETA counts the evaluations still to come (see `TrainingClock`; the
     clock of the `ResumableTrainer` training, else one of this hook's own).
 
@@ -1324,9 +1325,13 @@ class ThroughputHook(tf.train.SessionRunHook):
         self._runs += 1
         self._losses.append(float(run_values.results["loss"]))
         clock = self._clock
-        if self._runs == 1:
-            # The start-up: neither a step's time nor, after an evaluation,
-            # part of the pause's.
+        if self._runs < self._runs_per_step:
+            pass  # The start-up (see below).
+        elif self._runs == self._runs_per_step:
+            # The first update: its first run holds the start-up, and with
+            # gradient accumulation the first run that applies the update
+            # starts its ops too. Not timed as a step; after an
+            # evaluation, part of the pause.
             if clock.last_run_end is not None:
                 clock.pauses += 1
                 clock.pause_seconds += now - clock.last_run_end

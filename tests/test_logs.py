@@ -273,33 +273,36 @@ def _train_segment(hook, clock, start_step, num_runs, runs_per_update, seconds_o
 
 
 def test_rate_and_eta_leave_out_start_up_and_count_evaluations(log_lines, monkeypatch):
-    """Two micro-batches per update, 10 updates, evaluations after steps 2,
-    4, 6 and 8. The first run of each `train` call holds 100 s (then 5 s)
-    of start-up, the others 1 s: the rate and ETA use the 1 s runs only;
-    before any evaluation was timed the ETA says how many come; after the
-    first (50 s, plus the 5 s restart) it includes them."""
+    """Two micro-batches per update, 10 updates, evaluations after steps 3,
+    6 and 9. The first update of each `train` call holds 100 s + 2 s (then
+    5 s + 2 s) of start-up, the other runs 1 s: the rate and ETA use the
+    1 s runs only; before any evaluation was timed the ETA says how many
+    come; after the first (50 s, plus the 7 s restart) it includes them."""
     clock = _FakeTime()
     monkeypatch.setattr(run_common, "time", clock)
-    training = run_common.TrainingClock(evaluation_steps=[2, 4, 6, 8])
+    training = run_common.TrainingClock(evaluation_steps=[3, 6, 9])
     monkeypatch.setitem(run_common._TRAINING_CLOCK, "current", training)
 
     def hook(loss):
         return run_common.ThroughputHook(loss, examples_per_step=4, num_train_steps=10,
                                          every_seconds=0, runs_per_step=2)
 
-    _train_segment(hook, clock, 0, 4, 2, lambda run: 100.0 if run == 0 else 1.0)
-    clock.now += 50.0  # The evaluation at step 2.
-    _train_segment(hook, clock, 2, 2, 2, lambda run: 5.0 if run == 0 else 1.0)
+    _train_segment(hook, clock, 0, 6, 2, lambda run: [100.0, 2.0][run] if run < 2 else 1.0)
+    clock.now += 50.0  # The evaluation at step 3.
+    _train_segment(hook, clock, 3, 4, 2, lambda run: [5.0, 2.0][run] if run < 2 else 1.0)
     steps = [line for line in log_lines if line.startswith("step ")]
     assert steps == [
-        # Run 2 alone is timed: 4 examples in 1 s; 18 runs to go.
-        "step 1 of 10: loss = 0.5000 (mean of 2 batches), 4.00 examples/s, ETA 18 s + "
-        "4 evaluations",
+        "step 1 of 10: loss = 0.5000 (mean of 2 batches), 1 min 42 s with start-up",
+        # 4 examples a second; 16 runs of 1 s to go, and 3 evaluations.
         "step 2 of 10: loss = 1.5000 (mean of 2 batches), 4.00 examples/s, ETA 16 s + "
-        "4 evaluations",
-        # 14 runs of 1 s and 3 evaluations of 55 s to go.
-        "step 3 of 10: loss = 2.5000 (mean of 2 batches), 4.00 examples/s, ETA 2 min 59 s "
-        "with 3 evaluations"]
+        "3 evaluations",
+        "step 3 of 10: loss = 2.5000 (mean of 2 batches), 4.00 examples/s, ETA 14 s + "
+        "3 evaluations",
+        # 12 runs of 1 s and 2 evaluations of 57 s to go.
+        "step 4 of 10: loss = 3.5000 (mean of 2 batches), 7 s with start-up, ETA 2 min 06 s "
+        "with 2 evaluations",
+        "step 5 of 10: loss = 4.5000 (mean of 2 batches), 4.00 examples/s, ETA 2 min 04 s "
+        "with 2 evaluations"]
 
 
 def test_a_first_line_without_timed_runs_gives_the_start_up(log_lines, monkeypatch):
