@@ -1228,9 +1228,10 @@ class InterruptedExit(SystemExit):
 # signal: the first interrupting signal's number, or None. held: while > 0,
 # a first signal is only recorded (see `interrupts_held`).
 # early: the handlers of `hold_interrupts_until_run` are in place (and
-# before_early: the handlers they replaced).
+# before_early: the handlers they replaced). caught: how many
+# `interrupts_caught` blocks are open.
 _INTERRUPT = {"signal": None, "held": 0, "on_hold": None, "exit_signal": None,
-              "early": False, "before_early": {}}
+              "early": False, "before_early": {}, "caught": 0}
 
 
 def hold_interrupts_until_run():
@@ -1241,8 +1242,10 @@ def hold_interrupts_until_run():
     in those seconds would be lost where the process started ignoring it (a
     background job of a shell) and raise in the middle of an import
     elsewhere. A second signal ends the process at once. Main thread only;
-    once per process."""
-    if _INTERRUPT["early"] or threading.current_thread() is not threading.main_thread():
+    once per process, and nothing once the run has begun (a module that
+    imports quiet_tf late, in the middle of the work)."""
+    if (_INTERRUPT["early"] or _INTERRUPT["caught"]
+            or threading.current_thread() is not threading.main_thread()):
         return
     _INTERRUPT["before_early"] = {signum: signal.signal(signum, _on_interrupt)
                                   for signum in INTERRUPT_SIGNALS}
@@ -1282,9 +1285,11 @@ def interrupts_caught():
             previous[signum] = signal.signal(signum, _on_interrupt)
         if early:  # On leaving, the handlers from before the early hold.
             previous.update(_INTERRUPT["before_early"])
+    _INTERRUPT["caught"] += 1
     try:
         yield
     finally:
+        _INTERRUPT["caught"] -= 1
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _INTERRUPT.update(signal=None, held=0, on_hold=None)

@@ -236,3 +236,17 @@ def test_sigint_while_tensorflow_imports_stops_the_script(tmp_path):
     assert process.returncode == -signal.SIGINT, output
     assert "ERROR: interrupted by SIGINT" in output and "Traceback" not in output
     assert not output_dir.exists()
+
+
+def test_a_late_import_leaves_the_run_s_signal_handling_alone():
+    """quiet_tf imported in the middle of a run (a module that loads
+    TensorFlow late) does not put a running script's signals on hold: a
+    SIGINT still stops the work."""
+    import signal
+
+    import run_base
+    with run_base.interrupts_caught():
+        run_base.hold_interrupts_until_run()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert not run_base._INTERRUPT["early"]
