@@ -609,6 +609,7 @@ def convert(hf_model_dir, output_dir):
     if not tf.io.gfile.isdir(hf_model_dir):
         raise InputError("--hf_model_dir: directory not found: %s" % hf_model_dir)
     run_common.check_output_dir(output_dir)
+    _refuse_hugging_face_folder(output_dir)
 
     config_path = os.path.join(hf_model_dir, "config.json")
     vocab_path = os.path.join(hf_model_dir, "vocab.txt")
@@ -664,6 +665,30 @@ def convert(hf_model_dir, output_dir):
             "bert_config_file": os.path.join(output_dir, "bert_config.json"),
             "vocab_file": os.path.join(output_dir, "vocab.txt"),
             "warnings": warnings}
+
+
+# Files of a Hugging Face model folder that this layout never writes.
+_HF_MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json",
+                   "pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
+                   "tokenizer.json")
+
+
+def _refuse_hugging_face_folder(output_dir):
+    """InputError if `output_dir` holds a Hugging Face model (its own
+    --hf_model_dir, an earlier --to_hf output, ...): both layouts name their
+    casing file tokenizer_config.json, and the converted one (casing only)
+    would replace the model's, whose model_max_length and special tokens
+    transformers needs."""
+    held = [name for name in _HF_MODEL_FILES
+            if tf.io.gfile.exists(os.path.join(output_dir, name))]
+    config = os.path.join(output_dir, run_common.TOKENIZER_CONFIG_FILE)
+    if tf.io.gfile.exists(config) and set(read_json(config)) - {"do_lower_case"}:
+        held.append(run_common.TOKENIZER_CONFIG_FILE)
+    if held:
+        raise InputError(
+            "--output_dir %s holds a Hugging Face model (%s), whose tokenizer_config.json "
+            "and vocab.txt the converted files would replace: choose another folder"
+            % (output_dir, ", ".join(held)))
 
 
 def _write_json(path, value):
@@ -731,7 +756,7 @@ HF_HIDDEN_ACT = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_exact": "gelu
 # AdamWeightDecayOptimizer / _1) and gradient accumulators, and counters.
 _SLOT = re.compile(r"^(.+)/(adam_m|adam_v|AdamWeightDecayOptimizer(?:_\d+)?|grad_accum)$")
 _COUNTERS = ("global_step", "gradient_accumulation/micro_step", "loss_scale/scale",
-             "loss_scale/good_steps")
+             "loss_scale/good_steps", "loss_scale/batches_read")
 
 # The heads each transformers class has (pooler: bert.pooler.*).
 _CLASS_PARTS = {
@@ -1002,8 +1027,9 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
 
     hf_config = hf_config_for(config, architecture, tokenizer.vocab, labels, problem_type)
+    model_max_length, note = _input_length(record, config.max_position_embeddings)
     tokenizer_config = dict(SPECIAL_TOKENS, do_lower_case=bool(do_lower_case),
-                            model_max_length=config.max_position_embeddings,
+                            model_max_length=model_max_length,
                             tokenizer_class="BertTokenizer", tokenize_chinese_chars=True,
                             strip_accents=None, do_basic_tokenize=True)
     for name in ("pytorch_model.bin", "model.safetensors.index.json",
@@ -1019,6 +1045,9 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         try:
             # "format": "pt" is what transformers expects of a PyTorch model's file.
             save_file(dict(tensors), local, metadata={"format": "pt"})
+            # safetensors creates the file readable by its owner alone; give
+            # it the mode of the files written beside it.
+            os.chmod(local, 0o666 & ~_umask())
             if local != os.path.join(folder, "model.safetensors"):
                 tf.io.gfile.copy(local, os.path.join(folder, "model.safetensors"))
         finally:
@@ -1030,6 +1059,8 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
 
     _write_folder(output_dir, write_files)
 
+    if note:
+        tf.logging.warning("%s", note)
     reasons = collections.Counter(dropped.values())
     if dropped:
         tf.logging.info("Left out %d of the checkpoint's %d variables: %s", len(dropped),
@@ -1049,6 +1080,59 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
                                  if name == run_common.TOKENIZER_CONFIG_FILE else "")
     return {"architecture": architecture, "config": hf_config, "tensors": tensors,
             "dropped": dropped}
+
+
+def _umask():
+    """The process's umask (os.umask can only read it by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _input_length(record, max_position_embeddings):
+    """(model_max_length for tokenizer_config.json, a log line or None).
+
+    A fine-tuned model read at most the run's --max_seq_length tokens at a
+    time (its run record says), and with --doc_stride read longer inputs in
+    windows; transformers' pipelines cut inputs at model_max_length or
+    window them their own way, which the line says.
+
+    Args:
+      record: the run record (`run_common.RunRecord`), or None.
+      max_position_embeddings: the model's longest input.
+    """
+    max_seq_length = record.flags.get("max_seq_length") if record else None
+    if not max_seq_length:
+        return max_position_embeddings, None
+    length = min(int(max_seq_length), max_position_embeddings)
+    stride = record.flags.get("doc_stride")
+    if stride is None and length == max_position_embeddings:
+        return length, None
+    if stride is None:
+        how = "cut its inputs at --max_seq_length=%d tokens" % length
+    else:
+        how = ("read longer inputs in windows of --max_seq_length=%d tokens starting "
+               "--doc_stride=%d apart" % (length, stride))
+    if record.script == "run_squad.py":
+        pipeline = ("transformers (5) has no question-answering pipeline, and its "
+                    "BertForQuestionAnswering reads one window: split longer contexts as the "
+                    "scripts do (questions cut at --max_query_length=%s)"
+                    % record.flags.get("max_query_length"))
+    elif record.script == "run_ner.py":
+        pipeline = ("the token-classification pipeline cuts a longer input there unless "
+                    "called with stride=N (windows overlapping by N tokens), so its tags of "
+                    "long inputs differ")
+    elif record.script == "run_swag.py":
+        pipeline = "transformers has no multiple-choice pipeline to compare"
+    elif stride is not None:
+        pipeline = ("the text-classification pipeline has no windows: with truncation=True "
+                    "it reads the first %d tokens of a longer input alone, so its scores of "
+                    "such inputs differ" % length)
+    else:
+        pipeline = ("the text-classification pipeline cuts a longer input there, as the "
+                    "scripts do, only when called with truncation=True")
+    return length, "%s (%s) %s: tokenizer_config.json gets model_max_length=%d; %s " \
+        "(docs/conversion.md)" % (record.script, record.path, how, length, pipeline)
 
 
 def _local_output(path):

@@ -228,23 +228,22 @@ def _num_documents():
 # What to show of a script's log on the console (the full log is saved).
 _LOG_PREFIX = re.compile(r"^(?:INFO:tensorflow:|WARNING:tensorflow:|"
                          r"[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] )")
+# The training progress lines (one at the first step, then about every
+# --log_every_seconds, and one at the end), the section headers ("*****
+# Running training *****", "***** Eval results *****", "***** Test results
+# *****", ...) with their "  key = value" lines, and the files written.
 _INTERESTING = re.compile(
-    r"^step \d+(?: of \d+)?: loss|Eval results|^  \w+ = [-+.\de]+$|^Wrote |"
+    r"^step \d+(?: of \d+)?: loss|^\*{5} .* \*{5}$|^  \w+ = [-+.\de]+$|^Wrote |"
     r"words, \d+ distinct|"
     r"as checkpoint 0|Num examples|Num steps|Converted \d+ examples|"
     r"^\s*\"(exact_match|f1)\"|Writing predictions|"
     r"Could not find answer for|ERROR|Error|Traceback")
 
 
-def _console_line(raw, step_every):
+def _console_line(raw):
     """The message of log line `raw` if worth showing, else None."""
     message = _LOG_PREFIX.sub("", raw.rstrip("\n"))
-    if not _INTERESTING.search(message):
-        return None
-    match = re.match(r"^step (\d+)(?: of \d+)?: loss", message)
-    if match and (int(match.group(1)) + 1) % step_every:
-        return None
-    return message
+    return message if _INTERESTING.search(message) else None
 
 
 def run_step(step, index, total, out_abs, python_shown):
@@ -253,8 +252,6 @@ def run_step(step, index, total, out_abs, python_shown):
     print("      %s" % step.about, flush=True)
     print(format_command(python_shown, step.argv()), flush=True)
     log_path = os.path.join(out_abs, "logs", step.name + ".log")
-    steps = dict(step.flags).get("num_train_steps", 100)
-    step_every = 10 * max(1, -(-int(steps) // 100))  # about 10 progress lines
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     start = time.time()
     last = None
@@ -265,7 +262,7 @@ def run_step(step, index, total, out_abs, python_shown):
             encoding="utf-8", errors="replace")
         for raw in process.stdout:
             log.write(raw)
-            message = _console_line(raw, step_every)
+            message = _console_line(raw)
             # absl logs each message twice (Python and C++ formats).
             if message is not None and message != last:
                 print("      | " + message, flush=True)

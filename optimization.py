@@ -106,7 +106,7 @@ OPTIMIZERS = ("adamw", "lamb")
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
                      gradient_accumulation_steps=1, loss_scale_manager=None, tvars=None,
                      optimizer_name="adamw", poly_power=1.0, start_warmup_step=0,
-                     fused_update=None):
+                     fused_update=None, count_batches=False):
     """Builds the op of one training step of `loss` with BERT's optimizer
     (or LAMB).
 
@@ -137,6 +137,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
       fused_update: LAMB only: compute each variable's update as one
         XLA-compiled loop (`LambOptimizer`'s `fused`); None: where no GPU
         is visible. Never with `use_tpu` (the TPU compiler fuses by itself).
+      count_batches: with `loss_scale_manager`, count the calls (batches
+        read, skipped ones included) in the variable BATCHES_READ_VARIABLE.
 
     Returns:
       The train op. Running it once performs one forward/backward pass and,
@@ -190,9 +192,17 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
             grads[i] = g
         num_replicas = replica_context.num_replicas_in_sync
 
+    batches_read = None
+    if loss_scale_manager is not None and count_batches:
+        batches_read = tf.get_variable(
+            BATCHES_READ_VARIABLE, shape=[], dtype=tf.int64, trainable=False,
+            initializer=tf.zeros_initializer(), collections=[tf.GraphKeys.GLOBAL_VARIABLES],
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
     if gradient_accumulation_steps and gradient_accumulation_steps > 1:
         return _accumulating_train_op(optimizer, grads, tvars, global_step,
-                                      gradient_accumulation_steps, loss_scale_manager)
+                                      gradient_accumulation_steps, loss_scale_manager,
+                                      batches_read)
 
     all_finite = None
     if loss_scale_manager is not None:
@@ -219,7 +229,14 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
 
     step_op = tf.cond(all_finite, apply_step, lambda: tf.identity(global_step))
     with tf.control_dependencies([step_op]):
-        return tf.group(loss_scale_manager.update(all_finite), name="train_op")
+        return tf.group(loss_scale_manager.update(all_finite), *_counted(batches_read),
+                        name="train_op")
+
+
+def _counted(batches_read):
+    """The ops that count one more batch read in `batches_read` (none
+    where it is None)."""
+    return [] if batches_read is None else [batches_read.assign_add(1, read_value=False)]
 
 
 def _clip(grads):
@@ -246,9 +263,14 @@ def _all_finite(grads):
 # The accumulation cycle's position (micro-batches since the last update).
 MICRO_STEP_VARIABLE = "gradient_accumulation/micro_step"
 
+# The batches (micro-batches) a run with dynamic loss scaling has read: a step
+# that the loss scale skips reads its batch without moving the global step,
+# so the global step alone does not tell where the input stopped.
+BATCHES_READ_VARIABLE = "loss_scale/batches_read"
+
 
 def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batches,
-                           loss_scale_manager):
+                           loss_scale_manager, batches_read=None):
     """Adds gradients to accumulators; every `num_micro_batches` calls applies
     their mean (clipped as usual), zeroes them and increments `global_step`.
 
@@ -294,6 +316,7 @@ def _accumulating_train_op(optimizer, grads, tvars, global_step, num_micro_batch
     if loss_scale_manager is not None:
         with tf.control_dependencies([step_op]):
             ops.append(loss_scale_manager.update(finite))
+            ops.extend(_counted(batches_read))
     return tf.group(*ops, name="train_op")
 
 

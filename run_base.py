@@ -436,10 +436,34 @@ def _end_by_signal(signum):
     import logging
     for handler in logging.getLogger().handlers:
         handler.flush()
-    sys.stdout.flush()
+    _flush_stdout()
     sys.stderr.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _flush_stdout():
+    """Writes out what standard output holds, unless it is closed (the
+    program started with it closed, or its reader went away: `| head`)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stdout()
+    except (OSError, ValueError):
+        pass
+
+
+def discard_stdout():
+    """Points standard output at /dev/null, once its reader has gone away
+    (a closed pipe): what its buffer still holds would otherwise fail to be
+    written again at exit, with a message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _exit_with_error(message, status=1):
@@ -448,7 +472,7 @@ def _exit_with_error(message, status=1):
     import logging
     for handler in logging.getLogger().handlers:
         handler.flush()
-    sys.stdout.flush()
+    _flush_stdout()
     sys.stderr.write("ERROR: %s\n" % message)
     sys.stderr.flush()
     sys.exit(status)
@@ -668,11 +692,25 @@ def output_write_error(error, path=None):
 # ---------------------------------------------------------------------------
 # Input files and flags.
 
-def require_flags(*names):
-    """Raises InputError naming every listed flag that is unset."""
-    missing = [n for n in names if getattr(FLAGS, n) in (None, "")]
+def require_flags(*names, data_files=()):
+    """Raises InputError naming, in one line, every listed flag that is
+    unset.
+
+    Args:
+      *names: the required flags.
+      data_files: flags of data files (train_file, ...) that the script may
+        find in --data_dir instead: the unset ones, where --data_dir is unset
+        too, are named first, as "--data_dir (or --train_file and
+        --dev_file)".
+    """
+    missing = ["--" + n for n in names if getattr(FLAGS, n) in (None, "")]
+    files = ["--" + n for n in data_files if getattr(FLAGS, n) in (None, "")]
+    if files and FLAGS.data_dir in (None, ""):
+        listed = files[0] if len(files) == 1 else "%s and %s" % (", ".join(files[:-1]),
+                                                                files[-1])
+        missing.insert(0, "--data_dir (or %s)" % listed)
     if missing:
-        raise InputError("Missing required flag(s): %s" % ", ".join("--" + n for n in missing))
+        raise InputError("Missing required flag(s): %s" % ", ".join(missing))
 
 
 def require_file(flag_name, path):
@@ -1421,6 +1459,37 @@ def _pid_alive(pid):
     return True
 
 
+def _boot_id():
+    """The id of this boot of the machine's kernel (Linux), which tells two
+    machines, or two boots of one, that share a host name; None where
+    unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _pid_namespace():
+    """The inode of this process's PID namespace (Linux): containers that
+    share a host name (--network=host, the same --hostname) but not their
+    process ids differ in it; None where unknown."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _same_host(holder):
+    """Whether the lock content `holder` was written where this process can
+    see the holder's process by its pid: the same host name, boot and PID
+    namespace. A lock without the last two (written by an earlier version)
+    counts as of another host."""
+    return (holder.get("host") == socket.gethostname()
+            and holder.get("boot_id") == _boot_id()
+            and holder.get("pid_namespace") == _pid_namespace())
+
+
 def _read_lock(path):
     """(raw bytes, parsed content) of the lock file `path`: (None, None) if
     there is none, (bytes, {}) if it is not a lock's JSON object."""
@@ -1439,9 +1508,9 @@ def _read_lock(path):
 
 def _lock_is_live(holder):
     """Whether the run named by the lock content `holder` still runs: on
-    this host, its process (same pid and start) exists; on another, it
-    refreshed the lock within LOCK_STALE_SECONDS."""
-    if holder.get("host") == socket.gethostname():
+    this host (`_same_host`), its process (same pid and start) exists; on
+    another, it refreshed the lock within LOCK_STALE_SECONDS."""
+    if _same_host(holder):
         pid = holder.get("pid")
         if pid == os.getpid():
             return any(lock.content["token"] == holder.get("token")
@@ -1555,7 +1624,8 @@ def lock_output_dir(output_dir, flag_name="output_dir"):
         return
     now = time.time()
     content = {
-        "host": socket.gethostname(), "pid": os.getpid(),
+        "host": socket.gethostname(), "boot_id": _boot_id(),
+        "pid_namespace": _pid_namespace(), "pid": os.getpid(),
         "process_start": _process_start(os.getpid()), "started": now,
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)),
         "refreshed": now, "command": " ".join(sys.argv), "token": uuid.uuid4().hex}

@@ -1787,11 +1787,17 @@ def main(_):
     # Every input is checked before anything is trained or written.
     record = run_common.use_run_record()
     # Own data may name each file (--train_file etc.) instead of a --data_dir;
-    # an export alone reads no data.
+    # an export alone reads no data. A run that does nothing yet needs a
+    # --data_dir too (the original requires it always): named with the
+    # other missing flags, not after them.
     reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
-    data_dir_flag = ("data_dir",) if reads_data and not own_data.is_generic_task(
-        FLAGS.task_name) else ()
-    run_common.require_model_flags(record, *data_dir_flag, "task_name")
+    data_dir_flag, data_files = (), ()
+    if own_data.is_generic_task(FLAGS.task_name):
+        data_files = run_common.data_file_flags(
+            ("do_train", "train_file"), ("do_eval", "dev_file"), ("do_predict", "test_file"))
+    elif reads_data or not FLAGS.export_dir:
+        data_dir_flag = ("data_dir",)
+    run_common.require_model_flags(record, *data_dir_flag, "task_name", data_files=data_files)
     own_data.check_flags_unused(FLAGS.task_name)
     run_common.check_run_flags(min_seq_length=3)
     processor = get_processor(FLAGS.task_name, FLAGS.xnli_language)
@@ -1805,7 +1811,7 @@ def main(_):
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file)
+        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
     options = run_common.training_options_from_flags()
     windows = Windows.from_flags()
 

@@ -23,6 +23,10 @@ import time
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
+from google.protobuf import text_format
+# The CheckpointState message of the "checkpoint" state file (TensorFlow has
+# no public name for it).
+from tensorflow.python.training import checkpoint_state_pb2
 
 import bert_ops
 import modeling
@@ -382,8 +386,11 @@ def check_output_dir_checkpoint(output_dir, bert_config, head_shapes=None):
 
 def consumed_batches(output_dir, gradient_accumulation_steps=1):
     """How many training batches the latest checkpoint in `output_dir` has
-    used: its global step times `gradient_accumulation_steps`, plus the
-    micro-batches of an unfinished accumulation cycle that it saved.
+    used: the count it saved where it has one (a float16 run's, whose
+    steps skipped for overflow read a batch each without moving the global
+    step: optimization.BATCHES_READ_VARIABLE), else its global step times
+    `gradient_accumulation_steps`, plus the micro-batches of an unfinished
+    accumulation cycle that it saved.
 
     A resumed run skips this many batches of its input so that it goes on
     with the next batch that an uninterrupted run would read. 0 when there
@@ -393,6 +400,8 @@ def consumed_batches(output_dir, gradient_accumulation_steps=1):
     if not checkpoint:
         return 0
     reader = tf.train.load_checkpoint(checkpoint)
+    if reader.has_tensor(optimization.BATCHES_READ_VARIABLE):
+        return int(reader.get_tensor(optimization.BATCHES_READ_VARIABLE))
     step = int(reader.get_tensor(tf.GraphKeys.GLOBAL_STEP))
     micro_step = 0
     if gradient_accumulation_steps > 1 and reader.has_tensor(optimization.MICRO_STEP_VARIABLE):
@@ -610,12 +619,19 @@ def data_file(flag_name, names, required_for):
     return None
 
 
-def require_model_flags(record, *names):
+def require_model_flags(record, *names, data_files=()):
     """`require_flags` for the flags `names`, then --vocab_file,
     --bert_config_file (unless the `RunRecord` `record` holds the config) and
-    --output_dir, in one message."""
+    --output_dir, in one message, with the data files of `data_files` (see
+    `require_flags`)."""
     config_flag = () if record is not None and record.bert_config else ("bert_config_file",)
-    require_flags(*names, "vocab_file", *config_flag, "output_dir")
+    require_flags(*names, "vocab_file", *config_flag, "output_dir", data_files=data_files)
+
+
+def data_file_flags(*actions):
+    """The data file flags that the run reads, of (action flag, file flag)
+    pairs such as ("do_train", "train_file"): those whose action is set."""
+    return [file_flag for action, file_flag in actions if getattr(FLAGS, action)]
 
 
 def load_model_inputs(record=None, max_seq_length=None):
@@ -1154,7 +1170,8 @@ def create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_
         poly_power=options.poly_power, start_warmup_step=options.start_warmup_step,
         # LAMB's update is an XLA loop where the model's kernels are.
         fused_update=(None if options.fused_ops is None
-                      else options.fused_ops != bert_ops.FusedOps()))
+                      else options.fused_ops != bert_ops.FusedOps()),
+        count_batches=bool(tf.get_collection(COUNT_BATCHES)))
 
 
 def train_spec(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
@@ -1501,6 +1518,14 @@ def _config_errors_as_input_errors():
 START_RECORD = "start_record"
 INPUT_SEED = "input_seed"
 
+# A graph collection that `ResumableTrainer.train` fills (through the
+# input_fn, which the runners call before the model_fn, in the same graph)
+# where the train op may count the batches it reads
+# (optimization.BATCHES_READ_VARIABLE): in a new run, or one resumed from a
+# checkpoint that holds the count. A checkpoint without it (of an earlier
+# version) could not restore the variable, so such a run goes on without.
+COUNT_BATCHES = "run_common_count_batches"
+
 
 class TrainingInterrupted(run_base.InterruptedExit):
     """Training stopped by SIGINT or SIGTERM after a checkpoint was saved;
@@ -1518,7 +1543,9 @@ class ResumableTrainer:
       checkpoint's steps have consumed, `consumed_batches` times the
       training batch) and params[INPUT_SEED], so that it can start at the
       next unseen batch (`tfrecord_input_fn`): with a seed, the run then
-      trains on exactly the batches of an uninterrupted run.
+      trains on exactly the batches of an uninterrupted run. A float16
+      train op counts the batches it reads (COUNT_BATCHES), as steps
+      skipped for overflow do not move the global step.
     * SIGINT (Ctrl-C) or SIGTERM during training: the running step is
       finished, a checkpoint of that step is saved (`InterruptHook`), one
       line names it, and `TrainingInterrupted` ends the run. A second signal
@@ -1552,22 +1579,26 @@ class ResumableTrainer:
         chief = run_base.is_training_chief()
         if chief:  # The holder of the directory's lock; other workers only read.
             _remove_failed_saves(model_dir)
-        resumed_from = use_intact_checkpoint(model_dir, rewrite=chief)
+        checkpoint = use_intact_checkpoint(model_dir, rewrite=chief)
         start_batch = consumed_batches(model_dir, self._options.gradient_accumulation_steps)
         start_record = start_batch * self._train_batch_size
         seed = self._options.input_seed
+        count_batches = checkpoint is None or tf.train.load_checkpoint(checkpoint).has_tensor(
+            optimization.BATCHES_READ_VARIABLE)
 
         def positioned_input_fn(params):
             params = dict(params)
             params[START_RECORD] = start_record
             params[INPUT_SEED] = seed
+            if count_batches:
+                tf.add_to_collection(COUNT_BATCHES, 1)
             return input_fn(params)
 
         hook = InterruptHook(model_dir, save=chief)
         _TRAINING_CLOCK["current"] = self._clock
         try:
             with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False), \
-                    _runner_restores(resumed_from):
+                    _runner_restores(checkpoint):
                 self._runner.train(positioned_input_fn, max_steps=max_steps,
                                    hooks=list(hooks or ()) + [hook], steps=steps)
         finally:
@@ -1738,13 +1769,54 @@ def _checkpoint_fault(prefix):
     return None
 
 
+# The file in a model directory that names its checkpoints (TensorFlow's
+# CheckpointState as a text proto); TensorFlow resumes from the checkpoint it
+# names as the latest.
+CHECKPOINT_STATE_FILE = "checkpoint"
+
+
+def _state_file_fault(model_dir):
+    """None if `model_dir` has no checkpoint state file or one that reads as
+    a CheckpointState naming a latest checkpoint; else what is wrong with it,
+    naming the file. (TensorFlow takes an unreadable state file for a
+    folder without checkpoints, and would train from the start.)"""
+    path = os.path.join(model_dir, CHECKPOINT_STATE_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    state = checkpoint_state_pb2.CheckpointState()
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text_format.Merge(f.read().decode("utf-8"), state)
+    except (text_format.ParseError, UnicodeDecodeError) as e:
+        return "%s is cut short or not a checkpoint state file (%s)" % (
+            path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+    if not state.model_checkpoint_path:
+        return "%s is empty or cut short (it names no checkpoint)" % path
+    return None
+
+
+def _intact_checkpoints(model_dir):
+    """The intact checkpoints of `model_dir` found by listing its *.index
+    files, whatever its state file says: the runner's "<prefix>-<step>"
+    names, oldest step first."""
+    found = []
+    for index in tf.io.gfile.glob(os.path.join(model_dir, "*.index")):
+        prefix = index[:-len(".index")]
+        match = re.search(r"-(\d+)$", prefix)
+        if match and _checkpoint_fault(prefix) is None:
+            found.append((int(match.group(1)), prefix))
+    return [prefix for _, prefix in sorted(found)]
+
+
 def use_intact_checkpoint(model_dir, rewrite=True):
     """Makes the latest checkpoint in `model_dir` (by its "checkpoint" state
     file) one that can be restored: if it is cut short or unreadable (a full
-    disk, a killed copy), one warning names the damaged file and the state
-    file is rewritten to name the newest intact checkpoint instead. The
-    damaged files stay; training overwrites them when it reaches their step
-    again.
+    disk, a killed copy), or the state file itself is unreadable or names a
+    checkpoint that is not there, one warning names the damaged file and the
+    state file is rewritten to name the newest intact checkpoint instead:
+    the newest older one the state file lists, else the newest that a
+    listing of the folder's *.index files finds. The damaged files stay;
+    training overwrites them when it reaches their step again.
 
     Args:
       model_dir: the run's model directory.
@@ -1753,38 +1825,49 @@ def use_intact_checkpoint(model_dir, rewrite=True):
 
     Returns:
       The latest intact checkpoint's prefix, or None when there is none
-      yet.
+      yet (no state file).
 
     Raises:
-      InputError: checkpoints are listed, and none of them is intact.
+      InputError: the state file or the checkpoints it lists are damaged,
+        and no checkpoint there is intact.
     """
     if not model_dir:
         return None
-    state = tf.train.get_checkpoint_state(model_dir)
-    if not state or not state.model_checkpoint_path:
-        return None
-    listed = list(state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path not in listed:
-        listed.append(state.model_checkpoint_path)
-    latest = state.model_checkpoint_path
-    fault = _checkpoint_fault(latest)
+    fault = _state_file_fault(model_dir)
+    intact = []
     if fault is None:
-        return latest
-    older = [path for path in listed[:listed.index(latest)] if _checkpoint_fault(path) is None]
-    if not older:
-        raise InputError("--output_dir %s: cannot resume, %s and no older checkpoint there is "
-                         "intact; move the damaged checkpoint away to start over"
+        state = tf.train.get_checkpoint_state(model_dir)
+        if not state or not state.model_checkpoint_path:
+            return None
+        listed = list(state.all_model_checkpoint_paths)
+        if state.model_checkpoint_path not in listed:
+            listed.append(state.model_checkpoint_path)
+        latest = state.model_checkpoint_path
+        fault = _checkpoint_fault(latest)
+        if fault is None:
+            return latest
+        if not tf.io.gfile.exists(latest + ".index"):
+            fault = "%s names %s, which is not there (no .index)" % (
+                os.path.join(model_dir, CHECKPOINT_STATE_FILE), latest)
+        intact = [path for path in listed[:listed.index(latest)]
+                  if _checkpoint_fault(path) is None]
+    if not intact:
+        intact = _intact_checkpoints(model_dir)
+    if not intact:
+        raise InputError("--output_dir %s: cannot resume, %s and no checkpoint there is "
+                         "intact; move the damaged files away to start over"
                          % (model_dir, fault))
-    intact = older[-1]
+    newest = intact[-1]
     if not rewrite:
-        return intact
-    step = int(tf.train.load_variable(intact, tf.GraphKeys.GLOBAL_STEP))
+        return newest
+    step = int(tf.train.load_variable(newest, tf.GraphKeys.GLOBAL_STEP))
     tf.logging.warning("%s: resuming from %s (step %d), the newest intact checkpoint",
-                       fault, intact, step)
-    # The paths as the state file gave them (TensorFlow writes them relative
-    # to model_dir again).
-    tf.train.update_checkpoint_state(model_dir, intact, all_model_checkpoint_paths=older)
-    return intact
+                       fault, newest, step)
+    # The paths as the state file gave them, or as the listing found them
+    # (TensorFlow writes them relative to model_dir again, in the list it
+    # is given).
+    tf.train.update_checkpoint_state(model_dir, newest, all_model_checkpoint_paths=intact)
+    return newest
 
 
 # ---------------------------------------------------------------------------

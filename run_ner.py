@@ -1041,23 +1041,34 @@ def text_windows(pieces, max_seq_length, doc_stride):
         tf.gather(document.values, tf.ragged.range(first, first + window_length).values),
         tf.concat([window_length, tf.zeros([no_window], tf.int32)], axis=0))
 
-    # Each word against every window of its document (windows are few):
-    # the score of `max_context_spans`, in float64 as Python computes it.
-    k = tf.range(tf.maximum(tf.reduce_max(num_windows), 1))[tf.newaxis, :]  # [1, K]
-    start = k * step
+    # Each word's window, by arithmetic on its first piece's position p
+    # (memory linear in the text, where comparing every word with every
+    # window took words x windows). Every window but a document's last is
+    # full (max_pieces long), and over the full windows that hold p, the
+    # context min(p - start, end - p) rises, then falls with the window's
+    # index: its first maximum is at c0 = floor((2p - max_pieces + 1) /
+    # (2 step)), the window centred nearest p, or at c0 + 1 (c0 + 1 always
+    # holds p if a full window does). Those two, kept to the full windows
+    # that start at or before p, and the last window (which may be shorter)
+    # are scored as `max_context_spans` scores them (in float64, as Python
+    # computes it), and the first with the best score wins.
+    num_windows_of_word = tf.gather(num_windows, word_row)
+    last = num_windows_of_word - 1
+    last_full = tf.maximum(0, tf.minimum(word_start // step, last - 1))
+    centre = (2 * word_start - max_pieces + 1) // (2 * step)
+    candidates = tf.stack([tf.clip_by_value(centre, 0, last_full),
+                           tf.clip_by_value(centre + 1, 0, last_full), last], axis=1)
+    start = candidates * step  # [words, 3]
     length = tf.minimum(max_pieces, tf.gather(num_pieces, word_row)[:, tf.newaxis] - start)
     position = word_start[:, tf.newaxis]
     end = start + length - 1
-    covers = ((k < tf.gather(num_windows, word_row)[:, tf.newaxis])
-              & (start <= position) & (position <= end))
+    covers = (start <= position) & (position <= end)
     score = (tf.cast(tf.minimum(position - start, end - position), tf.float64)
              + 0.01 * tf.cast(length, tf.float64))
     score = tf.where(covers, score, tf.fill(tf.shape(score), tf.constant(-1.0, tf.float64)))
     best_score = tf.reduce_max(score, axis=1, keepdims=True)
-    # The first window with the best score.
-    best = tf.reduce_min(tf.where(covers & tf.equal(score, best_score),
-                                  tf.broadcast_to(k, tf.shape(covers)),
-                                  tf.fill(tf.shape(covers), tf.int32.max)), axis=1)
+    best = tf.reduce_min(tf.where(covers & tf.equal(score, best_score), candidates,
+                                  tf.fill(tf.shape(candidates), tf.int32.max)), axis=1)
     window = tf.gather(tf.cast(window_index.row_starts(), tf.int32), word_row) + best
     word_positions = tf.stack([window, word_start - best * step + 1], axis=1)
     return TextWindows(window_pieces, word_positions)
@@ -1108,7 +1119,10 @@ def main(_):
 
     # Every input is checked before anything is trained or written.
     record = run_common.use_run_record()
-    run_common.require_model_flags(record)
+    # --predict_text_file stands for the test file.
+    data_files = [("do_train", "train_file"), ("do_eval", "dev_file")] + (
+        [] if FLAGS.predict_text_file else [("do_predict", "test_file")])
+    run_common.require_model_flags(record, data_files=run_common.data_file_flags(*data_files))
     run_common.check_run_flags(min_seq_length=3)
     if FLAGS.doc_stride is None or FLAGS.doc_stride < 1:
         raise InputError("--doc_stride must be at least 1, got %s" % FLAGS.doc_stride)
@@ -1118,7 +1132,7 @@ def main(_):
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file)
+        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
     options = run_common.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.

@@ -1207,7 +1207,9 @@ def main(_):
         return
 
     record = run_common.use_run_record()
-    run_common.require_model_flags(record)
+    # The data files of the actions asked for, named with the model's flags.
+    run_common.require_model_flags(record, *run_common.data_file_flags(
+        ("do_train", "train_file"), ("do_predict", "predict_file")))
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(record)
     validate_flags_or_throw(bert_config)
     options = run_common.training_options_from_flags()

@@ -477,7 +477,8 @@ def main(_):
 
     # Every input is checked before anything is trained or written.
     record = run_common.use_run_record()
-    run_common.require_model_flags(record)
+    run_common.require_model_flags(record, data_files=run_common.data_file_flags(
+        ("do_train", "train_file"), ("do_eval", "dev_file"), ("do_predict", "test_file")))
     run_common.check_run_flags(min_seq_length=4)
     if FLAGS.input_format not in INPUT_FORMATS:
         raise InputError("--input_format=%s: SWAG data are %s" % (
@@ -485,7 +486,7 @@ def main(_):
     tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file)
+        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
     options = run_common.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.

@@ -66,6 +66,13 @@ RUNTIME = _choose_runtime()
 USE_ESTIMATOR = RUNTIME == "estimator"
 
 if USE_ESTIMATOR:
+    # TensorFlow's wrapper of the tf.compat.v1.estimator.tpu module names it
+    # "estimator.tpu" however it is reached, so its first attribute read
+    # from this file warned "The name tf.estimator.tpu.TPUEstimatorSpec is
+    # deprecated. Please use tf.compat.v1.estimator.tpu.TPUEstimatorSpec
+    # instead": the very name used here. That module's rename warnings (only
+    # those; every one of them would be the same mistake) are turned off.
+    tf.estimator.tpu._tfmw_print_deprecation_warnings = False
     ModeKeys = tf.estimator.ModeKeys
     TPUEstimatorSpec = tf.estimator.tpu.TPUEstimatorSpec
     PredictOutput = tf.estimator.export.PredictOutput
@@ -770,21 +777,42 @@ def write_saved_model(build_signatures, checkpoint_path, export_dir_base, sessio
             stamp += 1
         export_dir = os.path.join(export_dir_base, str(stamp))
         temp_dir = os.path.join(export_dir_base, "temp-%d" % stamp)
+        # Built before the session runs the graph: tf.group marks the ops it
+        # waits for (an attribute), and TensorFlow warns of ops changed
+        # after a session ran them.
+        main_op = tf.group(tf.local_variables_initializer(), tf.tables_initializer())
+        saver = tf.train.Saver(sharded=True)
         with tf.Session(config=session_config) as session:
-            tf.train.Saver(sharded=True).restore(session, checkpoint_path)
+            saver.restore(session, checkpoint_path)
             builder = tf.saved_model.Builder(temp_dir)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.tag_constants.SERVING],
                 signature_def_map=signatures, strip_default_attrs=True,
                 assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
-                main_op=tf.group(tf.local_variables_initializer(), tf.tables_initializer()))
+                main_op=main_op)
             builder.save()
     for path in assets_extra:
         extra = os.path.join(temp_dir, "assets.extra")
         tf.io.gfile.makedirs(extra)
         tf.io.gfile.copy(path, os.path.join(extra, os.path.basename(path)), overwrite=True)
+    _write_fingerprint(temp_dir)
     tf.io.gfile.rename(temp_dir, export_dir)
     return export_dir
+
+
+def _write_fingerprint(saved_model_dir):
+    """Writes the SavedModel's fingerprint.pb (hashes of its graph,
+    signatures and weights), as tf.saved_model.save does and TensorFlow's
+    TF1 SavedModel builder does not: without it, each load logs
+    "Fingerprint not found" (and a second line). TensorFlow has no public
+    function for it; a TensorFlow without this one writes none."""
+    try:
+        from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
+        fingerprint = fingerprinting.CreateFingerprintDef(saved_model_dir)
+    except (ImportError, AttributeError):
+        return
+    with tf.io.gfile.GFile(os.path.join(saved_model_dir, "fingerprint.pb"), "wb") as f:
+        f.write(fingerprint)
 
 
 # ---------------------------------------------------------------------------

@@ -174,10 +174,12 @@ def first_text_windows(pieces_a, pieces_b, max_seq_length, doc_stride, max_windo
     return windows_a, windows_b, example_of_window
 
 
-def check_export_flags(vocab_file):
+def check_export_flags(vocab_file, export_dir):
     """Checks up front, before a run trains, what its --export_dir will
-    need: a vocabulary the graph's tokenizer can read
+    need: a folder it can write (`run_base.check_output_dir`: not a file)
+    and a vocabulary the graph's tokenizer can read
     (`graph_tokenization.check_vocab`). Raises run_base.InputError."""
+    run_base.check_output_dir(export_dir, "export_dir")
     try:
         graph_tokenization.check_vocab(vocab_file)
     except ValueError as e:

@@ -497,8 +497,10 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
     _log_results(header, result)
     path = os.path.join(output_dir, "eval_results.json")
     write_json(path, result)
-    run_base.report_output(path, "exact = %s, f1 = %s" % (result.get("exact", result.get(
-        "exact_match")), result.get("f1")))
+    # Named as in the log and the file: SQuAD 1.1's script calls it
+    # exact_match, 2.0's exact.
+    exact = "exact" if version_2_with_negative else "exact_match"
+    run_base.report_output(path, "%s = %s, f1 = %s" % (exact, result[exact], result["f1"]))
     if not tune_threshold:
         return result
 

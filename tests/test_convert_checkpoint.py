@@ -17,6 +17,7 @@ checkpoints' layout, independently of the converter's mapping tables.
 
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -211,6 +212,51 @@ def test_casing_is_recorded_next_to_the_vocabulary(hf_pretraining, tmp_path):
         run_common.load_tokenizer(vocab, True)
     convert_checkpoint.convert(hf_pretraining[0], output_dir)
     assert not os.path.exists(os.path.join(output_dir, "tokenizer_config.json"))
+
+
+def test_a_hugging_face_folder_is_not_converted_into(hf_pretraining, tmp_path):
+    """Both layouts keep their casing in tokenizer_config.json: converting
+    into a folder holding a Hugging Face model (the model's own folder, an
+    earlier --to_hf output) is refused before anything is written, so its
+    tokenizer_config.json keeps model_max_length and the rest; an earlier
+    conversion's folder is converted into as before."""
+    source = str(tmp_path / "hf")
+    shutil.copytree(hf_pretraining[0], source)
+    hf_tokenizer = {"do_lower_case": True, "model_max_length": 512,
+                    "tokenizer_class": "BertTokenizer", "unk_token": "[UNK]"}
+    with open(os.path.join(source, "tokenizer_config.json"), "w") as f:
+        json.dump(hf_tokenizer, f)
+
+    def contents(folder):
+        names = sorted(os.listdir(folder))
+        return names, [open(os.path.join(folder, n), "rb").read() for n in names]
+
+    before = contents(source)
+    with pytest.raises(InputError, match=(
+            r"^--output_dir %s holds a Hugging Face model \(config\.json, model\.safetensors, "
+            r"tokenizer_config\.json\), whose tokenizer_config\.json and vocab\.txt the "
+            r"converted files would replace: choose another folder$" % re.escape(source))):
+        convert_checkpoint.convert(source, source)
+    assert contents(source) == before
+
+    google = str(tmp_path / "google")
+    convert_checkpoint.convert(source, google)
+    back = str(tmp_path / "back")
+    convert_checkpoint.convert_to_hf(google, back)
+    before = contents(back)
+    with pytest.raises(InputError, match="holds a Hugging Face model"):
+        convert_checkpoint.convert(source, back)
+    assert contents(back) == before
+    # A Hugging Face tokenizer's files alone count too.
+    tokenizer_only = str(tmp_path / "tokenizer")
+    os.makedirs(tokenizer_only)
+    shutil.copy(os.path.join(source, "tokenizer_config.json"), tokenizer_only)
+    with pytest.raises(InputError, match=r"\(tokenizer_config\.json\)"):
+        convert_checkpoint.convert(source, tokenizer_only)
+    # The converter's own folder (its casing file) is not a Hugging Face one.
+    convert_checkpoint.convert(source, google)
+    with open(os.path.join(google, "tokenizer_config.json")) as f:
+        assert json.load(f) == {"do_lower_case": True}
 
 
 def test_variable_names_are_those_bert_model_builds(converted):

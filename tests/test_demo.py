@@ -266,6 +266,31 @@ def test_a_failing_step_shows_the_end_of_its_log(tmp_path, capsys):
         assert f.read() == "step 9: loss = 1.0\nnoise\nERROR: --a: bad value 1\n"
 
 
+@pytest.mark.parametrize("raw, shown", [
+    # absl's C++-style prefix and tf.logging's, as the scripts' logs hold them.
+    ("I1204 13:47:16.343602 140022938340224 run_common.py:1253] step 1 of 20: loss = 6.7146, "
+     "29.12 examples/s, 932 tokens/s\n", True),
+    ("INFO:tensorflow:step 57 of 400: loss = 4.1022, 301.20 examples/s, 9638 tokens/s, "
+     "ETA 1 min 05 s\n", True),
+    ("I1204 13:48:35.979725 140289261882240 run_common.py:1646] ***** Test results *****\n",
+     True),
+    ("I1204 13:49:00.981814 140572780645248 run_common.py:933] ***** Running prediction "
+     "*****\n", True),
+    ("I1204 13:49:00.975898 140572780645248 run_common.py:1649]   eval_accuracy = 0.35833332\n",
+     True),
+    ("I1204 13:49:00.977731 140572780645248 run_common.py:907] *** Example ***\n", False),
+    ("I1204 13:48:49.076300 140572780645248 monitored_session.py:240] Graph was finalized.\n",
+     False),
+])
+def test_console_shows_every_progress_line_and_section_header(raw, shown):
+    """The scripts log training progress about every --log_every_seconds
+    (whatever the step); each such line, and each section's header before
+    its "key = value" lines, reaches the console, the rest only the log."""
+    message = demo._console_line(raw)
+    assert message == (raw.split("] ", 1)[-1].split(":tensorflow:")[-1].rstrip("\n")
+                       if shown else None)
+
+
 def test_run_demo_sh_sets_up_then_runs_demo():
     with open(os.path.join(REPO, "run_demo.sh")) as f:
         lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
@@ -312,6 +337,14 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     assert named[str(out / "classifier/eval_results.txt")].startswith("eval_accuracy = ")
     assert named[str(out / "ner/eval_results.txt")].startswith("eval_f1 = ")
     assert named[str(out / "pretraining/eval_results.txt")].startswith("masked_lm_accuracy = ")
+    # Each training step shows its progress lines (the first step's at
+    # least), and results come under their headers.
+    assert len(re.findall(r"\n      \| step 1 of \d+: loss = ", stdout)) == 5
+    ner = stdout[stdout.index("(run_ner.py)"):stdout.index("(run_swag.py)")]
+    for header in ("Eval results", "Test results"):
+        assert re.search(r"\| \*{5} %s \*{5}\n      \|   eval_accuracy = " % header, ner)
+    swag = stdout[stdout.index("(run_swag.py)"):]
+    assert "| ***** Running prediction *****\n      |   Num examples = 40" in swag
     # Every command is printed before it runs.
     for script in SCRIPTS:
         assert re.search(r"\$ \S*python\S* %s \\\n      --" % re.escape(script), stdout), script

@@ -44,6 +44,99 @@ def _snippets():
 
 
 SNIPPETS = _snippets()
+
+
+# Checks of a documented output (the comment) against the line the snippet
+# printed last; `world` holds the stand-in model's hidden size.
+
+def _shows(comment, line, world):
+    """The comment is the printed line."""
+    return line == comment
+
+
+def _shape_with_world_width(comment, line, world):
+    """"(1, 128, 768): ..." is the printed shape of BERT-Base's output; the
+    stand-in model has the world's hidden size in place of 768."""
+    shape = re.match(r"\(([\d, ]+)\)", comment).group(1).split(", ")
+    shape[-1] = str(world["hidden_size"]) if shape[-1] == "768" else shape[-1]
+    return line.startswith("(%s) " % ", ".join(shape))
+
+
+# A number as NumPy 1 and 2 print it inside a list or dict (2: np.int64(3)).
+_NUMBER = r"(?:np\.\w+\()?([-\d.e]+)\)?"
+
+
+def _named_values(comment, line, world):
+    """"f1 0.5, accuracy 0.75, ..." are entries of the printed dict."""
+    pairs = re.findall(r"(\w+) ([-\d.]+)", comment)
+    found = {key: float(value) for key, value in re.findall(r"'(\w+)': " + _NUMBER, line)}
+    return bool(pairs) and all(found.get(key) == float(value) for key, value in pairs)
+
+
+def _first_value(comment, line, world):
+    """"3 steps of ..." is the first entry of the printed list."""
+    match = re.match(r"\[" + _NUMBER + ", ", line)
+    return bool(match) and match.group(1) == comment.split()[0]
+
+
+def _array_shapes(comment, line, world):
+    """"[1, 4], [1]" are the shapes of the two arrays printed."""
+    arrays = re.fullmatch(r"(\[.*\]) (\[.*\])", line)
+    if not arrays:
+        return False
+    # NumPy prints no commas: "[[0.2 0.8]] [1]".
+    shapes = [list(np.array(json.loads(re.sub(r"(?<=[\d.\]])\s+(?=[-\d\[])", ", ",
+                                              text))).shape) for text in arrays.groups()]
+    return shapes == [[int(n) for n in re.findall(r"\d+", part)]
+                      for part in comment.split("], [")]
+
+
+# The outputs the pages show, as a comment after the line that prints them
+# (or after an assignment, whose value the test prints): (page, that line,
+# code added at the end of the snippet to print it, how the output is
+# compared). Each `print(...)  # <output>` line of the snippets is here.
+DOCUMENTED_OUTPUTS = [
+    ("README.md", 'print(tokenizer.tokenize("UNwant\\u00E9d,running"))', "", _shows),
+    ("docs/library.md", 'tokens = tokenizer.tokenize("UNwant\\u00E9d,running")',
+     "print(tokens)", _shows),
+    ("docs/library.md", "print(vectors.shape, vectors[0, 0, :4])", "", _shape_with_world_width),
+    ("docs/library.md", "print(session.run([tf.train.get_global_step(), weights]))", "",
+     _first_value),
+    ("docs/ner.md", "print(run_ner.evaluate_tags(gold, predicted))", "", _named_values),
+    ("docs/serving.md", 'print(out["probabilities"].numpy(), out["label_ids"].numpy())', "",
+     _array_shapes),
+]
+
+
+def _documented(page, code):
+    """[(documented output, code to add, check)] of the snippet `code` of
+    `page`."""
+    found = []
+    for line in code.splitlines():
+        statement, _, comment = line.partition("  # ")
+        for where, shown, extra, check in DOCUMENTED_OUTPUTS:
+            if where == page and statement.strip() == shown:
+                found.append((comment.strip(), extra, check))
+    return found
+
+
+def test_every_printed_documented_output_is_compared():
+    """A snippet line that prints something and shows it in a comment has
+    its entry in DOCUMENTED_OUTPUTS, and every entry matches one line."""
+    printed = [(page, line.partition("  # ")[0].strip()) for page, _, code in SNIPPETS
+               for line in code.splitlines()
+               if line.lstrip().startswith("print(") and "  # " in line]
+    listed = [(page, shown) for page, shown, _, _ in DOCUMENTED_OUTPUTS]
+    assert not set(printed) - set(listed), set(printed) - set(listed)
+    for page, shown, extra, _ in DOCUMENTED_OUTPUTS:
+        codes = [code for p, _, code in SNIPPETS
+                 if p == page and [line for line in code.splitlines()
+                                   if line.partition("  # ")[0].strip() == shown]]
+        assert len(codes) == 1, (page, shown)
+        # What the test compares is the snippet's last line printed.
+        prints = [line.partition("  # ")[0].strip() for line in codes[0].splitlines()
+                  if line.lstrip().startswith("print(")]
+        assert extra or prints[-1] == shown, (page, shown)
 # Words the snippets tokenize, and the pieces of README's example.
 WORDS = ["un", "##want", "##ed", ",", "runn", "##ing", "the", "cat", "sat", "on", "mat",
          ".", "a", "woman", "piano", "she", "great", "film", "bad", "plot"]
@@ -151,14 +244,17 @@ def world(tmp_path_factory):
 def test_every_snippet_runs(world):
     home, paths = world
     to_run = []
+    outputs_of = {}  # (page, index) -> _documented
     for page, index, code in SNIPPETS:
         for documented, actual in paths.items():
             code = code.replace(documented, actual)
         named = re.match(r"#\s*(\w+\.py)\b", code)
         path = os.path.join(home, named.group(1) if named else "snippet_%s_%d.py" % (
             os.path.basename(page).replace(".md", ""), index))
+        outputs_of[(page, index)] = _documented(page, code)
         with open(path, "w", encoding="utf-8") as f:
-            f.write(code)
+            f.write(code + "".join(extra + "\n" for _, extra, _ in outputs_of[(page, index)]
+                                   if extra))
         if not (named and 'if __name__ == "__main__"' in code):
             to_run.append(((page, index), path))
     assert len(to_run) >= 13, "fewer snippets than the pages hold: %d" % len(to_run)
@@ -168,6 +264,16 @@ def test_every_snippet_runs(world):
     failed = ["%s, Python block %d:\n%s" % (where + (output[-2000:],))
               for (where, _), (status, output) in zip(to_run, results) if status != 0]
     assert not failed, "\n\n".join(failed)
-    outputs = {where: output for (where, _), (_, output) in zip(to_run, results)}
-    # README's tokenizer example prints the pieces its comment shows.
-    assert "['un', '##want', '##ed', ',', 'runn', '##ing']" in outputs[("README.md", 0)]
+    # The outputs the pages show, where the snippets print them (the
+    # stand-in models' values aside).
+    world = {"hidden_size": modeling.BertConfig.from_json_file(os.path.join(
+        home, "uncased_L-12_H-768_A-12", "bert_config.json")).hidden_size}
+    compared = 0
+    for (where, _), (_, output) in zip(to_run, results):
+        for comment, _, check in outputs_of[where]:
+            # The documented line is the snippet's last print.
+            last = output.strip().splitlines()[-1]
+            assert check(comment, last, world), "%s, Python block %d shows %r; it printed:\n%s" % (
+                where + (comment, output[-2000:]))
+            compared += 1
+    assert compared == len(DOCUMENTED_OUTPUTS)

@@ -1,7 +1,15 @@
 """Tests for graph_tokenization.py: GraphTokenizer, run in TF1 graph mode,
-gives the ids of tokenization.FullTokenizer, cased and uncased, on every
-corpus of test_tokenization.py and on every code point of the Basic
-Multilingual Plane (and the astral blocks the rules single out).
+gives the ids of tokenization.FullTokenizer, cased and uncased, on the
+generated corpora of test_tokenization.py (its fuzz texts with their
+vocabulary, the random texts it reads with the real uncased vocabulary, and
+its code-point sample: all of the Basic Multilingual Plane, the astral
+blocks the rules single out and every 97th code point of the rest), and on
+corpora of its own (prose, edge cases, capital sigma, combining marks, long
+words, random bytes). test_tokenization.py's hand-written prose lines are
+not among them: this file's PROSE stands in for them. The code points the
+sample leaves out are checked up to the words WordPiece receives
+(test_every_code_point), so every code point of U+0000..U+10FFFF goes
+through the graph's Unicode tables.
 
 No exception is listed for differences between Unicode versions: the
 tokenizer's tables come from this Python's unicodedata, so there are none
@@ -20,7 +28,7 @@ import tensorflow.compat.v1 as tf
 import graph_tokenization
 import tokenization
 # The corpora's generators and fixtures (fuzz_setup needs `original`).
-from test_tokenization import _code_point_sample, _write_lines
+from test_tokenization import _code_point_sample, _random_texts, _write_lines
 from test_tokenization import fuzz_setup, google_vocab_file, original  # noqa: F401
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -57,6 +65,19 @@ class _Graph:
             self.split, {self.texts: [_as_bytes(t) for t in texts]})
         return words.to_list(), starts.to_list(), ends.to_list()
 
+    def words_before_wordpiece(self, texts):
+        """The words `tokenize` hands to WordPiece (BasicTokenizer's words
+        when all is right), as one list of str per text."""
+        if not hasattr(self, "basic_words"):
+            with self.graph.as_default():
+                self.basic_words = self.tokenizer._basic_words(self.texts)
+        words, rows, _ = self.session.run(self.basic_words,
+                                          {self.texts: [_as_bytes(t) for t in texts]})
+        per_text = [[] for _ in texts]
+        for word, row in zip(words, rows):
+            per_text[row].append(word.decode("utf-8"))
+        return per_text
+
     def word_pieces(self, words):
         value = tf.ragged.constant_value(words, dtype=object, ragged_rank=1)
         return self.session.run(self.pieces, {self.words: value}).to_list()
@@ -86,6 +107,8 @@ def _expected_ids(vocab_file, do_lower_case, texts):
 def _assert_same_ids(graph, vocab_file, do_lower_case, texts):
     expected = _expected_ids(vocab_file, do_lower_case, texts)
     got = graph.tokenize(texts)
+    # One row per text: zip below would not see a missing last row.
+    assert len(got) == len(texts), (len(got), len(texts))
     mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got) if e != g]
     if mismatches:
         text, expected_ids, got_ids = mismatches[0]
@@ -124,7 +147,11 @@ EDGE = ["", " ", "  \t\n\r ", "\xa0\u3000\u2003", "\u2028\u2029", "\x00", "\ufff
         "\x00\ufffd\x07\x1b\x7f", "\u200b\u200c\u200d\ufeff\u00ad", "\x0b\x0c\x1c\x1d\x1e\x1f\x85",
         "\x01" * 50, "\u0301", "\u0301\u0308", " \u0301 ", "a\u0301", "\u0130",
         b"ab\xffc d", b"\xed\xa0\x80", b"\xe4\xb8", b"caf\xc3", b"\xf4\x90\x80\x80x",
-        b"\xc0\xaf", b"\x80abc\xbf"]
+        b"\xc0\xaf", b"\x80abc\xbf",
+        # Last, a text of no words: a tokenizer that drops trailing empty
+        # rows (a ragged result built without its row count) gives one row
+        # fewer.
+        "\x00 \u200b"]
 
 # Greek words round capital sigma, with characters that str.lower() skips
 # (case-ignorable: apostrophe, full stop, colon, combining marks, U+200B,
@@ -264,10 +291,36 @@ def test_tokenize_long_words_at_the_limit(graphs, char_vocab_file):
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_tokenize_real_vocabulary(graphs, real_vocab_file, corpora, do_lower_case):
-    texts = PROSE + corpora["fuzz"][:500] + corpora["sigma"][:300] + corpora["long_words"]
+    """The real uncased vocabulary on this file's prose, the random texts
+    that test_tokenization.py reads with it (seed 7), and parts of the other
+    corpora."""
+    texts = (PROSE + _random_texts(seed=7, count=300) + corpora["fuzz"][:500]
+             + corpora["sigma"][:300] + corpora["long_words"])
     expected = _assert_same_ids(graphs(real_vocab_file, do_lower_case), real_vocab_file,
                                 do_lower_case, texts)
     assert sum(map(len, expected)) > 1000
+
+
+def test_every_code_point(graphs, google_vocab_file):  # noqa: F811
+    """Every code point up to U+10FFFF that _code_point_sample leaves out
+    (most of the astral planes), 8 at a time in code point order between two
+    letters, gives the words of BasicTokenizer(do_lower_case=True): the
+    words `tokenize` hands to WordPiece, whose own part does not depend on
+    the characters. A code point cleaned, split, cased or decomposed
+    differently changes its run's words. Together with the code_points
+    corpus above, every code point goes through the graph's Unicode tables.
+    Lower-casing only: without it the graph uses the same class table and
+    fewer steps, and a second pass would cost seconds."""
+    sampled = set(_code_point_sample())
+    rest = [cp for cp in range(sys.maxunicode + 1) if cp not in sampled]
+    runs = ["a%sb" % "".join(chr(cp) for cp in rest[i:i + 8]) for i in range(0, len(rest), 8)]
+    texts = [" ".join(runs[i:i + 512]) for i in range(0, len(runs), 512)]
+    basic = tokenization.BasicTokenizer(do_lower_case=True)
+    expected = [basic.tokenize(_as_bytes(text)) for text in texts]
+    got = graphs(google_vocab_file, True).words_before_wordpiece(texts)
+    for text, expected_words, got_words in zip(texts, expected, got):
+        wrong = [(e, g) for e, g in zip(expected_words, got_words) if e != g][:1]
+        assert got_words == expected_words, (wrong, UNICODE)
 
 
 def test_google_example(graphs, google_vocab_file):  # noqa: F811
@@ -289,12 +342,14 @@ def test_split_words(graphs, corpora, google_vocab_file, corpus):  # noqa: F811
     texts = corpora[corpus]
     basic = tokenization.BasicTokenizer(do_lower_case=False)
     words, starts, ends = graphs(google_vocab_file, True).split_words(texts)
+    assert len(words) == len(starts) == len(ends) == len(texts)
     if corpus == "fuzz":  # The casing does not matter: split_words never lower-cases.
         assert graphs(google_vocab_file, False).split_words(texts) == (words, starts, ends)
     for text, row_words, row_starts, row_ends in zip(texts, words, starts, ends):
         text = tokenization.convert_to_unicode(_as_bytes(text))
         expected = basic.tokenize(text)
         assert [w.decode("utf-8") for w in row_words] == expected, (repr(text), UNICODE)
+        assert len(row_starts) == len(row_ends) == len(expected), repr(text)
         previous_end = 0
         for word, start, end in zip(expected, row_starts, row_ends):
             span = text[start:end]

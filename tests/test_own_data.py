@@ -644,7 +644,7 @@ def test_bad_jsonl_and_regression_rows(good_inputs, tmp_path):
      r"--multi_label_threshold must be between 0 and 1"),
     (dict(task_name="MRPC", text_column="sentence"),
      r"--text_column is for --task_name=generic"),
-    (dict(data_dir=None), r"No train file: set --train_file or --data_dir"),
+    (dict(data_dir=None), r"^Missing required flag\(s\): --data_dir \(or --train_file"),
     (dict(label_column="stars"),
      r"train\.csv has no column 'stars' \(--label_column\); its header has: 'id', 'text', "
      r"'label'"),

@@ -4,9 +4,15 @@ server, spoken to over real HTTP as a TensorFlow Serving client would."""
 import io
 import json
 import os
+import re
+import signal
+import stat
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -22,6 +28,7 @@ import run_swag
 import test_serving
 
 FLAGS = flags.FLAGS
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PAIRS = test_serving.PAIRS
 
@@ -55,16 +62,29 @@ def _direct(export_dir, inputs):
     return test_serving._run_signature(export_dir, "serving_default", inputs)
 
 
-def _predict(export_dir, **flag_values):
+# Exports loaded by _predict, by folder: loading one takes seconds.
+_LOADED = {}
+
+
+def _predict(export_dir, cached=True, **flag_values):
     """Runs predict.main with these flags (the rest at their defaults) and
-    returns the JSON objects it wrote to --output_file."""
+    returns the JSON objects it wrote to --output_file. With `cached`, an
+    export loaded by an earlier call is used again."""
     values = dict(model_dir=export_dir, input_file=None, output_file=None, batch_size=32,
-                  skip_malformed_rows=False, input_format="auto",
+                  skip_malformed_rows=False, input_format="auto", input_columns=None,
                   signature_name="serving_default", port=None)
     values.update(flag_values)
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(**values):
+    load = predict.Model
+
+    def loaded(model_dir):
+        if model_dir not in _LOADED:
+            _LOADED[model_dir] = load(model_dir)
+        return _LOADED[model_dir]
+
+    with flagsaver.flagsaver(**values), mock.patch.object(predict, "Model",
+                                                          loaded if cached else load):
         predict.main([])
     with open(values["output_file"], encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -117,7 +137,7 @@ def test_labels_standard_input_one_text_per_line(exports, monkeypatch, capsys):
         FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(model_dir=exports["single"], input_file=None, output_file=None,
                              batch_size=2, skip_malformed_rows=False, input_format="auto",
-                             signature_name="serving_default", port=None):
+                             input_columns=None, signature_name="serving_default", port=None):
         predict.main([])
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     kept = [t for t in texts if t]  # Blank lines are skipped.
@@ -135,6 +155,7 @@ def test_tagger_words_are_cut_to_each_text_and_batches_do_not_matter(exports, tm
     outputs = [_predict(exports["ner"], input_file=str(path),
                         output_file=str(tmp_path / ("out%d" % size)), batch_size=size)
                for size in (1, 3)]
+    assert [len(out) for out in outputs] == [len(texts)] * 2
     # Padding to other lengths moves the probabilities by float rounding only.
     for one, other in zip(*outputs):
         np.testing.assert_allclose(other.pop("probabilities"), one.pop("probabilities"),
@@ -194,6 +215,167 @@ def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
     with pytest.raises(run_base.InputError, match=r"--signature_name: no signature 'nope'"):
         _predict(exports["pair"], input_file=str(path), output_file=output,
                  signature_name="nope")
+
+
+# The task's own files: GLUE SST-2's layout (demo_data/sentiment).
+SST2_ROWS = [("the film is good", "1"), ("中文 film\u3000is bad", "0"), ("go\u200bod", "1")]
+
+
+def test_a_header_naming_no_input_is_refused_or_mapped(exports, tmp_path):
+    """A TSV or CSV file whose header names none of the model's inputs is
+    refused in one line naming the inputs and the columns (by the file's
+    extension, or a first line holding a tab), or read with its columns
+    mapped by --input_columns; each line is one text with
+    --input_format=text, tabs and all."""
+    sentences = [s for s, _ in SST2_ROWS]
+    expected = _direct(exports["single"], {"text_a": sentences})["probabilities"]
+    tsv = "sentence\tlabel\n" + "".join("%s\t%s\n" % row for row in SST2_ROWS)
+    files = {"dev.tsv": tsv, "dev.txt": tsv,
+             "dev.csv": "sentence,label\n" + "".join('"%s",%s\n' % row for row in SST2_ROWS)}
+    output = str(tmp_path / "out.jsonl")
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+        with pytest.raises(run_base.InputError, match=re.escape(
+                "%s, line 1: the header names no column for the model's input text_a (it "
+                "takes text_a; columns found: 'sentence', 'label'): map one with "
+                "--input_columns=COLUMN:text_a" % (tmp_path / name))):
+            _predict(exports["single"], input_file=str(tmp_path / name), output_file=output)
+        out = _predict(exports["single"], input_file=str(tmp_path / name), output_file=output,
+                       input_columns="sentence:text_a")
+        assert len(out) == len(SST2_ROWS), name
+        np.testing.assert_allclose([o["probabilities"] for o in out], expected, atol=1e-5,
+                                   err_msg=name)
+    # JSON Lines fields too; an input the model lacks is named.
+    (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"sentence": s}) + "\n"
+                                                for s in sentences), encoding="utf-8")
+    out = _predict(exports["single"], input_file=str(tmp_path / "dev.jsonl"),
+                   output_file=output, input_columns=" sentence : text_a ")
+    np.testing.assert_allclose([o["probabilities"] for o in out], expected, atol=1e-5)
+    with pytest.raises(run_base.InputError, match=r"--input_columns: the signature "
+                                                  r"serving_default has no input text_b "
+                                                  r"\(it takes text_a\)"):
+        _predict(exports["single"], input_file=str(tmp_path / "dev.jsonl"),
+                 output_file=output, input_columns="sentence:text_b")
+    with pytest.raises(run_base.InputError, match=r"header has no column sentence "
+                                                  r"\(--input_columns\); columns found: "
+                                                  r"'text', 'label'"):
+        (tmp_path / "other.tsv").write_text("text\tlabel\na\t1\n")
+        _predict(exports["single"], input_file=str(tmp_path / "other.tsv"),
+                 output_file=output, input_columns="sentence:text_a")
+    # One text per line, tabs kept in the texts.
+    (tmp_path / "lines.txt").write_text("a\tgood film\nbad\tfilm\t!\n", encoding="utf-8")
+    out = _predict(exports["single"], input_file=str(tmp_path / "lines.txt"),
+                   output_file=output, input_format="text")
+    np.testing.assert_allclose(
+        [o["probabilities"] for o in out],
+        _direct(exports["single"], {"text_a": ["a\tgood film", "bad\tfilm\t!"]})[
+            "probabilities"], atol=1e-5)
+
+
+def _refused_before_loading(exports, monkeypatch, message, **flag_values):
+    """_predict stops with an InputError matching `message` before the model
+    loads."""
+    def no_loading(*args):
+        raise AssertionError("the model was loaded")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(predict, "Model", no_loading)
+        with pytest.raises(run_base.InputError, match=message):
+            _predict(exports["single"], cached=False, **flag_values)
+
+
+def test_output_file_checks_and_its_folder(exports, tmp_path, monkeypatch):
+    """--output_file may not be an input, a symbolic link, a named pipe or a
+    device (refused before the model loads, each left as it was); a missing
+    folder is created."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good film\nbad film\n", encoding="utf-8")
+    _refused_before_loading(exports, monkeypatch, r"--output_file .*texts\.txt is the input "
+                            r"file .*texts\.txt: writing the labels would replace it",
+                            input_file=str(tmp_path / "*.txt"), output_file=str(texts))
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "target.jsonl")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(str(fifo))
+    for path, what in ((link, "a symbolic link"), (fifo, "a named pipe"),
+                       ("/dev/null", "a device")):
+        _refused_before_loading(exports, monkeypatch, "--output_file %s is %s, not a regular "
+                                "file" % (path, what), input_file=str(texts),
+                                output_file=str(path))
+    assert texts.read_text() == "good film\nbad film\n"
+    assert link.is_symlink() and not os.path.exists(str(link))
+    assert stat.S_ISFIFO(os.lstat(str(fifo)).st_mode)
+    # Standard input and output, closed.
+    monkeypatch.setattr("sys.stdin", None)
+    _refused_before_loading(exports, monkeypatch, r"standard input is closed: give the text "
+                            r"to label with --input_file", output_file=str(tmp_path / "o"))
+    monkeypatch.setattr("sys.stdout", None)
+    _refused_before_loading(exports, monkeypatch, r"standard output is closed: name a file "
+                            r"with --output_file", input_file=str(texts))
+    out = _predict(exports["single"], input_file=str(texts),
+                   output_file=str(tmp_path / "new" / "folder" / "labels.jsonl"))
+    assert len(out) == 2
+
+
+def test_every_malformed_line_is_named_and_skipped(exports, tmp_path):
+    """Lines ending in a lone carriage return are lines; a JSON line nested
+    100,000 deep, a lone surrogate, a list for a text and ids the model
+    refuses are each named by file and line, and skipped with
+    --skip_malformed_rows."""
+    good = b'{"text_a": "good", "text_b": "film"}'
+    bad = [(b'{"text_a": ' + b"[" * 100000 + b"]" * 100000 + b', "text_b": ""}',
+            "not valid JSON here (nested too deep)"),
+           (b'{"text_a": "\\ud800", "text_b": ""}', "text_a: text holding a lone surrogate"),
+           (b'{"text_a": ["a"], "text_b": ""}', "text_a: expected one value, found a list")]
+    path = tmp_path / "in.jsonl"
+    output = str(tmp_path / "out.jsonl")
+    for number, (line, message) in enumerate(bad, 2):
+        path.write_bytes(b"\r".join([good] * (number - 1) + [line, good]))
+        with pytest.raises(run_base.InputError, match=re.escape("in.jsonl, line %d: %s"
+                                                                % (number, message))):
+            _predict(exports["pair"], input_file=str(path), output_file=output)
+    path.write_bytes(b"\r".join([good] + [line for line, _ in bad] + [good]))
+    out = _predict(exports["pair"], input_file=str(path), output_file=output,
+                   skip_malformed_rows=True)
+    expected = _direct(exports["pair"], {"text_a": ["good"] * 2, "text_b": ["film"] * 2})
+    np.testing.assert_allclose([o["probabilities"] for o in out], expected["probabilities"],
+                               atol=1e-5)
+    # A TSV file with old Mac line endings.
+    (tmp_path / "mac.tsv").write_bytes(b"text_a\ttext_b\rgood\tfilm\r\rgood\tfilm\r")
+    out = _predict(exports["pair"], input_file=str(tmp_path / "mac.tsv"), output_file=output)
+    np.testing.assert_allclose([o["probabilities"] for o in out], expected["probabilities"],
+                               atol=1e-5)
+    # Ids out of the vocabulary fail in the model: found in their batch.
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text("".join(json.dumps({"input_ids": [2, i, 3], "input_mask": [1, 1, 1],
+                                       "segment_ids": [0, 0, 0]}) + "\n"
+                           for i in (5, 10 ** 6, 6)))
+    with pytest.raises(run_base.InputError, match=r"ids\.jsonl, line 2: .*1000000"):
+        _predict(exports["pair"], input_file=str(ids), output_file=output,
+                 signature_name="serving_ids")
+    out = _predict(exports["pair"], input_file=str(ids), output_file=output,
+                   signature_name="serving_ids", skip_malformed_rows=True)
+    assert len(out) == 2
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_the_script_as_other_unix_tools(exports, tmp_path):
+    """`predict.py ... | head -1`: the reader closes the pipe after one
+    line, and the script ends by SIGPIPE with no message (a shell shows
+    status 141), nor TensorFlow's "Fingerprint not found" at the start."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good film\n" * 2000, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "predict.py"), "--model_dir=" + exports["single"],
+         "--input_file=" + str(texts), "--batch_size=500"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path))
+    first = proc.stdout.readline()
+    proc.stdout.close()  # More than a pipe's buffer is still to come.
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=600) == -signal.SIGPIPE, err[-3000:]
+    assert json.loads(first)["labels"] in ("bad", "good")
+    assert "Traceback" not in err and "Error" not in err and "ERROR" not in err, err[-3000:]
+    assert "Fingerprint not found" not in err and "Model %s" % exports["single"] in err
 
 
 # ---------------------------------------------------------------------------
@@ -263,31 +445,43 @@ def test_server_answers_as_tensorflow_serving(server):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body, raw, message", [
-    (None, b"{not json", "JSON Parse error"),
-    ({"instances": [{"text": "good"}]}, None, "missing: text_a, text_b; unknown: text"),
-    ({"instances": [{"text_a": 1, "text_b": "x"}]}, None, "input text_a: expected text"),
-    (None, b'{"instances": [{"text_a": "caf\xe9", "text_b": ""}]}', "not UTF-8"),
-    ({"instances": []}, None, "non-empty list"),
-    ({"instances": [{"text_a": "a" * 30000, "text_b": ""}]}, None, "exceeds the limit"),
-    ({"instances": [{"text_a": "a", "text_b": ""}], "inputs": {}}, None, "not both"),
-    ({"signature_name": "nope", "instances": [{"text_a": "a"}]}, None, "no signature 'nope'"),
+@pytest.mark.parametrize("body, raw, status, message", [
+    (None, b"{not json", 400, "JSON Parse error"),
+    ({"instances": [{"text": "good"}]}, None, 400, "missing: text_a, text_b; unknown: text"),
+    ({"instances": [{"text_a": 1, "text_b": "x"}]}, None, 400, "input text_a: expected text"),
+    (None, b'{"instances": [{"text_a": "caf\xe9", "text_b": ""}]}', 400, "not UTF-8"),
+    ({"instances": []}, None, 400, "non-empty list"),
+    ({"instances": [{"text_a": "a" * 30000, "text_b": ""}]}, None, 413, "exceeds the limit"),
+    ({"instances": [{"text_a": "a", "text_b": ""}], "inputs": {}}, None, 400, "not both"),
+    ({"signature_name": "nope", "instances": [{"text_a": "a"}]}, None, 400,
+     "no signature 'nope'"),
 ])
-def test_server_refuses_bad_requests_and_keeps_serving(server, body, raw, message):
+def test_server_refuses_bad_requests_and_keeps_serving(server, body, raw, status, message):
     url, _ = server
-    status, answer = _call(url + "/v1/models/mrpc:predict", body, raw)
-    assert status == 400 and message in answer["error"], answer
+    got, answer = _call(url + "/v1/models/mrpc:predict", body, raw)
+    assert got == status and message in answer["error"], answer
     status, answer = _call(url + "/v1/models/mrpc:predict",
                            {"instances": [{"text_a": "good", "text_b": "film"}]})
     assert status == 200 and len(answer["predictions"]) == 1
 
 
 @pytest.mark.slow
-def test_concurrent_clients_get_their_own_answers(server):
+def test_concurrent_clients_get_their_own_answers(server, monkeypatch):
     url, _ = server
     requests = [{"instances": [{"text_a": a, "text_b": b}]} for a, b in PAIRS]
     alone = [_call(url + "/v1/models/mrpc:predict", r)[1] for r in requests]
     together = [None] * len(requests)
+    # Requests run in groups that must be in flight together to go on (as
+    # many as the server runs at once): a server that answered one request
+    # at a time would never pass the barrier.
+    barrier = threading.Barrier(predict.DEFAULT_LIMITS.max_requests_in_flight, timeout=60)
+    original = predict.predict_response
+
+    def together_with_others(*args):
+        barrier.wait()
+        return original(*args)
+
+    monkeypatch.setattr(predict, "predict_response", together_with_others)
 
     def client(i):
         together[i] = _call(url + "/v1/models/mrpc:predict", requests[i])[1]

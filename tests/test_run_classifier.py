@@ -1008,6 +1008,8 @@ def good_inputs(tmp_path):
     (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
     (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
     (dict(do_train=False, keep_best_checkpoint=True), r"need --do_train and --do_eval"),
+    (dict(export_dir=__file__), r"--export_dir .*test_run_classifier\.py is a file, not a "
+                                r"directory"),
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)

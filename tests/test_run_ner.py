@@ -299,6 +299,83 @@ def test_every_word_gets_exactly_one_prediction(tokenizer):
                     assert scored >= len(words)
 
 
+class _PieceIds(dict):
+    """The stand-in for WordPieceCache that `convert_document` needs: words
+    are tuples of piece ids already."""
+    special_ids = (2, 3)
+
+    def __missing__(self, word):
+        return word
+
+
+def test_text_windows_are_those_of_convert_document():
+    """The export's windows and each word's window (in the graph, by
+    arithmetic on positions) are `convert_document`'s, over random batches
+    of documents: words longer than a window, empty documents, strides
+    longer than a window, and documents of one-piece words of every length
+    from one window to three, where the last window is short: with windows
+    of 100 pieces and more, the 0.01 per piece of length can outweigh a
+    piece of context there."""
+    rng = random.Random(0)
+    settings = [(3, 1), (4, 1), (5, 2), (6, 2), (8, 3), (9, 7), (10, 8), (12, 20), (16, 4),
+                (16, 14), (102, 1), (130, 64), (130, 37), (130, 110), (256, 110)]
+    for max_seq_length, stride in settings:
+        longest = max_seq_length + 3
+        documents = [[(5,)] * size for size in range(
+            max_seq_length - 2, max_seq_length + 2 * min(stride, max_seq_length - 2))]
+        for _ in range(12):
+            size = rng.choice([0, 1, 3, rng.randint(1, 4 * longest)])
+            documents.append([])
+            for _ in range(size):
+                length = rng.choice([1, 1, 1, 2, 3, rng.randint(1, longest)])
+                documents[-1].append(tuple(rng.randint(5, 99) for _ in range(length)))
+        pieces = tf.RaggedTensor.from_nested_row_lengths(
+            tf.constant([i for words in documents for word in words for i in word], tf.int32),
+            [[len(words) for words in documents],
+             [len(word) for words in documents for word in words]])
+        got = run_ner.text_windows(pieces, max_seq_length, stride)
+        expected_pieces, expected_positions = [], []
+        for words in documents:
+            windows = run_ner.convert_document(words, None, _PieceIds(), max_seq_length,
+                                               stride, is_training=False)
+            owner = {w: (len(expected_pieces) + k, position)
+                     for k, window in enumerate(windows)
+                     for position, w in window.word_positions}
+            expected_positions += [owner[w] for w in range(len(words))]
+            expected_pieces += [window.input_ids[1:sum(window.input_mask) - 1]
+                                for window in windows]
+        assert got.pieces.to_list() == (expected_pieces or [[]]), (max_seq_length, stride)
+        assert got.word_positions.numpy().tolist() == [list(p) for p in expected_positions], (
+            max_seq_length, stride)
+
+
+def test_text_windows_take_memory_linear_in_the_text():
+    """No tensor of the word-to-window assignment grows with words x
+    windows: on one document of 2,000 one-piece words in windows of 3
+    pieces at stride 1 (1,998 windows), the largest tensor the graph
+    computes is a few values per word (comparing every word with every
+    window took 32 MB, 2,000 x 1,998 float64)."""
+    num_words, max_seq_length = 2000, 5
+    with tf.Graph().as_default(), tf.Session() as session:
+        # Lengths fed at run time: constant ones would be folded away.
+        lengths = tf.placeholder(tf.int64, [None])
+        pieces = tf.RaggedTensor.from_nested_row_lengths(
+            tf.fill([tf.reduce_sum(lengths)], 7), [tf.size(lengths, out_type=tf.int64)[None],
+                                                   lengths])
+        windows = run_ner.text_windows(pieces, max_seq_length, 1)
+        metadata = tf.RunMetadata()
+        positions = session.run(
+            windows.word_positions, {lengths: [1] * num_words},
+            options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+            run_metadata=metadata)
+    assert positions.shape == (num_words, 2)
+    sizes = [output.tensor_description.allocation_description.requested_bytes
+             for device in metadata.step_stats.dev_stats for node in device.node_stats
+             for output in node.output]
+    assert len(sizes) > 20  # The trace saw the graph's tensors.
+    assert max(sizes) <= 8 * 8 * num_words * max_seq_length
+
+
 def test_word_predictions_from_max_context_window(tokenizer):
     pieces = run_ner.WordPieceCache(tokenizer)
     words = ["the", "mr", "alpha", "went", "in", "beta", "."]
@@ -706,6 +783,8 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
     (dict(labels="PER,LOC,B-"), r"--labels: 'B-' is neither a type nor a tag"),
     (dict(labels="PER"), r"train\.txt, line \d+: label 'I-LOC' is not one of the model's "
                          r"labels \(IOB1 tags of the types PER\)"),
+    (dict(export_dir=__file__), r"--export_dir .*test_run_ner\.py is a file, not a "
+                                r"directory"),
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)

@@ -468,6 +468,30 @@ def test_evaluate_v2_hand_computed():
     assert result["best_f1_thresh"] == -2.0
 
 
+@pytest.mark.parametrize("version_2", [False, True])
+def test_written_results_name_the_metric_as_the_log_and_file_do(tmp_path, version_2):
+    """eval_results.json, its log lines and its "Wrote" line use the official
+    scripts' name of the exact-match score: exact_match (SQuAD 1.1), exact
+    (2.0)."""
+    import run_base
+    if version_2:
+        dataset, predictions = _dataset(V2_QAS), V2_PREDS
+    else:
+        dataset, predictions = _dataset(V2_QAS[:2]), {"h1": "red dog", "h2": "cat"}
+    del run_base._OUTPUTS[:]
+    result = squad_evaluate.run_evaluation(dataset, str(tmp_path), "the test set",
+                                           all_predictions=predictions,
+                                           version_2_with_negative=version_2)
+    name = "exact" if version_2 else "exact_match"
+    assert list(result)[:2] == [name, "f1"]
+    written = json.loads((tmp_path / "eval_results.json").read_text())
+    assert list(written)[:2] == [name, "f1"]
+    ((path, what),) = run_base._OUTPUTS
+    del run_base._OUTPUTS[:]
+    assert path == str(tmp_path / "eval_results.json")
+    assert what == "%s = %s, f1 = %s" % (name, written[name], written["f1"])
+
+
 def test_find_best_thresh_later_threshold():
     # n2 answered "" now: ascending h1 +1 (3), n2 +0 (3), n1 +0 (3), h2 +2/3
     # (3.67, best, threshold 1.5).
@@ -1102,8 +1126,8 @@ def test_main_flag_errors(tmp_path):
     values, _ = _main_flags(tmp_path, version_2=False)
     for overrides, message in [
             (dict(do_train=False, do_predict=False), "Nothing to do: set --do_train"),
-            (dict(train_file=None), "--do_train needs --train_file"),
-            (dict(predict_file=None), "--do_predict needs --predict_file"),
+            (dict(train_file=None), r"^Missing required flag\(s\): --train_file$"),
+            (dict(predict_file=None), r"^Missing required flag\(s\): --predict_file$"),
             (dict(train_file=str(tmp_path / "missing.json")), "--train_file: file not found"),
             (dict(max_query_length=61), r"--max_seq_length \(64\) leaves no room .* "
              r"--max_query_length \(61\) \+ 3"),

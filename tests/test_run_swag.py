@@ -399,6 +399,8 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
      r"--export_dir: no fine-tuned checkpoint"),
     (dict(input_format="jsonl"), r"train\.csv, line 1: not valid JSON"),
     (dict(num_train_epochs=1.0, train_batch_size=64), r"make 0 training steps"),
+    (dict(export_dir=__file__), r"--export_dir .*test_run_swag\.py is a file, not a "
+                                r"directory"),
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)

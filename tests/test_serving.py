@@ -4,6 +4,7 @@ same checkpoint and loaded where nothing of this repository is importable."""
 
 import itertools
 import json
+import logging
 import os
 import random
 import shutil
@@ -13,12 +14,15 @@ import sys
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
+from absl import logging as absl_logging
+from tensorflow.python.framework import ops as tf_ops
 
 import modeling
 import run_classifier
 import run_common
 import run_ner
 import run_swag
+import runtime
 import serving
 import test_run_classifier
 import test_run_ner
@@ -284,6 +288,75 @@ def test_swag_text_signature_equals_do_predict(model_files, tmp_path):
     np.testing.assert_allclose(outputs["probabilities"], predicted, atol=1e-4)
     assert np.ptp(predicted) > 0.01
     np.testing.assert_array_equal(outputs["label_ids"], [int(row[1]) for row in rows])
+
+
+def test_export_changes_no_op_a_session_ran_and_writes_a_fingerprint(tmp_path, monkeypatch):
+    """runtime.write_saved_model (under serving.export) builds everything
+    before its session runs the graph: TensorFlow warns of an op changed
+    after a session ran it ("... will trigger an error in the future"), as
+    the tables' initialiser was when the main op was built after the
+    restore. It writes fingerprint.pb, without which each load logs
+    "Fingerprint not found". A vocabulary table and one variable stand for
+    a model."""
+    vocab = tiny.write_vocab(str(tmp_path), ["good", "film"])
+    with tf.Graph().as_default(), tf.Session() as session:
+        tf.get_variable("w", [2], initializer=tf.ones_initializer())
+        tf.train.get_or_create_global_step()
+        session.run(tf.global_variables_initializer())
+        checkpoint = tf.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+
+    def build_signatures():
+        table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+            vocab, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+            tf.lookup.TextFileIndex.LINE_NUMBER), -1)
+        text = tf.placeholder(tf.string, [None], name="text")
+        ids = table.lookup(text)
+        weight = tf.gather(tf.get_variable("w", [2]), tf.clip_by_value(ids, 0, 1))
+        return {"serving_default": tf.saved_model.predict_signature_def(
+            {"text": text}, {"ids": ids, "weight": weight})}
+
+    changed_after_a_run = []
+    ran = set()  # The ops in the graph when a session ran it.
+    set_attr, run = tf_ops.Operation._set_attr, tf.Session.run
+
+    def spy_set_attr(op, name, value):
+        if op.name in ran:
+            changed_after_a_run.append((op.name, name))
+        return set_attr(op, name, value)
+
+    def spy_run(session, *args, **kwargs):
+        ran.update(op.name for op in session.graph.get_operations())
+        return run(session, *args, **kwargs)
+
+    monkeypatch.setattr(tf_ops.Operation, "_set_attr", spy_set_attr)
+    monkeypatch.setattr(tf.Session, "run", spy_run)
+    path = runtime.write_saved_model(build_signatures, checkpoint, str(tmp_path / "export"))
+    monkeypatch.undo()
+    assert ran and changed_after_a_run == []
+    assert os.path.getsize(os.path.join(path, "fingerprint.pb")) > 0
+    messages = []
+
+    class Collector(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    collector = Collector(logging.INFO)
+    logger = logging.getLogger("absl")  # TensorFlow's loader logs through absl.
+    verbosity = absl_logging.get_verbosity()
+    logger.addHandler(collector)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    try:
+        loaded = tf.saved_model.load_v2(path)
+        assert not [m for m in messages if "ingerprint" in m], messages
+        # (Without the file, the message is there: the collector hears it.)
+        os.remove(os.path.join(path, "fingerprint.pb"))
+        tf.saved_model.load_v2(path)
+        assert "Fingerprint not found. Saved model loading will continue." in messages
+    finally:
+        absl_logging.set_verbosity(verbosity)
+        logger.removeHandler(collector)
+    outputs = loaded.signatures["serving_default"](text=tf.constant(["film", "bad"]))
+    assert outputs["ids"].numpy().tolist() == [6, -1]
 
 
 # Loads each export and calls its text signature, in a Python that has

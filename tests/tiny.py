@@ -271,3 +271,16 @@ def run_spec(model_fn, make_features, mode, params, train_steps=1, save_to=None)
             if save_to:
                 tf.train.Saver().save(sess, save_to, write_meta_graph=False)
     return result
+
+
+def race_to_create(barrier, paths, index, results):
+    """A process of the output-lock race (test_nonlocal_paths): for each of
+    `paths` in turn, waits at `barrier` until every racing process is there,
+    then tries run_base._create_exclusively(path, b"<index>") and puts
+    (round, index, created) on the queue `results`. Imports no TensorFlow, so
+    that a spawned process starts in a fraction of a second."""
+    import run_base
+    for round_index, path in enumerate(paths):
+        barrier.wait(timeout=120)
+        created = run_base._create_exclusively(path, b"%d" % index)
+        results.put((round_index, index, created))

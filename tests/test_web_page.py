@@ -1,0 +1,399 @@
+"""The page predict.py --port serves at / (web_page.py): the view and form
+chosen per signature, the label names read from the graph, the page's
+escaping and headers; then the page itself in headless Chromium, typed
+into and submitted with the keyboard, against a classifier and a tagger
+export served by predict.py.
+
+The browser tests need Debian's chromium and the playwright package
+(requirements-test.txt); they skip where either is missing, unless
+BERT_BROWSER_TESTS=required (as .ci/run sets), where they fail instead.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import urllib.request
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from seqeval.metrics.sequence_labeling import get_entities
+from tensorflow.core.protobuf import meta_graph_pb2
+
+import modeling
+import predict
+import run_classifier
+import run_ner
+import test_serving
+import web_page
+
+# The classifier's label names: one that is HTML, shown as text.
+CLASSIFIER_LABELS = ["plain", "<b>bold</b>"]
+# Tags the tagger can give (IOB2).
+NER_TYPES = ["PER", "LOC"]
+# Text that would run script if it were put into the page as HTML.
+HOSTILE = ('Mara <img src=x onerror="window.ranScript=1"> Lind '
+           '<script>window.ranScript=2</script> \U0001F600 went to Larkvale &amp; "Pine"')
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """SavedModels of random-headed tiny models: a pair classifier and a
+    tagger."""
+    tmp = tmp_path_factory.mktemp("web_page")
+    files = test_serving.write_model_files(tmp)
+    config = modeling.BertConfig.from_json_file(files["config"])
+    labels_path = str(tmp / run_ner.LABELS_FILE)
+    run_ner.write_labels(labels_path, "iob2", NER_TYPES)
+    return {
+        "classifier": run_classifier.export_model(
+            config, run_classifier.MrpcProcessor(), CLASSIFIER_LABELS, files["classifier"],
+            str(tmp / "classifier"), files["vocab"], True,
+            max_seq_length=test_serving.MAX_SEQ_LENGTH),
+        "ner": run_ner.export_model(
+            config, run_ner.label_list_for(NER_TYPES, "iob2"), "iob2", files["ner"],
+            str(tmp / "ner"), labels_path, files["vocab"], True, max_seq_length=16,
+            doc_stride=4)}
+
+
+# ---------------------------------------------------------------------------
+# The page's configuration, per signature.
+
+def _meta_graph(build):
+    """A MetaGraphDef whose serving_default is `build()`'s (inputs,
+    outputs), built in a new graph."""
+    with tf.Graph().as_default() as graph:
+        inputs, outputs = build()
+        meta_graph = meta_graph_pb2.MetaGraphDef()
+        meta_graph.graph_def.CopyFrom(graph.as_graph_def())
+        meta_graph.signature_def[web_page.SIGNATURE].CopyFrom(
+            tf.saved_model.predict_signature_def(inputs, outputs))
+    return meta_graph
+
+
+def _classifier_outputs(processor, labels, texts=("text_a",)):
+    """run_classifier.py's text signature outputs on a placeholder
+    model."""
+    def build():
+        inputs = {name: tf.placeholder(tf.string, [None], name=name) for name in texts}
+        name = "scores" if processor.is_regression else "probabilities"
+        shape = [None] if processor.is_regression else [None, len(labels)]
+        predictions = {name: tf.placeholder(tf.float32, shape)}
+        return inputs, run_classifier._text_outputs(predictions, processor, labels)
+    return build
+
+
+class _MultiLabel(run_classifier.ColaProcessor):
+    is_multi_label = True
+    text_pairs = False
+
+
+def _fields(config):
+    return [(f["name"], f["kind"], f["optional"]) for f in config["fields"]]
+
+
+def test_exports_get_their_view_fields_and_label_names(exports):
+    meta_graph, types = web_page.read_export(exports["classifier"])
+    config = web_page.page_config(meta_graph, "7", "mrpc")
+    assert config["view"] == "classifier" and config["labels"] == CLASSIFIER_LABELS
+    assert _fields(config) == [("text_a", "text", False), ("text_b", "text", True)]
+    assert config["predict"] == "v1/models/mrpc:predict" and not config["unsupported"]
+    assert types == ()
+    meta_graph, types = web_page.read_export(exports["ner"])
+    config = web_page.page_config(meta_graph, "7", "ner", types)
+    assert config["view"] == "tagger" and config["entity_types"] == NER_TYPES
+    assert _fields(config) == [("text", "text", False)]
+
+
+def test_classifier_kinds_and_other_signatures_get_their_views():
+    labels = ["sport", "art", "news"]
+    multi = web_page.page_config(_meta_graph(_classifier_outputs(_MultiLabel(), labels)),
+                                 "1", "m")
+    assert multi["view"] == "multi_label" and multi["labels"] == labels
+    assert _fields(multi) == [("text_a", "text", False)]
+    single = web_page.page_config(_meta_graph(_classifier_outputs(
+        run_classifier.ColaProcessor(), labels)), "1", "m")
+    assert single["view"] == "classifier" and single["labels"] == labels
+    regression = web_page.page_config(_meta_graph(_classifier_outputs(
+        run_classifier.StsbProcessor(), None, texts=("text_a", "text_b"))), "1", "m")
+    assert regression["view"] == "regression" and regression["labels"] is None
+    assert _fields(regression) == [("text_a", "text", False), ("text_b", "text", True)]
+
+    def swag():  # run_swag.py's export, as docs/serving.md describes it
+        inputs = {"context": tf.placeholder(tf.string, [None], name="context"),
+                  "question": tf.placeholder(tf.string, [None], name="question"),
+                  "endings": tf.placeholder(tf.string, [None, None], name="endings")}
+        probabilities = tf.placeholder(tf.float32, [None, None])
+        return inputs, {"probabilities": probabilities,
+                        "label_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
+    config = web_page.page_config(_meta_graph(swag), "1", "swag")
+    assert config["view"] == "multiple_choice"
+    assert _fields(config) == [("context", "text", False), ("question", "line", True),
+                               ("endings", "lines", False)]
+
+    def question_answering():  # No view of its own (yet): a field per input, JSON out.
+        inputs = {"question": tf.placeholder(tf.string, [None], name="question"),
+                  "context": tf.placeholder(tf.string, [None], name="context")}
+        return inputs, {"start": tf.placeholder(tf.int32, [None])}
+    config = web_page.page_config(_meta_graph(question_answering), "1", "qa")
+    assert config["view"] == "generic" and not config["unsupported"]
+    assert _fields(config) == [("context", "text", True), ("question", "text", True)]
+
+    def ids_only():
+        inputs = {"input_ids": tf.placeholder(tf.int32, [None, None], name="input_ids")}
+        return inputs, {"probabilities": tf.placeholder(tf.float32, [None, 2])}
+    config = web_page.page_config(_meta_graph(ids_only), "1", "ids")
+    assert config["view"] == "generic" and config["fields"] == []
+    assert "input_ids are not texts" in config["unsupported"]
+
+
+def test_label_names_are_the_one_constant_behind_the_labels_output():
+    with tf.Graph().as_default() as graph:
+        names = tf.constant(["a", "b", "c"])
+        other = tf.constant(["x", "y", "z"])
+        ids = tf.placeholder(tf.int32, [None])
+        one = tf.gather(names, ids)
+        # Either of two constants: no one answer.
+        two = tf.where(tf.equal(ids, 0), tf.gather(names, ids), tf.gather(other, ids))
+    graph_def = graph.as_graph_def()
+    assert web_page.label_names(graph_def, one.name, 3) == ["a", "b", "c"]
+    assert web_page.label_names(graph_def, one.name, 2) is None  # Not as many as labels.
+    assert web_page.label_names(graph_def, two.name, 3) is None
+
+
+def test_page_escapes_what_it_names_and_allows_only_its_own_script():
+    config = web_page.page_config(_meta_graph(_classifier_outputs(
+        run_classifier.ColaProcessor(), ["</script><script>alert(1)</script>", "b"])),
+        '1"><i>', "m<i>&")
+    page = web_page.render(config)
+    assert page.count("<script") == 2 and page.count("</script>") == 2
+    assert "<i>" not in page and "m&lt;i&gt;&amp;" in page
+    embedded = page.split('<script type="application/json" id="page-config">')[1]
+    assert json.loads(embedded.split("</script>")[0]) == config
+    # The script builds elements from text only.
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in web_page.SCRIPT
+    policy = web_page.CONTENT_SECURITY_POLICY
+    assert "default-src 'none'" in policy and "unsafe" not in policy
+    assert web_page._source_hash(web_page.SCRIPT) in policy
+
+
+# ---------------------------------------------------------------------------
+# The page, served.
+
+@pytest.fixture(scope="module")
+def servers(exports):
+    """name -> (URL, predict.Model) of predict.py's server of each export
+    (the classifier's refuses requests over 2000 bytes)."""
+    urls, running = {}, []
+    for name, limit in (("classifier", 2000), ("ner", 1 << 20)):
+        model = predict.Model(os.path.dirname(exports[name]))
+        http = predict.make_server(model, "127.0.0.1", 0, name, max_request_bytes=limit)
+        threading.Thread(target=http.serve_forever, daemon=True).start()
+        urls[name] = "http://127.0.0.1:%d/" % http.server_address[1], model
+        running.append(http)
+    yield urls
+    for http in running:
+        http.shutdown()
+        http.server_close()
+
+
+def test_server_answers_the_page_with_its_policy(servers):
+    for path in ("", "index.html", "?from=link"):
+        with urllib.request.urlopen(servers["ner"][0] + path, timeout=60) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+            assert (response.headers["Content-Security-Policy"]
+                    == web_page.CONTENT_SECURITY_POLICY)
+            body = response.read().decode("utf-8")
+    assert '"view": "tagger"' in body and "v1/models/ner:predict" in body
+
+
+# ---------------------------------------------------------------------------
+# In Chromium.
+
+# Offline and quiet (no updates, sync or first-run pages); as root in a
+# container (no sandbox, no GPU, shared memory in /tmp).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A Chromium (Debian's, driven by Playwright) with a fresh profile."""
+    required = os.environ.get("BERT_BROWSER_TESTS") == "required"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    executable = _chromium()
+    missing = ("the playwright package (requirements-test.txt)" if sync_playwright is None
+               else "" if executable else "chromium (apt-get install chromium)")
+    if missing:
+        message = "the browser tests need %s" % missing
+        if required:
+            pytest.fail(message + " (BERT_BROWSER_TESTS=required)")
+        pytest.skip(message)
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=executable, args=CHROMIUM_ARGS, headless=True,
+            viewport={"width": 1000, "height": 800}, locale="en-US")
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A new tab, which records the console's errors and script errors."""
+    tab = browser.new_page()
+    tab.problems = []
+    tab.on("console", lambda m: tab.problems.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda e: tab.problems.append(str(e)))
+    yield tab
+    tab.close()
+
+
+def _no_problems(page, expected=()):
+    """No script error and no console error but `expected` substrings
+    (a refused request's own line)."""
+    assert [p for p in page.problems if not any(e in p for e in expected)] == []
+
+
+def _bars(page):
+    """[name, value shown, chosen, the bar's width in %] of each bar."""
+    rows = page.eval_on_selector_all("#result .bar-row", """rows => rows.map(row => [
+        row.querySelector('.name').textContent, row.querySelector('.value').textContent,
+        row.classList.contains('chosen'), row.querySelector('.fill').style.width])""")
+    return [row[:3] + [float(row[3].rstrip("%"))] for row in rows]
+
+
+@pytest.mark.slow
+def test_classifier_page_shows_each_label_and_errors(servers, page):
+    url, model = servers["classifier"]
+    page.goto(url)
+    assert page.title() == "Text classification \u2014 classifier"
+    assert page.locator("label").all_inner_texts() == ["First text", "Second text (optional)"]
+    # Typed into the focused first field, the second left empty; Ctrl+Enter sends.
+    assert page.evaluate("document.activeElement.id") == "in-text_a"
+    page.keyboard.type("the film is good")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#result:not([hidden]) .bar-row")
+    expected = model.signature("serving_default")({"text_a": ["the film is good"],
+                                                   "text_b": [""]})
+    probabilities = expected["probabilities"][0]
+    bars = _bars(page)
+    assert [row[:3] for row in bars] == [
+        [name, "%.1f%%" % (100 * p), i == np.argmax(probabilities)]
+        for i, (name, p) in enumerate(zip(CLASSIFIER_LABELS, probabilities))]
+    np.testing.assert_allclose([row[3] for row in bars], 100 * probabilities, rtol=1e-6)
+    assert page.inner_text("#result .headline") == "%s (%.1f%%)" % (
+        CLASSIFIER_LABELS[np.argmax(probabilities)], 100 * probabilities.max())
+    assert page.locator("#error").is_hidden()
+    assert page.input_value("#in-text_a") == "the film is good"
+
+    # While the answer loads, the inputs stay and the last result is marked stale.
+    held = []
+    page.route("**/v1/models/classifier:predict", lambda route: held.append(route))
+    page.fill("#in-text_b", "a bad plot")
+    page.click("#run")
+    page.wait_for_selector("#run:disabled")
+    assert page.get_attribute("#result", "class") == "stale"
+    assert page.inner_text("#status") == "Running\u2026"
+    assert (page.input_value("#in-text_a"), page.input_value("#in-text_b")) == (
+        "the film is good", "a bad plot")
+    held[0].continue_()
+    page.wait_for_selector("#run:enabled")
+    page.unroute("**/v1/models/classifier:predict")
+    pair = model.signature("serving_default")({"text_a": ["the film is good"],
+                                              "text_b": ["a bad plot"]})
+    assert [row[1] for row in _bars(page)] == [
+        "%.1f%%" % (100 * p) for p in pair["probabilities"][0]]
+
+    # The server's error answer (a body over its limit) is shown as a message.
+    page.fill("#in-text_a", "good " * 500)
+    page.press("#in-text_a", "Control+Enter")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.inner_text("#error").startswith("The server answered 4")
+    assert "exceeds the limit" in page.inner_text("#error")
+    assert page.locator("#result").is_hidden()
+    # An empty required field is refused before any request.
+    page.fill("#in-text_a", "")
+    page.press("#in-text_a", "Control+Enter")
+    assert page.inner_text("#error") == "Write in \u201cFirst text\u201d first."
+    # The inputs are kept for the next visit (this tab's session).
+    page.fill("#in-text_a", "kept")
+    page.reload()
+    assert page.input_value("#in-text_a") == "kept"
+    assert page.input_value("#in-text_b") == "a bad plot"
+    _no_problems(page, expected=["status of 4"])
+
+
+@pytest.mark.slow
+def test_tagger_page_highlights_entities_and_shows_html_as_text(servers, page):
+    url, model = servers["ner"]
+    page.set_viewport_size({"width": 360, "height": 740})  # A phone's.
+    page.goto(url)
+    page.locator("#in-text").type(HOSTILE)
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#result:not([hidden])")
+    out = model.signature("serving_default")({"text": [HOSTILE]})
+    n = out["num_words"][0]
+    tags = [t.decode() for t in out["tags"][0, :n]]
+    starts, ends = out["start_offsets"][0, :n], out["end_offsets"][0, :n]
+    entities = get_entities(tags)  # conlleval's chunks: (type, first word, last word)
+    assert entities, tags  # The random model tags something in this text.
+    _assert_entities_shown(page, entities, starts, ends)
+    rows = page.eval_on_selector_all("#result .entity-row", """rows => rows.map(r =>
+        Array.from(r.cells, c => c.textContent))""")
+    probabilities = out["probabilities"][0]
+    assert rows == [[HOSTILE[starts[first]:ends[last]], kind, "%.1f%%" % (
+        100 * probabilities[first:last + 1].max(axis=-1).mean())]
+                    for kind, first, last in entities]
+    # Nothing wider than the phone's screen.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    # The random model tags (nearly) every word: the same answer with tags
+    # made here, of IOB1, IOB2 and BIOES, and O between, on the markup's
+    # words among others (whole tags between the entities).
+    answer = json.loads(page.text_content("#answer"))
+    pattern = ["O", "B-PER", "I-PER", "O", "S-LOC", "I-LOC", "E-LOC", "I-PER", "B-PER",
+               "B-PER", "O", "I-LOC", "E-PER"]
+    markup = [m.span() for m in re.finditer(r"<[^>]*>", HOSTILE)]
+    made = ["O" if any(a <= start < b for a, b in markup) else pattern[i % len(pattern)]
+            for i, start in enumerate(starts)]
+    assert len(get_entities(made)) > 5
+    answer["predictions"][0]["tags"] = made
+    page.route("**/v1/models/ner:predict", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+    page.click("#run")
+    page.wait_for_selector("#run:enabled")
+    _assert_entities_shown(page, get_entities(made), starts, ends)
+    _no_problems(page)
+
+
+def _assert_entities_shown(page, entities, starts, ends):
+    """The tagger's result shows HOSTILE as text, with `entities` ((type,
+    first word, last word), as seqeval reads the tags) marked."""
+    marks = page.eval_on_selector_all("#result mark", """marks => marks.map(m => [
+        m.firstChild.textContent, m.querySelector('.type').textContent])""")
+    assert marks == [[HOSTILE[starts[first]:ends[last]], kind]
+                     for kind, first, last in entities]
+    # The text, less the type labels, is the input as typed; nothing of it ran.
+    shown = page.evaluate("""() => {
+        const copy = document.querySelector('#result .tagged').cloneNode(true);
+        copy.querySelectorAll('.type').forEach(t => t.remove());
+        return copy.textContent; }""")
+    assert shown == HOSTILE
+    assert page.locator("#result img, #result script, img").count() == 0
+    assert page.evaluate("window.ranScript") is None
