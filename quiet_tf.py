@@ -202,10 +202,17 @@ def _hold_early_interrupts():
     SIGTERM are caught from now on, before TensorFlow's import (seconds),
     and acted on by run_base.run_script (see
     run_base.hold_interrupts_until_run). Not in other programs (a notebook,
-    pytest), which keep their own handling."""
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    pytest), which keep their own handling, nor in a script's worker
+    processes (create_pretraining_data.py's), whose signals their pool
+    handles."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
     here = os.path.dirname(os.path.abspath(__file__))
-    if main_file and os.path.dirname(os.path.abspath(main_file)) == here:
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        return  # A worker (a spawned one's main module is "__mp_main__").
+    if (main_file and getattr(main, "__name__", None) == "__main__"
+            and os.path.dirname(os.path.abspath(main_file)) == here):
         import run_base
         run_base.hold_interrupts_until_run()
 

@@ -252,3 +252,34 @@ def test_a_late_import_leaves_the_run_s_signal_handling_alone():
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
     assert not run_base._INTERRUPT["early"]
+
+
+@pytest.mark.parametrize("main_name, in_worker, held", [
+    ("__main__", False, True),       # A script of this folder run as the program.
+    ("__mp_main__", False, False),   # Its main module in a spawned worker.
+    ("__main__", True, False)])      # A forked worker.
+def test_only_a_script_s_own_process_holds_early_signals(monkeypatch, main_name, in_worker,
+                                                         held):
+    """Worker processes of a script (create_pretraining_data.py's pool) that
+    import quiet_tf keep their signal handling: their pool ends them with
+    SIGTERM, which a hold would only record (a hang)."""
+    import multiprocessing
+    import signal
+    import types
+
+    import run_base
+    main = types.ModuleType(main_name)
+    main.__file__ = os.path.join(ROOT, "create_pretraining_data.py")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(multiprocessing, "parent_process",
+                        lambda: object() if in_worker else None)
+    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
+    state = dict(run_base._INTERRUPT)
+    try:
+        quiet_tf._hold_early_interrupts()
+        assert run_base._INTERRUPT["early"] is held
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        run_base._INTERRUPT.clear()
+        run_base._INTERRUPT.update(state)
