@@ -204,7 +204,7 @@ def file_based_input_fn_builder(input_file, seq_length, trim_padding=False):
 
     def input_fn(params):
         """See file_based_input_fn_builder."""
-        d = tf.data.TFRecordDataset(input_file)
+        d = tf.data.TFRecordDataset(input_file, buffer_size=run_common.TFRECORD_BUFFER_BYTES)
         d = d.map(lambda record: run_common.decode_record(record, name_to_features))
         # Every line gets its features: the last batch may be a partial one.
         d = d.batch(params["batch_size"], drop_remainder=False)

@@ -593,14 +593,23 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         if self._fused_here():
             scalars = (tf.constant(1.0 - self.beta_1, tf.float32),
                        tf.constant(1.0 - self.beta_2, tf.float32), self._epsilon_hat)
+            m_value, v_value = m.read_value(), v.read_value()
+            decay = self.weight_decay_rate / self._scale if decayed else None
+            # The optimizer builds each update colocated with its variable, and
+            # tf.function traces anew for every colocation: each variable
+            # would get its own function, each compiled by XLA when the
+            # session first runs it (46 compilations, about 10 s, for a
+            # 2-layer model). Called outside the colocation (the device scope
+            # still applies), variables of one shape share one function.
+            with tf.colocate_with(None, ignore_existing=True):
+                if decayed:
+                    m_t, v_t, d, d_squares, w_squares = _fused_lamb_decayed(
+                        grad, m_value, v_value, weights, *scalars, decay)
+                else:
+                    m_t, v_t, d = _fused_lamb_moments(grad, m_value, v_value, *scalars)
             if decayed:
-                m_t, v_t, d, d_squares, w_squares = _fused_lamb_decayed(
-                    grad, m.read_value(), v.read_value(), weights, *scalars,
-                    self.weight_decay_rate / self._scale)
                 rate = self._rate(True, tf.sqrt(w_squares), tf.sqrt(d_squares))
             else:
-                m_t, v_t, d = _fused_lamb_moments(grad, m.read_value(), v.read_value(),
-                                                  *scalars)
                 rate = self._rate(False)
             deps = [m.assign(m_t, read_value=False), v.assign(v_t, read_value=False)]
         else:

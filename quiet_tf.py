@@ -38,6 +38,12 @@ with XLA (bert_ops.py), so before their first session they call
 `start_xla_quietly` (through run_common.choose_fused_ops), which compiles a
 one-element function with the same filtering.
 
+Interruptions. A script run as the program has its SIGINT and SIGTERM
+caught from this module's import on (`_hold_early_interrupts`): a Ctrl-C
+or a scheduler's SIGTERM while TensorFlow imports ends the run before it
+does any work, in one line, where it would otherwise be lost or raise in
+the middle of the import.
+
 The scripts import this module before TensorFlow (`import quiet_tf`); it
 does its work once, when first imported, and cannot change anything once
 TensorFlow has been imported. Set BERT_TF_IMPORT_LOG=1 to see
@@ -191,4 +197,25 @@ def _run_one_xla_function(tf):
             session.run(function(x), {x: [1.0]})
 
 
+def _hold_early_interrupts():
+    """For a script of this folder run as the program: its SIGINT and
+    SIGTERM are caught from now on, before TensorFlow's import (seconds),
+    and acted on by run_base.run_script (see
+    run_base.hold_interrupts_until_run). Not in other programs (a notebook,
+    pytest), which keep their own handling, nor in a script's worker
+    processes (create_pretraining_data.py's), whose signals their pool
+    handles."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    here = os.path.dirname(os.path.abspath(__file__))
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        return  # A worker (a spawned one's main module is "__mp_main__").
+    if (main_file and getattr(main, "__name__", None) == "__main__"
+            and os.path.dirname(os.path.abspath(main_file)) == here):
+        import run_base
+        run_base.hold_interrupts_until_run()
+
+
+_hold_early_interrupts()
 _import_quietly()

@@ -383,6 +383,8 @@ def run_script(main):
         del _OUTPUTS[:]
         with interrupts_caught():
             try:
+                # A signal that came while the script was starting.
+                raise_if_interrupted()
                 status = main(argv)
                 log_outputs()
                 return status
@@ -1263,7 +1265,30 @@ class InterruptedExit(SystemExit):
 
 # signal: the first interrupting signal's number, or None. held: while > 0,
 # a first signal is only recorded (see `interrupts_held`).
-_INTERRUPT = {"signal": None, "held": 0, "on_hold": None, "exit_signal": None}
+# early: the handlers of `hold_interrupts_until_run` are in place (and
+# before_early: the handlers they replaced). caught: how many
+# `interrupts_caught` blocks are open.
+_INTERRUPT = {"signal": None, "held": 0, "on_hold": None, "exit_signal": None,
+              "early": False, "before_early": {}, "caught": 0}
+
+
+def hold_interrupts_until_run():
+    """For a script run as the program, from its first import on (quiet_tf
+    calls this before it imports TensorFlow): a SIGINT or SIGTERM that comes
+    before `run_script` installs its handlers is recorded, and `run_script`
+    ends the run with it before `main` does any work. Without this, a SIGINT
+    in those seconds would be lost where the process started ignoring it (a
+    background job of a shell) and raise in the middle of an import
+    elsewhere. A second signal ends the process at once. Main thread only;
+    once per process, and nothing once the run has begun (a module that
+    imports quiet_tf late, in the middle of the work)."""
+    if (_INTERRUPT["early"] or _INTERRUPT["caught"]
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    _INTERRUPT["before_early"] = {signum: signal.signal(signum, _on_interrupt)
+                                  for signum in INTERRUPT_SIGNALS}
+    _INTERRUPT["held"] += 1
+    _INTERRUPT["early"] = True
 
 
 def _on_interrupt(signum, frame):
@@ -1289,13 +1314,20 @@ def interrupts_caught():
     previous handlers come back on leaving. Outside the main thread, where
     Python cannot set signal handlers, nothing changes."""
     previous = {}
-    _INTERRUPT.update(signal=None, held=0, on_hold=None)
+    # A signal recorded since the script's first import stays recorded.
+    early = _INTERRUPT["early"]
+    _INTERRUPT.update(signal=_INTERRUPT["signal"] if early else None, held=0, on_hold=None,
+                      early=False)
     if threading.current_thread() is threading.main_thread():
         for signum in INTERRUPT_SIGNALS:
             previous[signum] = signal.signal(signum, _on_interrupt)
+        if early:  # On leaving, the handlers from before the early hold.
+            previous.update(_INTERRUPT["before_early"])
+    _INTERRUPT["caught"] += 1
     try:
         yield
     finally:
+        _INTERRUPT["caught"] -= 1
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _INTERRUPT.update(signal=None, held=0, on_hold=None)

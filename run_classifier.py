@@ -1716,6 +1716,7 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
     best_dir = os.path.join(FLAGS.output_dir, "best")
     result = None
     step = _global_step(estimator)
+    estimator.evaluations_at(range(eval_every_n_steps, num_train_steps, eval_every_n_steps))
     while step < num_train_steps:
         next_step = min(num_train_steps, (step // eval_every_n_steps + 1) * eval_every_n_steps)
         estimator.train(input_fn=train_input_fn, max_steps=next_step)
@@ -2034,8 +2035,10 @@ def main(_):
 
     num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
+        # With windows, a check only: the windows, counted once converted,
+        # make the steps (and the line that gives them).
         num_train_steps, num_warmup_steps = run_common.train_schedule(
-            len(train_examples), options)
+            len(train_examples), options, announce=windows is None)
     if FLAGS.export_dir and not FLAGS.do_train:
         _checkpoint_to_export(init_checkpoint)
 

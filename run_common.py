@@ -553,13 +553,30 @@ def use_run_record():
                 continue
             flag.value = value
             taken.append("--%s=%s" % (name, value))
-        elif flag.value != value:
+        elif flag.value != value and not (name == "vocab_file"
+                                          and _same_file(flag.value, value)):
             tf.logging.warning("--%s=%s differs from the training run's %s in %s; using %s",
                                name, flag.value, value, record.path, flag.value)
     if taken:
         tf.logging.info("Settings of the training run, from %s: %s", record.path,
                         " ".join(taken))
     return record
+
+
+def _same_file(given, recorded):
+    """Whether the path `given` on the command line and the path `recorded`
+    in a run record name the same file: the same file once resolved (a
+    relative path, a link), or two files of the same content (a copy)."""
+    try:
+        if not run_base.is_remote(given) and not run_base.is_remote(recorded):
+            if os.path.exists(given) and os.path.exists(recorded) and \
+                    os.path.samefile(given, recorded):
+                return True
+        return (exists(given) and exists(recorded)
+                and run_base.file_size(given) == run_base.file_size(recorded)
+                and read_file_bytes(given) == read_file_bytes(recorded))
+    except (OSError, tf.errors.OpError):
+        return False
 
 
 def check_run_flags(min_seq_length):
@@ -853,12 +870,34 @@ def bert_model(bert_config, is_training, input_ids, input_mask, segment_ids,
         **(options or TrainingOptions()).model_kwargs())
 
 
+# While a `ResumableTrainer` call runs: the checkpoint from which its runner
+# restores every variable (a resumed training, an evaluation or prediction of
+# a trained model), which replaces the model_fn's initialisation; None where
+# that initialisation gives the weights.
+_RUNNER_RESTORES = {"checkpoint": None}
+
+
+@contextlib.contextmanager
+def _runner_restores(checkpoint):
+    """Inside, `init_from_checkpoint` logs that the runner restores all
+    variables from `checkpoint` (None: that the initialisation is used)."""
+    previous = _RUNNER_RESTORES["checkpoint"]
+    _RUNNER_RESTORES["checkpoint"] = checkpoint
+    try:
+        yield
+    finally:
+        _RUNNER_RESTORES["checkpoint"] = previous
+
+
 def init_from_checkpoint(init_checkpoint, use_tpu):
     """Sets up the graph's trainable variables to start from `init_checkpoint`
     (those whose names and shapes it holds; the others keep their random
     initialisers). Logs how many variables and parameters there are, how
     many were restored and which were not; every variable, marking the
-    restored ones with ", *INIT_FROM_CKPT*", at DEBUG level.
+    restored ones with ", *INIT_FROM_CKPT*", at DEBUG level. Where the
+    runner of a `ResumableTrainer` restores a checkpoint of the run instead
+    (resumed training, evaluation, prediction), the initialisation is never
+    run: the line names that checkpoint.
 
     Args:
       init_checkpoint: checkpoint path prefix, or None/"" for none.
@@ -893,7 +932,11 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     num_parameters = sum(var.shape.num_elements() or 0 for var in variables)
     summary = "Trainable variables: %d, %s parameters" % (len(variables),
                                                           "{:,}".format(num_parameters))
-    if init_checkpoint:
+    runner_checkpoint = _RUNNER_RESTORES["checkpoint"]
+    if runner_checkpoint:
+        summary += "; all restored from %s" % runner_checkpoint
+        restored = {var.name for var in variables}
+    elif init_checkpoint:
         summary += "; %d restored from %s" % (len(assignment_map), init_checkpoint)
     tf.logging.info("%s", summary)
     fresh = [var.op.name for var in variables if var.name not in restored]
@@ -979,6 +1022,11 @@ def decode_record(record, name_to_features):
             for name, t in example.items()}
 
 
+# The read buffer of the scripts' TFRecord readers, in bytes: TensorFlow
+# 2.15's default, given explicitly because TensorFlow 2.16+ logs a line on
+# every run whose reader leaves it unset.
+TFRECORD_BUFFER_BYTES = 256 * 1024
+
 # Dynamic padding sorts training inputs by length within pools of this many
 # batches: enough for batches of like lengths, few enough that the order
 # stays random.
@@ -1031,7 +1079,7 @@ def tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
                 "Resuming the training input after the %d examples that the checkpoint has "
                 "trained on (%s)", start_record, "unseeded: the records after them, in a new "
                 "order" if seed is None else "the same order, from the input seed")
-        d = tf.data.TFRecordDataset(input_file)
+        d = tf.data.TFRecordDataset(input_file, buffer_size=TFRECORD_BUFFER_BYTES)
         if is_training:
             d = d.repeat()
             if seed is None:
@@ -1162,10 +1210,12 @@ def num_train_steps(num_examples, train_batch_size, num_train_epochs,
     return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
 
 
-def train_schedule(num_examples, options, what="training examples"):
+def train_schedule(num_examples, options, what="training examples", announce=True):
     """(num_train_steps, num_warmup_steps) for `num_examples` with
     --train_batch_size, --num_train_epochs and --warmup_proportion, the
-    steps capped by --max_train_steps.
+    steps capped by --max_train_steps (logged with the full count, unless
+    `announce` is False: for an early check whose count the caller replaces
+    later).
 
     Raises:
       InputError: the flags make no training step.
@@ -1176,18 +1226,78 @@ def train_schedule(num_examples, options, what="training examples"):
         raise InputError(
             "%d %s, --train_batch_size=%d and --num_train_epochs=%s make 0 training steps"
             % (num_examples, what, FLAGS.train_batch_size, FLAGS.num_train_epochs))
-    if 0 < FLAGS.max_train_steps < steps:
+    if 0 < FLAGS.max_train_steps < steps and announce:
         tf.logging.info("Training %d of the %d steps of %s epochs (--max_train_steps)",
                         FLAGS.max_train_steps, steps, FLAGS.num_train_epochs)
+    if 0 < FLAGS.max_train_steps < steps:
         steps = FLAGS.max_train_steps
     return steps, int(steps * FLAGS.warmup_proportion)
 
 
+class TrainingClock:
+    """The time of one training run, across the runner's `train` calls that
+    its evaluations split it into, for the ETA of `ThroughputHook`.
+
+    The first update of a `train` call holds its start-up (graph
+    optimisation, XLA compilation, the input pipeline filling up, and with
+    gradient accumulation the first run of the update's ops), which is no
+    training step's time: the run's first one is left out, and from the
+    second call on, the time from the previous call's last run to the end of
+    this call's first update counts as a pause (the evaluation, and the
+    restart of training after it).
+
+    Args:
+      evaluation_steps: the global steps after which training pauses for an
+        evaluation (not the last step, after which training is over).
+
+    Attributes:
+      runs, run_seconds: session runs timed, and their wall time (from the
+        end of the run before, so checkpoint saves and hooks count too).
+      pauses, pause_seconds: pauses for evaluations so far, and their time.
+    """
+
+    def __init__(self, evaluation_steps=()):
+        self.evaluation_steps = tuple(sorted(evaluation_steps))
+        self.runs = 0
+        self.run_seconds = 0.0
+        self.pauses = 0
+        self.pause_seconds = 0.0
+        self.last_run_end = None  # Of the previous `train` call.
+
+    def eta(self, step, num_train_steps, runs_per_step=1):
+        """", ETA <time>" for the training from global step `step` to
+        `num_train_steps` ("" before any run was timed): the remaining
+        session runs at the mean time of a run so far, plus the
+        evaluations still to come at the mean time of a pause so far
+        ("with N evaluations"), or "+ N evaluations" when none was timed
+        yet."""
+        if not self.runs or step >= num_train_steps:
+            return ""
+        seconds = (num_train_steps - step) * runs_per_step * self.run_seconds / self.runs
+        pending = sum(step <= e < num_train_steps for e in self.evaluation_steps)
+        evaluations = "%d evaluation%s" % (pending, "" if pending == 1 else "s")
+        if pending and self.pauses:
+            return ", ETA %s with %s" % (format_duration(
+                seconds + pending * self.pause_seconds / self.pauses), evaluations)
+        if pending:
+            return ", ETA %s + %s" % (format_duration(seconds), evaluations)
+        return ", ETA %s" % format_duration(seconds)
+
+
+# The `TrainingClock` of the `ResumableTrainer.train` call under way (its
+# hooks time the run on it), or None.
+_TRAINING_CLOCK = {"current": None}
+
+
 class ThroughputHook(tf.train.SessionRunHook):
     """Logs the training progress about every --log_every_seconds of wall
-    time: "step <global step>[ of <num_train_steps>]: loss = <mean loss since
-    the last line>, <examples/s>[, <tokens/s>][, ETA <time>]", one line at
-    the first step and one at the end.
+    time: "step <global step>[ of <num_train_steps>]: loss = <the mean loss
+    of the batches since the last line> (mean of <n> batches),
+    <examples/s>[, <tokens/s>][, ETA <time>]", one line at the first step
+    and one at the end. The rate leaves out the start-up in the first
+    update (a line with no other run says how long it took), and the
+    ETA counts the evaluations still to come (see `TrainingClock`; the
+    clock of the `ResumableTrainer` training, else one of this hook's own).
 
     Args:
       loss: the loss tensor.
@@ -1210,28 +1320,45 @@ class ThroughputHook(tf.train.SessionRunHook):
         self._every_seconds = log_every_seconds() if every_seconds is None else every_seconds
         self._num_train_steps = num_train_steps
         self._runs_per_step = max(1, runs_per_step)
+        self._clock = None
         self._runs = 0
+        self._begin = None
+        self._last_run_end = None
         self._interval_start = None
-        self._interval_runs = 0
-        self._interval_first_step = None
+        self._interval_timed_runs = 0
+        self._interval_seconds = 0.0
         self._losses = []
 
     def begin(self):
         self._global_step = tf.train.get_global_step()
+        self._clock = _TRAINING_CLOCK["current"] or TrainingClock()
+        self._begin = time.time()
 
     def before_run(self, run_context):
-        if self._interval_start is None:
-            self._interval_start = time.time()
         return tf.train.SessionRunArgs({"loss": self._loss, "step": self._global_step})
 
     def after_run(self, run_context, run_values):
-        step = int(run_values.results["step"])
-        if self._interval_first_step is None:
-            self._interval_first_step = step
-        self._runs += 1
-        self._interval_runs += 1
-        self._losses.append(float(run_values.results["loss"]))
         now = time.time()
+        self._runs += 1
+        self._losses.append(float(run_values.results["loss"]))
+        clock = self._clock
+        if self._runs < self._runs_per_step:
+            pass  # The start-up (see below).
+        elif self._runs == self._runs_per_step:
+            # The first update: its first run holds the start-up, and with
+            # gradient accumulation the first run that applies the update
+            # starts its ops too. Not timed as a step; after an
+            # evaluation, part of the pause.
+            if clock.last_run_end is not None:
+                clock.pauses += 1
+                clock.pause_seconds += now - clock.last_run_end
+            self._interval_start = now
+        else:
+            clock.runs += 1
+            clock.run_seconds += now - self._last_run_end
+            self._interval_timed_runs += 1
+            self._interval_seconds += now - self._last_run_end
+        self._last_run_end = now
         if self._every_n:
             due = self._runs % self._every_n == 0
         else:
@@ -1242,35 +1369,37 @@ class ThroughputHook(tf.train.SessionRunHook):
             self._log(now, run_context.session)
 
     def end(self, session):
-        if self._interval_runs:
+        if self._losses:
             self._log(time.time(), session)
+        if self._last_run_end is not None:
+            self._clock.last_run_end = self._last_run_end
 
     def _log(self, now, session):
-        elapsed = max(now - self._interval_start, 1e-9)
         # The step fetched with the run may have been read before the
         # update: read it again.
         step = int(session.run(self._global_step))
         message = "step %d" % step
         if self._num_train_steps:
             message += " of %d" % self._num_train_steps
-        message += ": loss = %.4f, %.2f examples/s" % (
-            sum(self._losses) / len(self._losses),
-            self._examples_per_step * self._interval_runs / elapsed)
-        if self._tokens_per_step:
-            message += ", %.0f tokens/s" % (self._tokens_per_step * self._interval_runs
-                                            / elapsed)
-        # Global steps per second: with gradient accumulation one step takes
-        # several session runs.
-        # (None after the first run alone, whose time is mostly start-up.)
-        steps_done = step - self._interval_first_step
-        if (self._num_train_steps and step < self._num_train_steps and steps_done > 0
-                and self._runs > 1):
-            message += ", ETA %s" % format_duration(
-                (self._num_train_steps - step) * elapsed / steps_done)
+        batches = len(self._losses)
+        message += ": loss = %.4f (%s)" % (
+            sum(self._losses) / batches,
+            "1 batch" if batches == 1 else "mean of %d batches" % batches)
+        if self._interval_timed_runs:
+            seconds = max(self._interval_seconds, 1e-9)
+            message += ", %.2f examples/s" % (
+                self._examples_per_step * self._interval_timed_runs / seconds)
+            if self._tokens_per_step:
+                message += ", %.0f tokens/s" % (
+                    self._tokens_per_step * self._interval_timed_runs / seconds)
+        else:
+            message += ", %s with start-up" % format_duration(now - self._begin)
+        if self._num_train_steps:
+            message += self._clock.eta(step, self._num_train_steps, self._runs_per_step)
         tf.logging.info("%s", message)
         self._losses = []
-        self._interval_runs = 0
-        self._interval_first_step = None
+        self._interval_timed_runs = 0
+        self._interval_seconds = 0.0
         self._interval_start = now
 
 
@@ -1432,6 +1561,12 @@ class ResumableTrainer:
         self._runner = runner
         self._options = options
         self._train_batch_size = train_batch_size or 0
+        self._clock = TrainingClock()
+
+    def evaluations_at(self, steps):
+        """Tells the progress lines' ETA the global steps after which the
+        caller evaluates between two `train` calls (see `TrainingClock`)."""
+        self._clock.evaluation_steps = tuple(sorted(steps))
 
     def __getattr__(self, name):
         return getattr(self._runner, name)
@@ -1460,9 +1595,14 @@ class ResumableTrainer:
             return input_fn(params)
 
         hook = InterruptHook(model_dir, save=chief)
-        with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False):
-            self._runner.train(positioned_input_fn, max_steps=max_steps,
-                               hooks=list(hooks or ()) + [hook], steps=steps)
+        _TRAINING_CLOCK["current"] = self._clock
+        try:
+            with run_base.interrupts_held(on_hold=hook.stop_soon, raise_after=False), \
+                    _runner_restores(checkpoint):
+                self._runner.train(positioned_input_fn, max_steps=max_steps,
+                                   hooks=list(hooks or ()) + [hook], steps=steps)
+        finally:
+            _TRAINING_CLOCK["current"] = None
         if hook.signum is not None:
             checkpoint = tf.train.latest_checkpoint(model_dir)
             step = hook.step
@@ -1473,6 +1613,34 @@ class ResumableTrainer:
                 "resumes from it", hook.signal_name, step, checkpoint)
             raise TrainingInterrupted(128 + hook.signum)
         return self
+
+    def _restored_checkpoint(self, checkpoint_path):
+        """The checkpoint an evaluation or prediction restores: the one
+        given, else the latest of model_dir (None: the model_fn's
+        initialisation gives the weights)."""
+        model_dir = self._runner.model_dir
+        return checkpoint_path or (tf.train.latest_checkpoint(model_dir) if model_dir
+                                   else None)
+
+    def evaluate(self, *args, **kwargs):
+        """`runner.evaluate`, its checkpoint named by the model_fn's log."""
+        with _runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
+            return self._runner.evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        """`runner.predict` (a generator), its checkpoint named by the
+        model_fn's log."""
+        predictions = iter(self._runner.predict(*args, **kwargs))
+        # The graph is built when the first prediction is asked for.
+        with _runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
+            first = next(predictions, _NO_PREDICTION)
+        if first is _NO_PREDICTION:
+            return
+        yield first
+        yield from predictions
+
+
+_NO_PREDICTION = object()  # The end of `ResumableTrainer.predict`'s first next().
 
 
 def _remove_failed_saves(model_dir):

@@ -102,8 +102,11 @@ flags.DEFINE_integer(
 flags.DEFINE_float(
     "stop_threshold", 0.0,
     "With --eval_file: stop training at the first evaluation whose "
-    "masked_lm_accuracy is at least this (e.g. 0.72); 0: never stop early.")
+    "masked_lm_accuracy is at least this (e.g. 0.72); a rerun whose latest "
+    "checkpoint already reached it does not train (give 0 or a higher target "
+    "to train on); 0: never stop early.")
 
+RESULTS_FILE = "eval_results.txt"
 START_RESULTS_FILE = "eval_results_at_start.txt"
 # TensorBoard folder of the evaluations during training, with the number of
 # training examples seen as the step (to compare runs of different batch
@@ -356,7 +359,8 @@ def _stream_position(skip_records, records_per_epoch):
 
 def _tagged_records(file_index, path):
     """(file index, record index, serialized record) of each record of a file."""
-    return tf.data.TFRecordDataset(path).enumerate().map(
+    return tf.data.TFRecordDataset(
+        path, buffer_size=run_common.TFRECORD_BUFFER_BYTES).enumerate().map(
         lambda index, record: (file_index, index, record))
 
 
@@ -766,8 +770,17 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
     started = time.time()
     steps = evaluation_steps(FLAGS.num_train_steps, examples_per_step,
                              FLAGS.samples_start_eval, FLAGS.samples_between_eval)
-    done, _ = latest_step(FLAGS.output_dir)
+    done, latest = latest_step(FLAGS.output_dir)
+    met = stop_threshold_met(FLAGS.output_dir, done)
+    if met is not None and done < FLAGS.num_train_steps:
+        tf.logging.info(
+            "Not training: %s (step %d) already reached --stop_threshold=%g "
+            "(masked_lm_accuracy = %.4f in %s); to train on, give --stop_threshold=0 or a "
+            "higher target", latest, done, FLAGS.stop_threshold, met,
+            os.path.join(FLAGS.output_dir, RESULTS_FILE))
+        return latest
     checkpoint, result = None, None
+    estimator.evaluations_at(steps[:-1])
     for target in [step for step in steps if step > done] or steps[-1:]:
         estimator.train(input_fn=train_input_fn_at(done), max_steps=target)
         done = target
@@ -799,6 +812,28 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
     run_common.write_eval_results(result, FLAGS.output_dir, header="***** Eval results *****",
                                   headline="masked_lm_accuracy")
     return checkpoint
+
+
+def stop_threshold_met(output_dir, step):
+    """The masked_lm_accuracy of the evaluation during training that
+    <output_dir>/eval_results.txt holds, if it is of the checkpoint at
+    `step`, was made with a --stop_threshold (its file records one) and
+    reaches this run's --stop_threshold; else None (also without a
+    threshold now)."""
+    path = os.path.join(output_dir, RESULTS_FILE)
+    if not FLAGS.stop_threshold > 0 or not tf.io.gfile.exists(path):
+        return None
+    values = {}
+    with tf.io.gfile.GFile(path) as f:
+        for line in f:
+            key, _, value = line.strip().partition(" = ")
+            values[key] = value
+    try:
+        accuracy = float(values["masked_lm_accuracy"])
+        recorded = int(values["global_step"]) == step and "stop_threshold" in values
+    except (KeyError, ValueError):
+        return None
+    return accuracy if recorded and accuracy >= FLAGS.stop_threshold else None
 
 
 def latest_step(output_dir):
@@ -959,7 +994,7 @@ def main(_):
         # --init_checkpoint on new data), the initial model becomes
         # checkpoint 0 first instead of failing.
         checkpoint = ensure_checkpoint(estimator, input_fn(True))
-        evaluate(estimator, input_fn(False), checkpoint, "eval_results.txt",
+        evaluate(estimator, input_fn(False), checkpoint, RESULTS_FILE,
                  "***** Eval results *****")
 
 

@@ -283,6 +283,14 @@ def test_lamb_matches_numpy_over_several_steps(fused):
         calls = [op for op in tf.get_default_graph().get_operations()
                  if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
         assert len(calls) == (len(variables) if fused else 0)
+        # One compiled function per kind and shape, each compiled once: the
+        # three undecayed (2,) variables share one, the decayed kernels
+        # (3, 2), (5, 2) and (2, 2) have one each.
+        traced = [f.signature.name for f in
+                  tf.get_default_graph().as_graph_def().library.function]
+        assert (sum("_fused_lamb_moments_" in name for name in traced),
+                sum("_fused_lamb_decayed_" in name for name in traced)) == (
+                    (1, 3) if fused else (0, 0))
         sess.run(tf.global_variables_initializer())
 
         # The slots have AdamWeightDecayOptimizer's names.

@@ -192,3 +192,94 @@ def test_real_tensorflow_runs_onednn_on_x86_64_linux():
                               env=dict(env, **extra), timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split()[-1] == enabled
+
+
+def _importing_tensorflow(pid):
+    """Whether process `pid` has begun to load TensorFlow's libraries."""
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            return "libtensorflow_framework" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_sigint_while_tensorflow_imports_stops_the_script(tmp_path):
+    """A script started as a shell starts a background job (SIGINT ignored)
+    gets SIGINT while TensorFlow is still importing: the signal is not
+    lost, the script ends by it with one line and writes nothing."""
+    import signal
+    import time
+
+    import test_interruption
+    import tiny
+    data_dir = str(tmp_path / "data")
+    test_interruption._write_task(data_dir)
+    vocab = tiny.write_vocab(str(tmp_path), test_interruption.WORDS)
+    config = tiny.write_config(str(tmp_path), vocab_size=len(test_interruption.WORDS) + 6)
+    output_dir = tmp_path / "out"
+    command = [sys.executable, os.path.join(ROOT, "run_classifier.py"), "--task_name=MRPC",
+               "--data_dir=" + data_dir, "--vocab_file=" + vocab, "--bert_config_file=" + config,
+               "--output_dir=%s" % output_dir, "--do_train=True", "--max_seq_length=16",
+               "--train_batch_size=4", "--num_train_epochs=1", "--fused_ops=none"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.time() + 120
+        while not _importing_tensorflow(process.pid):
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.005)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGINT, output
+    assert "ERROR: interrupted by SIGINT" in output and "Traceback" not in output
+    assert not output_dir.exists()
+
+
+def test_a_late_import_leaves_the_run_s_signal_handling_alone():
+    """quiet_tf imported in the middle of a run (a module that loads
+    TensorFlow late) does not put a running script's signals on hold: a
+    SIGINT still stops the work."""
+    import signal
+
+    import run_base
+    with run_base.interrupts_caught():
+        run_base.hold_interrupts_until_run()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert not run_base._INTERRUPT["early"]
+
+
+@pytest.mark.parametrize("main_name, in_worker, held", [
+    ("__main__", False, True),       # A script of this folder run as the program.
+    ("__mp_main__", False, False),   # Its main module in a spawned worker.
+    ("__main__", True, False)])      # A forked worker.
+def test_only_a_script_s_own_process_holds_early_signals(monkeypatch, main_name, in_worker,
+                                                         held):
+    """Worker processes of a script (create_pretraining_data.py's pool) that
+    import quiet_tf keep their signal handling: their pool ends them with
+    SIGTERM, which a hold would only record (a hang)."""
+    import multiprocessing
+    import signal
+    import types
+
+    import run_base
+    main = types.ModuleType(main_name)
+    main.__file__ = os.path.join(ROOT, "create_pretraining_data.py")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(multiprocessing, "parent_process",
+                        lambda: object() if in_worker else None)
+    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
+    state = dict(run_base._INTERRUPT)
+    try:
+        quiet_tf._hold_early_interrupts()
+        assert run_base._INTERRUPT["early"] is held
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        run_base._INTERRUPT.clear()
+        run_base._INTERRUPT.update(state)

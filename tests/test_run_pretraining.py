@@ -3,6 +3,7 @@ input pipeline, input checking, and short end-to-end runs (training shows
 learning; restoring a checkpoint with cls/* variables)."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -666,6 +667,31 @@ def test_training_stops_at_the_target_accuracy(setup, tmp_path):
     # The runner's own evaluation summaries, by step.
     by_step = _summaries(os.path.join(output_dir, "eval"))["masked_lm_accuracy"]
     assert [s for s, _ in by_step] == list(range(20, step + 1, 20))
+    # The same command again: the target is met already, nothing trains and
+    # one line says so; --stop_threshold=0 trains on.
+    with open(os.path.join(output_dir, "eval_results.txt")) as f:
+        written = f.read()
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        run_main(**base_flags(setup, output_dir, do_train=True, do_eval=True,
+                              eval_file=setup["data"], samples_between_eval=320,
+                              stop_threshold=0.3))
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % step)
+    assert [m for m in messages if m.startswith("Not training")] == [
+        "Not training: %s (step %d) already reached --stop_threshold=0.3 (masked_lm_accuracy"
+        " = %.4f in %s); to train on, give --stop_threshold=0 or a higher target"
+        % (tf.train.latest_checkpoint(output_dir), step, result["masked_lm_accuracy"],
+           os.path.join(output_dir, "eval_results.txt"))]
+    with open(os.path.join(output_dir, "eval_results.txt")) as f:
+        assert f.read() == written
+    run_main(**base_flags(setup, output_dir, do_train=True, eval_file=setup["data"],
+                          num_train_steps=step + 1, stop_threshold=0.0))
+    assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % (step + 1))
 
 
 # ---------------------------------------------------------------------------
