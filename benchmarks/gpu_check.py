@@ -163,12 +163,16 @@ class Checker(object):
         return tf.Session(config=config)
 
     def _load(self, sess):
-        tf = self.tf
+        """Records the first graph's initial weights; sets later graphs' to
+        them. Each in one run: a run per variable would build an executor
+        per variable."""
+        tvars = self.tf.trainable_variables()
         if self.initial is None:
-            self.initial = {v.op.name: sess.run(v) for v in tf.trainable_variables()}
+            self.initial = dict(zip([v.op.name for v in tvars], sess.run(tvars)))
         else:
-            for v in tf.trainable_variables():
-                v.load(self.initial[v.op.name], sess)
+            # What Variable.load does, for all variables at once.
+            sess.run([v.initializer for v in tvars],
+                     {v.initializer.inputs[1]: self.initial[v.op.name] for v in tvars})
 
     def train(self, device, precision, xla, timed):
         """Losses of --check_steps steps on the check batch (the step count
@@ -194,10 +198,13 @@ class Checker(object):
                 speed = None
                 if timed:
                     feed = {ph[k]: v for k, v in self.batches[args.batch_size].items()}
-                    sess.run(train_op, feed)  # warm-up: allocation, compilation
+                    # The comparison's fetches: at the same batch size the
+                    # same executor, so XLA does not compile the step again.
+                    fetches = [loss, train_op]
+                    sess.run(fetches, feed)  # warm-up: allocation, compilation
                     start = time.perf_counter()
                     for _ in range(args.timed_steps):
-                        sess.run(train_op, feed)
+                        sess.run(fetches, feed)
                     speed = args.batch_size * args.timed_steps / (time.perf_counter() - start)
         return losses, applied, speed
 

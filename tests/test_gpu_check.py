@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.sh")
-TINY = ["--layers=2", "--hidden_size=32", "--heads=2", "--intermediate_size=64",
+TINY = ["--layers=1", "--hidden_size=32", "--heads=2", "--intermediate_size=64",
         "--vocab_size=100", "--seq_length=16", "--check_batch=4", "--batch_size=4",
         "--timed_steps=2"]
 

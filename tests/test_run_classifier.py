@@ -624,8 +624,10 @@ def run_main(**overrides):
 
 
 def _model_files(tmp_path):
+    """The vocabulary and config of the end-to-end runs: one layer, enough
+    for the synthetic tasks, so each run builds a smaller graph."""
     vocab = tiny.write_vocab(str(tmp_path), WORDS + ["good"])
-    config = tiny.write_config(str(tmp_path), vocab_size=len(WORDS) + 6)
+    config = tiny.write_config(str(tmp_path), vocab_size=len(WORDS) + 6, num_hidden_layers=1)
     return vocab, config
 
 

@@ -107,11 +107,13 @@ def run_main(**flag_values):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    """A tiny vocab/config (no dropout, so eval is deterministic) and data."""
+    """A tiny vocab/config (no dropout, so eval is deterministic; one layer,
+    enough to copy the repeated word, so each run builds a smaller graph)
+    and data."""
     d = tmp_path_factory.mktemp("pretrain")
     tiny.write_vocab(str(d), ["w%d" % i for i in range(NUM_WORDS)])
-    config = tiny.write_config(str(d), VOCAB_SIZE, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0)
+    config = tiny.write_config(str(d), VOCAB_SIZE, num_hidden_layers=1,
+                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     data = write_records(str(d / "data.tfrecord"), make_instances(256))
     return {"dir": d, "config": config, "data": data}
 

@@ -51,15 +51,25 @@ def _initial_values():
         _build(False)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
-            return {v.name: sess.run(v) for v in tf.trainable_variables()}
+            return _read(sess)
+
+
+def _read(sess):
+    """Every trainable variable's value, by name, in one run (a run per
+    variable would build and optimise an executor for each)."""
+    tvars = tf.trainable_variables()
+    return dict(zip([v.name for v in tvars], sess.run(tvars)))
 
 
 VALUES = _initial_values()
 
 
 def _load(sess, values):
-    for var in tf.trainable_variables():
-        var.load(values[var.name], sess)
+    """Sets every trainable variable to `values` (by name) in one run, as
+    Variable.load does one at a time: its initializer fed the value."""
+    tvars = tf.trainable_variables()
+    sess.run([v.initializer for v in tvars],
+             {v.initializer.inputs[1]: values[v.name] for v in tvars})
 
 
 def _gradients(recompute, is_training=False, seed=None):
@@ -176,7 +186,7 @@ def _train(batches, accumulation_steps, num_updates, optimizer_name="adamw"):
                 sess.run(train_op, {ids: IDS[batch], mask: MASK[batch],
                                     labels: LABELS[batch]})
                 steps.append(sess.run(tf.train.get_global_step()))
-            values = {v.name: sess.run(v) for v in tf.trainable_variables()}
+            values = _read(sess)
     return values, steps
 
 
@@ -263,7 +273,7 @@ def test_accumulation_resumes_exactly_from_a_mid_cycle_checkpoint(tmp_path):
                                         labels: LABELS[batch]})
                 if save_to:
                     saver.save(sess, save_to)
-                return ({v.name: sess.run(v) for v in tf.trainable_variables()},
+                return (_read(sess),
                         sess.run(tf.train.get_global_step()))
 
     checkpoint = str(tmp_path / "mid_cycle.ckpt")
