@@ -1477,17 +1477,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """Sends `body` as JSON, then logs the answer (an error with its
         message, or `detail` where the log should say more)."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
-        self.connection.settimeout(self.server.limits.timeout_seconds)
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for header in headers:
-            self.send_header(*header)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        self._send(status, data, (("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(data)))) + tuple(headers))
         # Logged once sent (an answer the client did not take has the line
         # of `handle` instead).
         if status >= 400:
@@ -1610,16 +1601,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """Sends the page to try the model (web_page.py), logged as an answer."""
         model = self.server.model
         body, headers = web_page.page(model.path, model.version, self.server.model_name)
+        self._send(200, body, tuple(headers))
+        self.server.log.answered(self._line(200), None)
+
+    def _send(self, status, data, headers):
+        """Writes the status line, `headers` ((name, value) pairs) and, but
+        for a HEAD request, `data` (bytes)."""
         self.connection.settimeout(self.server.limits.timeout_seconds)
-        self.send_response(200)
+        self.send_response(status)
         for header in headers:
             self.send_header(*header)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(body)
-        self.server.log.answered(self._line(200), None)
+            self.wfile.write(data)
 
     def do_POST(self):
         try:
