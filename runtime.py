@@ -316,10 +316,10 @@ class _DistributedEstimator:
                                         steps=steps, checkpoint_path=checkpoint_path,
                                         name=name, hooks=hooks)
 
-    def predict(self, input_fn, yield_single_examples=True, checkpoint_path=None):
+    def predict(self, input_fn, yield_single_examples=True, checkpoint_path=None, hooks=None):
         return self._estimator.predict(self._wrap(input_fn, ModeKeys.PREDICT),
                                        yield_single_examples=yield_single_examples,
-                                       checkpoint_path=checkpoint_path)
+                                       checkpoint_path=checkpoint_path, hooks=hooks)
 
     def export_saved_model(self, *args, **kwargs):
         return self._estimator.export_saved_model(*args, **kwargs)
