@@ -265,7 +265,9 @@ def run_child(spec):
         with tf.Session(config=session_config) as sess:
             sess.run(tf.global_variables_initializer())
             # The initializers' temporaries can peak above the training
-            # steps: the steps get a peak of their own.
+            # steps: the steps get a peak of their own. The reset restarts
+            # ru_maxrss too, so the process peak is read first.
+            init_peak = _peak_rss_mib()
             steps_measured = _reset_peak_rss()
 
             def update():
@@ -285,7 +287,7 @@ def run_child(spec):
               "cpu_seconds_per_update": cpu,
               "examples_per_second": FLAGS.batch_size / wall,
               "cpu_examples_per_second": FLAGS.batch_size / cpu,
-              "walls": walls, "peak_rss_mib": _peak_rss_mib(),
+              "walls": walls, "peak_rss_mib": max(init_peak, _peak_rss_mib()),
               "steps_peak_rss_mib": (_peak_rss_mib(since_reset=True) if steps_measured
                                      else float("nan")),
               "backend": "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"}
