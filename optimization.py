@@ -403,8 +403,8 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         v = self.get_slot(var, "v")
         deps = []
         if self._do_use_weight_decay(self._get_variable_name(var.name)):
-            # p -= (lr * wd) * p, run only once `grad` exists: the product
-            # is a transient tensor and p is updated in place. `grad` is
+            # p -= (lr * wd) * p in one kernel (one transient copy of p, as
+            # `delta` reads it), run only once `grad` exists. `grad` is
             # clipped by the global norm, so that is after the whole
             # backward pass, when no forward or backward op holds a read of
             # p any more. An update while such a read is alive makes
@@ -412,14 +412,11 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
             # buffers until the read dies: a decay free to run at the start
             # of the step did so for every decayed weight (0.43 GB at
             # BERT-Base size, alive all step), and let the forward pass see
-            # decayed weights. For the same reason the decay is not a
-            # gradient step with p itself as its delta: that read of p made
-            # every decayed variable move to a new buffer each step, which
-            # left 0.13 GiB more resident at BERT-Base size (without
-            # --limit_memory_fragmentation).
+            # decayed weights.
             with tf.control_dependencies([grad]):
-                decay = var.read_value() * (self._lr_t * self.weight_decay_rate)
-                deps.append(tf.raw_ops.AssignSubVariableOp(resource=var.handle, value=decay))
+                deps.append(tf.raw_ops.ResourceApplyGradientDescent(
+                    var=var.handle, alpha=self._lr_t * self.weight_decay_rate,
+                    delta=var.read_value(), use_locking=False))
         with tf.control_dependencies(deps):
             return tf.raw_ops.ResourceApplyAdam(
                 var=var.handle, m=m.handle, v=v.handle,
