@@ -410,6 +410,15 @@ def _dropout_gradient(op, grad, *unused_pass_through_grads):
     return [None, None, _fused_dropout_backward(grad, keep, scale), None]
 
 
+def _shape_of(x):
+    """The shape of `x` as an int32 Tensor: a constant where it is known
+    when the graph is built, so that a mask drawn with it does not wait for
+    `x` (which a recomputed layer may then skip, see `recompute.py`)."""
+    if x.shape.is_fully_defined():
+        return tf.constant(x.shape.as_list(), tf.int32)
+    return tf.shape(x)
+
+
 def _random_bits16(shape, seed):
     """uint16 Tensor of `shape` (an int32 Tensor), uniformly random bits from
     the stateless int32 `seed` [2]."""
@@ -423,20 +432,29 @@ def _random_bits16(shape, seed):
 def _fused_dropout(input_tensor, dropout_prob, seed):
     """Dropout with 16-bit draws from `seed` (None: a fresh one per run) and
     compiled loops."""
-    if seed is None:
+    seeded = seed is not None
+    if not seeded:
         seed = tf.random.uniform([2], minval=-2 ** 31, maxval=2 ** 31 - 1, dtype=tf.int32)
-    bits = _random_bits16(tf.shape(input_tensor), seed)
+    bits = _random_bits16(_shape_of(input_tensor), seed)
     # Dropped where bits < threshold: probability threshold / 2^16.
     threshold = tf.constant(min(int(round(dropout_prob * 65536.0)), 65535), tf.uint16)
     scale = tf.constant(1.0 / (1.0 - dropout_prob), input_tensor.dtype)
-    output, keep = _fused_dropout_forward(input_tensor, bits, threshold, scale)
+    if seeded:
+        # The mask apart from the input, so that its gradient depends on the
+        # seed alone: a recomputed layer (`recompute.py`) then needs no
+        # recomputation of the dropout's input where nothing else needs it.
+        # The same values as the compiled forward loop's.
+        keep = tf.math.greater_equal(bits, threshold)
+        output = _fused_dropout_backward(input_tensor, keep, scale)
+    else:
+        output, keep = _fused_dropout_forward(input_tensor, bits, threshold, scale)
     return _identity_n_with_gradient([output, keep, input_tensor, scale], _DROPOUT_GRADIENT)
 
 
 def _written_out_dropout(input_tensor, dropout_prob, seed):
     """Dropout as separate ops: tf.nn.dropout's draw, or a stateless one
     from `seed`."""
-    shape = tf.shape(input_tensor)
+    shape = _shape_of(input_tensor)
     if seed is not None:
         noise = tf.random.stateless_uniform(shape, seed=seed)
     elif input_tensor.dtype.size >= 4:

@@ -707,7 +707,8 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
 def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_heads,
                        attention_head_size, intermediate_size, intermediate_act_fn,
                        hidden_dropout_prob, attention_probs_dropout_prob,
-                       initializer_range, batch_size, seq_length, fused_ops):
+                       initializer_range, batch_size, seq_length, fused_ops,
+                       final_layer_norm=True):
     """One encoder layer on a [batch_size * seq_length, hidden_size] matrix.
 
     Self-attention, projection, dropout, residual and LayerNorm; then the
@@ -716,9 +717,12 @@ def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_h
     scope: attention/self/{query,key,value}, attention/output/{dense,
     LayerNorm}, intermediate/dense and output/{dense,LayerNorm}. GELU,
     LayerNorm and dropout are built as `fused_ops` (a bert_ops.FusedOps) says.
+    With `final_layer_norm` False the last LayerNorm is left to the caller
+    (`_final_layer_norm`).
 
     Returns:
-      Tensor [batch_size * seq_length, hidden_size].
+      Tensor [batch_size * seq_length, hidden_size]: the layer's output, or
+      the input of its last LayerNorm.
     """
     init = create_initializer(initializer_range)
     with tf.variable_scope("attention"):
@@ -746,8 +750,18 @@ def _transformer_layer(layer_input, attention_bias, hidden_size, num_attention_h
                                     fused_ops=fused_ops)
         else:
             projected = dense(expanded, hidden_size, kernel_initializer=init)
-        return layer_norm(dropout(projected, hidden_dropout_prob, fused_ops) + attended,
-                          fused_ops=fused_ops)
+        summed = dropout(projected, hidden_dropout_prob, fused_ops) + attended
+        if not final_layer_norm:
+            return summed
+        return layer_norm(summed, fused_ops=fused_ops)
+
+
+def _final_layer_norm(summed, fused_ops):
+    """The last LayerNorm of a `_transformer_layer` built with
+    `final_layer_norm=False`, under the layer's variable scope: the same
+    variables (output/LayerNorm/{beta,gamma}) and values."""
+    with tf.variable_scope("output"):
+        return layer_norm(summed, fused_ops=fused_ops)
 
 
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
@@ -804,13 +818,16 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
         attention_bias = _attention_bias_from_mask(attention_mask, input_tensor.dtype)
 
     def layer_fn(layer_input, bias, seed=None):
-        """Builds one layer; `seed` (from `recompute_layer`) fixes its dropout."""
+        """Builds one layer; `seed` (from `recompute_layer`) fixes its
+        dropout, and then the last LayerNorm is left to `recompute_layer`
+        (its input is kept, which spares recomputing the feed-forward
+        output projection)."""
         def build():
             return _transformer_layer(
                 layer_input, bias, hidden_size, num_attention_heads, head_size,
                 intermediate_size, intermediate_act_fn, hidden_dropout_prob,
                 attention_probs_dropout_prob, initializer_range, batch_size, seq_length,
-                fused_ops)
+                fused_ops, final_layer_norm=seed is None)
         if seed is None:
             return build()
         with bert_ops.stateless_dropout_seed(seed):
@@ -823,7 +840,9 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
     for index in range(num_hidden_layers):
         with tf.variable_scope("layer_%d" % index):
             if recompute_grad:
-                hidden = recompute.recompute_layer(layer_fn, hidden, attention_bias)
+                hidden = recompute.recompute_layer(
+                    layer_fn, hidden, attention_bias,
+                    output_fn=functools.partial(_final_layer_norm, fused_ops=fused_ops))
             else:
                 hidden = layer_fn(hidden, attention_bias)
         outputs.append(hidden)

@@ -41,7 +41,12 @@ TF_ENABLE_ONEDNN_OPTS is set), `original` gets TensorFlow's own default, as
 Google's scripts do. `NAME+onednn` or `NAME-onednn` sets
 TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
-back-end each row ran on. `ours-fusedgelu` builds this repository's GELU as
+back-end each row ran on. `NAME+avx2` holds oneDNN (and PyTorch's MKL and
+ATen kernels) to AVX2 code on a CPU with AVX-512 (ONEDNN_MAX_CPU_ISA,
+MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY in that row's children): an
+approximation of an AVX2-only CPU, since TensorFlow's Eigen kernels and
+XLA's compiled loops are not held back.
+`ours-fusedgelu` builds this repository's GELU as
 separate ops instead of XLA-compiled loops (the scripts' --fused_ops without
 gelu); `ours-fuseddropout` builds dropout with tf.nn.dropout's draw and
 separate ops; `ours-fusedlayernorm` LayerNorm as separate ops; the suffixes
@@ -212,8 +217,9 @@ def _profile_category(name, op_type):
 
 def trace_profile(sess, fetch, feed):
     """Runs one traced step; returns {category: op milliseconds} plus the
-    step's wall milliseconds under "traced step", and the ten op types that
-    took the most time in "other" (under "other by op type").
+    step's wall milliseconds under "traced step", the ten op types that
+    took the most time in "other" (under "other by op type") and the twelve
+    that took the most of all (under "by op type").
 
     With one intra-op and one inter-op thread the ops run one after another,
     so their times add up to the step (less the executor's own work).
@@ -226,7 +232,7 @@ def trace_profile(sess, fetch, feed):
     sess.run(fetch, feed, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
              run_metadata=metadata)
     wall = time.perf_counter() - start
-    totals, other = {}, {}
+    totals, other, by_type = {}, {}, {}
     for device in metadata.step_stats.dev_stats:
         for node in device.node_stats:
             match = re.search(r"= (\S+?)\(", node.timeline_label)
@@ -235,11 +241,13 @@ def trace_profile(sess, fetch, feed):
             milliseconds = (node.all_end_rel_micros or node.op_end_rel_micros) / 1000.0
             label = _profile_category(name, op_type)
             totals[label] = totals.get(label, 0.0) + milliseconds
+            by_type[op_type] = by_type.get(op_type, 0.0) + milliseconds
             if label == "other":
                 other[op_type] = other.get(op_type, 0.0) + milliseconds
     top = sorted(other.items(), key=lambda item: -item[1])[:10]
+    top_types = sorted(by_type.items(), key=lambda item: -item[1])[:12]
     return {"categories": totals, "traced step": wall * 1000.0,
-            "other by op type": dict(top)}
+            "other by op type": dict(top), "by op type": dict(top_types)}
 
 
 def measure_model(mode):
@@ -419,9 +427,17 @@ def _spread(values, fmt):
     return text
 
 
-# Implementation suffixes: the environment variable each sets for its children.
-_SUFFIXES = [("+onednn", "TF_ENABLE_ONEDNN_OPTS", "1"),
-             ("-onednn", "TF_ENABLE_ONEDNN_OPTS", "0")]
+# Implementation suffixes: the environment variables each sets for its children.
+_SUFFIXES = [("+onednn", {"TF_ENABLE_ONEDNN_OPTS": "1"}),
+             ("-onednn", {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+             # A measuring device, not a setting for real use: an AVX-512
+             # machine's matmul libraries held to their AVX2 kernels (oneDNN
+             # in TensorFlow and PyTorch, MKL and ATen's own vectorized loops
+             # in PyTorch). TensorFlow's Eigen kernels and XLA's compiled
+             # loops are not held back, so such a row is close to, but not
+             # the same as, a CPU with AVX2 only.
+             ("+avx2", {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                        "ATEN_CPU_CAPABILITY": "avx2"})]
 # Suffixes that leave one kernel of --fused_ops out.
 _UNFUSED_SUFFIXES = {"-fusedgelu": "gelu", "-fuseddropout": "dropout",
                      "-fusedlayernorm": "layer_norm"}
@@ -445,10 +461,10 @@ def main(argv):
                 name = name[:-len("+bf16")]
                 child_flags.append("--precision=bf16")
                 stripped = True
-            for suffix, variable, value in _SUFFIXES:
+            for suffix, variables in _SUFFIXES:
                 if name.endswith(suffix):
                     name = name[:-len(suffix)]
-                    env[variable] = value
+                    env.update(variables)
                     stripped = True
             for suffix, kernel in _UNFUSED_SUFFIXES.items():
                 if name.endswith(suffix):
@@ -460,8 +476,8 @@ def main(argv):
             child_flags.append("--fused_ops=" + (",".join(kept) or "none"))
         if name not in ("ours", "before", "original", "hf"):
             raise SystemExit("--implementations: unknown %r (ours, before, original, hf, "
-                             "each optionally +onednn, -onednn, -fusedgelu, -fuseddropout, "
-                             "-fusedlayernorm or +bf16)" % name)
+                             "each optionally +onednn, -onednn, +avx2, -fusedgelu, "
+                             "-fuseddropout, -fusedlayernorm or +bf16)" % name)
         if name == "before" and not FLAGS.compare_code_dir:
             raise SystemExit("--implementations: 'before' needs --compare_code_dir")
         if child_flags and name not in ("ours", "before"):
@@ -533,6 +549,8 @@ def _print_profiles(runs):
                                                  100.0 * milliseconds / total))
         print("  other, by op type: " + ", ".join(
             "%s %.1f" % item for item in profile["other by op type"].items()))
+        print("  all, by op type (ms): " + ", ".join(
+            "%s %.1f" % item for item in profile.get("by op type", {}).items()))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ gradient_accumulation_steps=, loss_scale_manager=)`), runs one warm-up update
 and `--steps` timed updates, and reports the median seconds per update (wall
 and process CPU time), examples/s and the child's peak resident memory (the
 larger of ru_maxrss and VmHWM, which is the whole process: TensorFlow, the
-variables, the Adam slots and the activations).
+variables, the Adam slots and the activations), and next to it the peak
+of the updates alone ("of steps": VmHWM restarted after the variables'
+initialization, whose temporaries can reach higher).
 
 Heads:
   finetune   run_classifier's: dropout + 2-way softmax on the pooled output.
@@ -96,17 +98,33 @@ CONFIGS = {
 }
 
 
-def _peak_rss_mib():
-    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def _peak_rss_mib(since_reset=False):
+    """Peak resident memory of this process in MiB (ru_maxrss is KiB on
+    Linux); with `since_reset`, VmHWM alone, which `_reset_peak_rss`
+    restarts (NaN where there is none)."""
+    peak = (float("nan") if since_reset
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]) / 1024.0)
+                    hwm = int(line.split()[1]) / 1024.0
+                    peak = hwm if since_reset else max(peak, hwm)
     except OSError:
         pass
     return peak
+
+
+def _reset_peak_rss():
+    """Restarts VmHWM from the current resident size (Linux: writing 5 to
+    /proc/self/clear_refs), so that a later `_peak_rss_mib` covers what
+    runs after this call only; False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _build(head, config_name, batch):
@@ -246,6 +264,11 @@ def run_child(spec):
                 tf.OptimizerOptions.ON_1)
         with tf.Session(config=session_config) as sess:
             sess.run(tf.global_variables_initializer())
+            # The initializers' temporaries can peak above the training
+            # steps: the steps get a peak of their own. The reset restarts
+            # ru_maxrss too, so the process peak is read first.
+            init_peak = _peak_rss_mib()
+            steps_measured = _reset_peak_rss()
 
             def update():
                 for _ in range(accum):
@@ -264,7 +287,9 @@ def run_child(spec):
               "cpu_seconds_per_update": cpu,
               "examples_per_second": FLAGS.batch_size / wall,
               "cpu_examples_per_second": FLAGS.batch_size / cpu,
-              "walls": walls, "peak_rss_mib": _peak_rss_mib(),
+              "walls": walls, "peak_rss_mib": max(init_peak, _peak_rss_mib()),
+              "steps_peak_rss_mib": (_peak_rss_mib(since_reset=True) if steps_measured
+                                     else float("nan")),
               "backend": "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"}
     bench_common.print_result(result)
 
@@ -290,9 +315,9 @@ def main(argv):
           (FLAGS.layers, FLAGS.hidden_size, FLAGS.num_attention_heads,
            FLAGS.intermediate_size, FLAGS.vocab_size, FLAGS.seq_length, FLAGS.batch_size,
            FLAGS.threads, FLAGS.steps, FLAGS.malloc_mmap_threshold or "glibc default"))
-    print("%-9s %-15s %-7s %9s %11s %12s %13s %13s  %s" % (
+    print("%-9s %-15s %-7s %9s %11s %12s %13s %10s %13s  %s" % (
         "head", "config", "code", "s/update", "examples/s", "CPU-time ex/s",
-        "peak RSS MiB", "vs fp32", "CPU back-end"))
+        "peak RSS MiB", "of steps", "vs fp32", "CPU back-end"))
     sys.stdout.flush()
     codes = [("after", FLAGS.code_dir)]
     if FLAGS.compare_code_dir:
@@ -309,9 +334,10 @@ def main(argv):
                     baseline[label] = r["examples_per_second"]
                 ratio = (r["examples_per_second"] / baseline[label]
                          if label in baseline else float("nan"))
-                print("%-9s %-15s %-7s %9.2f %11.2f %12.2f %13.0f %12.2fx  %s" % (
+                print("%-9s %-15s %-7s %9.2f %11.2f %12.2f %13.0f %10.0f %12.2fx  %s" % (
                     head, name, label, r["seconds_per_update"], r["examples_per_second"],
-                    r["cpu_examples_per_second"], r["peak_rss_mib"], ratio,
+                    r["cpu_examples_per_second"], r["peak_rss_mib"],
+                    r.get("steps_peak_rss_mib", float("nan")), ratio,
                     r.get("backend", "?")))
                 sys.stdout.flush()
 

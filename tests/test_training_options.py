@@ -127,6 +127,29 @@ def test_recompute_grad_finishes_a_layer_before_recomputing_the_next():
                 assert not missing, (op.name, sorted(m.name for m in missing))
 
 
+def test_recompute_grad_skips_the_feed_forward_output_projection():
+    """Each recomputed layer keeps the input of its last LayerNorm, so the
+    backward pass needs 5 of the layer's 6 dense matmuls again: not the
+    feed-forward output projection, whose gradient needs only its input
+    (dropout on, shapes known when the graph is built, as in training)."""
+    with tf.Graph().as_default() as graph:
+        ids = tf.placeholder(tf.int32, [4, 8])
+        with bert_ops.stateless_dropout_seed(tf.constant([3, 4], tf.int32)):
+            model = modeling.BertModel(CONFIG, True, ids, recompute_grad=True)
+        loss = _classifier_loss(model, tf.constant(LABELS))
+        needed = set()
+        for grad in tf.gradients(loss, tf.trainable_variables()):
+            needed |= _ancestors(grad.op) | {grad.op}
+        for k in range(CONFIG.num_hidden_layers):
+            prefix = "gradients/bert/encoder/layer_%d/IdentityN_grad/" % k
+            recomputed = [op for op in graph.get_operations()
+                          if op.name.startswith(prefix) and op.type == "MatMul"
+                          and "gradients" not in op.name[len(prefix):]]
+            assert len(recomputed) == 6
+            skipped = [op.name[len(prefix):] for op in recomputed if op not in needed]
+            assert len(skipped) == 1 and skipped[0].startswith("output"), skipped
+
+
 def test_recompute_grad_reuses_dropout_masks():
     """With dropout on, the recomputed backward pass must see the forward
     pass's masks: the gradient must match a finite difference of the loss
