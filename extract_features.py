@@ -729,12 +729,13 @@ def _check_run_flags():
         raise InputError("--export_text_pairs shapes the export: give --export_dir too")
 
 
-def _check_pooler(layer_indexes, num_hidden_layers, init_checkpoint):
-    """For --pooling=pooler: the pooler reads the last layer only, and the
-    checkpoint must hold it. Raises InputError naming the flag."""
+def _check_pooler(layers, layer_indexes, num_hidden_layers, init_checkpoint):
+    """For --pooling=pooler: the pooler reads the last layer only (`layers`:
+    the flag's value, `layer_indexes` parsed), and the checkpoint must hold
+    it. Raises InputError naming the flag."""
     if any(index % num_hidden_layers != num_hidden_layers - 1 for index in layer_indexes):
         raise InputError("--pooling=pooler is computed from the last layer only: give "
-                         "--layers=-1 (not %s)" % FLAGS.layers)
+                         "--layers=-1 (not %s)" % layers)
     stored = dict(tf.train.list_variables(init_checkpoint))
     if "bert/pooler/dense/kernel" not in stored:
         raise InputError("--pooling=pooler: --init_checkpoint %s holds no pooler "
@@ -765,7 +766,8 @@ def main(_):
     run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
                                      FLAGS.bert_config_file)
     if FLAGS.pooling == "pooler":
-        _check_pooler(layer_indexes, bert_config.num_hidden_layers, init_checkpoint)
+        _check_pooler(FLAGS.layers, layer_indexes, bert_config.num_hidden_layers,
+                      init_checkpoint)
     if FLAGS.max_seq_length < 3:
         raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
                          % FLAGS.max_seq_length)

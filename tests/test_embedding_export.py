@@ -25,6 +25,7 @@ import tensorflow.compat.v1 as tf
 
 import convert_checkpoint
 import predict
+import run_base
 import serving
 import test_predict
 import test_real_model
@@ -187,7 +188,9 @@ def tiny_export(model, tmp_path_factory):  # noqa: F811
     logger = logging.getLogger("tensorflow")
     logger.addHandler(handler)
     try:
+        del run_base._OUTPUTS[:]  # The outputs of earlier runs in this process.
         run_extract(model, "", input_file="", export_dir=str(tmp / "export"))
+        run_base.log_outputs()  # The script's last lines, as run_script logs them.
     finally:
         logger.removeHandler(handler)
     (version,) = os.listdir(tmp / "export")
@@ -201,6 +204,10 @@ def test_export_alone_pools_by_mean_and_says_so(model, tiny_export):  # noqa: F8
     assert said == ["Exporting sentence embeddings: mean pooling (the export's default for "
                     "--pooling=none) of layer -1, not normalised (--normalize_embeddings to "
                     "normalise); input text"], messages
+    # The log names the weights' checkpoint, not the export's scratch copy.
+    wrote = [m for m in messages if m.startswith("Wrote %s: SavedModel" % export_dir)]
+    assert len(wrote) == 1 and wrote[0].endswith(
+        "with the weights of %s" % model["init_checkpoint"]), messages
     single = [i for i, line in enumerate(LINES) if " ||| " not in line]
     outputs = _signature(export_dir, {"text": [LINES[i] for i in single]})
     np.testing.assert_allclose(outputs["embedding"],
