@@ -19,9 +19,14 @@ Beyond the original:
 * --output_format=npz (NumPy arrays, float32 or --npz_dtype=float16) or
   tfrecord (one tf.train.Example per line) instead of the ~15 kB-per-token
   JSON.
-* --pooling=cls|mean: one sentence vector per input line and layer instead of
-  one vector per token (mean: over the real tokens, [CLS] and [SEP] included,
-  as sentence-transformers does).
+* --pooling=cls|mean|pooler: one sentence vector per input line and layer
+  instead of one vector per token (mean: over the real tokens, [CLS] and
+  [SEP] included, as sentence-transformers does; pooler: the pooler's tanh
+  layer on [CLS], as classifiers read it), L2-normalised with
+  --normalize_embeddings.
+* --export_dir: a SavedModel that takes raw text and returns one sentence
+  embedding per text (see `export_embeddings`), for predict.py or
+  TensorFlow Serving; with --input_file as well, both are written.
 * --trim_padding (CPU/GPU): each batch runs at the length of its longest
   example rather than --max_seq_length.
 * Progress logging with examples/s; clear errors for bad flags and files.
@@ -43,6 +48,7 @@ from absl import flags
 import modeling
 import run_common
 import runtime
+import serving
 import tokenization
 from run_common import InputError
 
@@ -51,8 +57,14 @@ FLAGS = flags.FLAGS
 run_common.define_flags(
     "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
     "vocab_file", "do_lower_case", "use_one_hot_embeddings", run_common.TPU_FLAGS,
-    "precision", "use_xla", "fused_ops", "batch_size", max_seq_length=128,
-    helps={"batch_size": "Input lines per prediction batch."})
+    "precision", "use_xla", "fused_ops", "batch_size", "export_dir", max_seq_length=128,
+    helps={"batch_size": "Input lines per prediction batch.",
+           "export_dir": "If set, export a SavedModel of sentence embeddings under this "
+                         "directory (in a timestamped subdirectory): serving_default takes "
+                         "tf.string text [batch] and returns float32 embedding [batch, "
+                         "hidden_size], pooled (--pooling; none: mean) from the first "
+                         "--layers entry. Without --input_file, only the export is "
+                         "written."})
 
 flags.DEFINE_string(
     "layers", "-1,-2,-3,-4",
@@ -64,10 +76,23 @@ flags.DEFINE_enum(
     "README.md). tfrecord: one tf.train.Example per line.")
 
 flags.DEFINE_enum(
-    "pooling", "none", ["none", "cls", "mean"],
+    "pooling", "none", ["none", "cls", "mean", "pooler"],
     "none: one vector per token (the original). cls: the [CLS] token's vector. "
     "mean: the mean over the real tokens ([CLS] and [SEP] included, padding "
-    "excluded). With cls/mean, one vector per input line and layer.")
+    "excluded). pooler: the pooler's output (dense + tanh on the last layer's "
+    "[CLS]; --layers=-1 only). With cls/mean/pooler, one vector per input line "
+    "and layer. --export_dir pools by mean where this is none.")
+
+flags.DEFINE_bool(
+    "normalize_embeddings", False,
+    "Divide each pooled vector by its L2 norm (sentence-transformers' Normalize), "
+    "in the output file and the export. Needs pooling (not for --pooling=none "
+    "with --input_file).")
+
+flags.DEFINE_bool(
+    "export_text_pairs", False,
+    "With --export_dir: serving_default also takes text_b [batch], each text packed "
+    "with its text_b as a line \"A ||| B\" is (an empty text_b: the text alone).")
 
 flags.DEFINE_enum(
     "npz_dtype", "float32", ["float32", "float16"],
@@ -249,7 +274,8 @@ def input_fn_builder(features, seq_length):
 # Model.
 
 def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
-                     use_one_hot_embeddings, pooling="none", options=None):
+                     use_one_hot_embeddings, pooling="none", options=None,
+                     normalize=False):
     """Builds the feature-extraction `model_fn` for the runner (TPUEstimator
     API; PREDICT only).
 
@@ -259,17 +285,17 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
       layer_indexes: encoder layers to output (negative: from the last).
       use_tpu: build for TPUEstimator (restore through a scaffold).
       use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
-      pooling: "none", "cls" or "mean" (see below).
+      pooling: "none", "cls", "mean" or "pooler" (see `sentence_vectors`).
       options: run_common.TrainingOptions (precision, fused kernels; None:
         the defaults).
+      normalize: L2-normalise each pooled vector.
 
     Returns:
       model_fn whose predictions per example are "unique_id" (int32),
       "input_ids" and "input_mask" ([seq_length], to recover the tokens and
       their number), and for the j-th entry of `layer_indexes`
       "layer_output_j": [seq_length, hidden_size] with pooling "none", else
-      [hidden_size] ("cls": the first token's vector; "mean": the mean over
-      the positions where input_mask is 1).
+      [hidden_size] (see `sentence_vectors`).
     """
 
     def model_fn(features, labels, mode, params):
@@ -283,22 +309,14 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
             bert_config, False, features["input_ids"], input_mask, features["input_type_ids"],
             use_one_hot_embeddings, options)
 
-        _check_checkpoint_covers_model(init_checkpoint)
+        _check_checkpoint_covers_model(init_checkpoint, with_pooler=pooling == "pooler")
         scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
 
-        encoder_layers = model.get_all_encoder_layers()
         predictions = {"unique_id": features["unique_ids"],
                        "input_ids": features["input_ids"], "input_mask": input_mask}
-        real_tokens = tf.cast(input_mask, tf.float32)[:, :, None]
         for j, layer_index in enumerate(layer_indexes):
-            output = encoder_layers[layer_index]  # [batch, seq_length, hidden]
-            if pooling == "cls":
-                output = output[:, 0, :]
-            elif pooling == "mean":
-                # Every row has at least [CLS] and [SEP]: no division by 0.
-                output = (tf.reduce_sum(output * real_tokens, axis=1)
-                          / tf.reduce_sum(real_tokens, axis=1))
-            predictions["layer_output_%d" % j] = output
+            predictions["layer_output_%d" % j] = sentence_vectors(
+                model, layer_index, input_mask, pooling, normalize)
 
         return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
                                         scaffold_fn=scaffold_fn)
@@ -306,10 +324,45 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
     return model_fn
 
 
-def _check_checkpoint_covers_model(init_checkpoint):
+def sentence_vectors(model, layer_index, input_mask, pooling, normalize=False):
+    """The vectors of one encoder layer, pooled per `pooling`.
+
+    Args:
+      model: the modeling.BertModel.
+      layer_index: the encoder layer (negative: from the last).
+      input_mask: int32 [batch, seq_length], 1 at the real tokens.
+      pooling: "none": every token's vector, [batch, seq_length, hidden];
+        "cls": the first token's, "mean": the mean over the positions where
+        input_mask is 1, "pooler": the model's pooled output (its dense tanh
+        layer on the last layer's first token; `layer_index` must name the
+        last layer), each [batch, hidden].
+      normalize: divide each pooled vector by its L2 norm.
+
+    Returns:
+      float32 [batch, seq_length, hidden] or [batch, hidden].
+    """
+    if pooling == "pooler":
+        output = model.get_pooled_output()
+    else:
+        output = model.get_all_encoder_layers()[layer_index]  # [batch, seq_length, hidden]
+    if pooling == "cls":
+        output = output[:, 0, :]
+    elif pooling == "mean":
+        # Every row has at least [CLS] and [SEP]: no division by 0.
+        real_tokens = tf.cast(input_mask, tf.float32)[:, :, None]
+        output = (tf.reduce_sum(output * real_tokens, axis=1)
+                  / tf.reduce_sum(real_tokens, axis=1))
+    if normalize:
+        # x / max(|x|, 1e-12), as sentence-transformers' Normalize (torch's
+        # F.normalize) divides: TensorFlow's epsilon bounds the squared norm.
+        output = tf.math.l2_normalize(output, axis=-1, epsilon=1e-24)
+    return output
+
+
+def _check_checkpoint_covers_model(init_checkpoint, with_pooler=False):
     """Features from randomly initialised weights are worthless, so every
-    encoder variable must come from the checkpoint (the pooler, unused here,
-    may be absent).
+    encoder variable must come from the checkpoint (the pooler too
+    `with_pooler`; else, unused, it may be absent).
 
     Raises:
       InputError: names the missing variables or the shape mismatch.
@@ -320,13 +373,129 @@ def _check_checkpoint_covers_model(init_checkpoint):
     except ValueError as e:
         raise InputError("--init_checkpoint: %s" % e)
     missing = [v.op.name for v in tf.trainable_variables()
-               if v.op.name not in initialized and "/pooler/" not in v.op.name]
+               if v.op.name not in initialized
+               and (with_pooler or "/pooler/" not in v.op.name)]
     if missing:
         raise InputError(
             "--init_checkpoint %s lacks %d variable(s) of the model described by "
             "--bert_config_file, e.g. %s: is it a BERT checkpoint with Google's variable "
             "names (see convert_checkpoint.py for Hugging Face models)?"
             % (init_checkpoint, len(missing), ", ".join(missing[:3])))
+
+
+# ---------------------------------------------------------------------------
+# Export: a SavedModel of sentence embeddings.
+
+# The output of the export's signatures.
+EMBEDDING = "embedding"
+
+
+def embedding_model_fn_builder(bert_config, layer_index, pooling, normalize, options=None):
+    """Builds the model_fn of an embedding export (`serving.export` calls it
+    in PREDICT mode, with no checkpoint: the export restores the weights).
+
+    Args:
+      bert_config: modeling.BertConfig.
+      layer_index, pooling, normalize: see `sentence_vectors` (pooling not
+        "none").
+      options: run_common.TrainingOptions for the export (`for_export`).
+
+    Returns:
+      model_fn taking int32 input_ids, input_mask and segment_ids [batch,
+      seq_length]; its predictions and export outputs are {"embedding":
+      float32 [batch, hidden_size]}.
+    """
+
+    def model_fn(features, labels, mode, params):
+        """See embedding_model_fn_builder."""
+        del labels, params  # Unused.
+        if mode != runtime.ModeKeys.PREDICT:
+            raise ValueError("An embedding export only predicts; got mode %s" % mode)
+        model = run_common.bert_model(
+            bert_config, False, features["input_ids"], features["input_mask"],
+            features["segment_ids"], False, options)
+        embedding = sentence_vectors(model, layer_index, features["input_mask"], pooling,
+                                     normalize)
+        return runtime.TPUEstimatorSpec(
+            mode=mode, predictions={EMBEDDING: embedding},
+            export_outputs={serving.TEXT_SIGNATURE: runtime.PredictOutput(
+                {EMBEDDING: embedding})})
+
+    return model_fn
+
+
+def _serving_checkpoint(bert_config, init_checkpoint, path, with_pooler):
+    """Writes to `path` a checkpoint of exactly the variables an export's
+    graph holds: the encoder (and pooler) from `init_checkpoint`, and a
+    global step, which checkpoints converted or pre-trained elsewhere lack
+    and the export's restore needs. A pooler the checkpoint lacks (only
+    where `with_pooler` is False) keeps its random start: no output reads
+    it. Returns `path`.
+
+    Raises:
+      InputError: the checkpoint lacks a variable the export reads.
+    """
+    with tf.Graph().as_default():
+        tf.train.get_or_create_global_step()
+        ids = tf.zeros([1, 2], tf.int32)
+        run_common.bert_model(bert_config, False, ids, ids, ids, False)
+        _check_checkpoint_covers_model(init_checkpoint, with_pooler=with_pooler)
+        assignment_map, _ = modeling.get_assignment_map_from_checkpoint(
+            tf.trainable_variables(), init_checkpoint)
+        tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, path, write_meta_graph=False)
+    return path
+
+
+def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_lower_case,
+                      max_seq_length=128, layer_index=-1, pooling="mean", normalize=False,
+                      text_pairs=False, options=None):
+    """Exports a SavedModel (tag "serve") of sentence embeddings from the
+    weights of `init_checkpoint` (see serving.py) and returns its directory
+    (timestamped, in `export_dir`).
+
+    serving_default takes tf.string text [batch] (and text_b [batch] with
+    `text_pairs`: an empty one gives the text alone), tokenized and packed
+    as extract_features.py packs a line (a pair as "A ||| B"), cut to
+    `max_seq_length`, and returns embedding, float32 [batch, hidden_size]:
+    layer `layer_index` pooled by `pooling` (and L2-normalised with
+    `normalize`), see `sentence_vectors`. serving_ids takes int32
+    input_ids, input_mask and segment_ids [batch, seq_length] and returns
+    the same embedding. tokenizer_config.json records max_seq_length,
+    pooling, layer and normalize_embeddings.
+
+    Args:
+      bert_config: modeling.BertConfig.
+      init_checkpoint: a checkpoint prefix holding the encoder (and the
+        pooler, for pooling "pooler").
+      export_dir: the SavedModel goes into a timestamped folder in it.
+      vocab_file, do_lower_case: the tokenizer, built into the export.
+      layer_index, pooling, normalize: the embedding (pooling not "none").
+      text_pairs: serving_default also takes text_b.
+      options: run_common.TrainingOptions (its precision is kept).
+    """
+    model_fn = embedding_model_fn_builder(bert_config, layer_index, pooling, normalize,
+                                          (options or run_common.TrainingOptions()).for_export())
+
+    def text_signature(tokenizer):
+        inputs = {"text": serving.string_input("text")}
+        if text_pairs:
+            inputs["text_b"] = serving.string_input("text_b")
+        pieces_b = tokenizer.tokenize(inputs["text_b"]) if text_pairs else None
+        features = serving.pack(tokenizer.tokenize(inputs["text"]), pieces_b, max_seq_length,
+                                tokenizer.cls_id, tokenizer.sep_id)
+        return inputs, features, lambda predictions: {EMBEDDING: predictions[EMBEDDING]}
+
+    settings = {"max_seq_length": max_seq_length, "pooling": pooling, "layer": layer_index,
+                "normalize_embeddings": bool(normalize)}
+    with tempfile.TemporaryDirectory(prefix="extract_features_export_") as tmp:
+        checkpoint = _serving_checkpoint(bert_config, init_checkpoint,
+                                         os.path.join(tmp, "model.ckpt"),
+                                         with_pooler=pooling == "pooler")
+        return serving.export(model_fn, export_dir, checkpoint, vocab_file, do_lower_case,
+                              text_signature, settings=settings, weights=init_checkpoint)
 
 
 # ---------------------------------------------------------------------------
@@ -534,12 +703,54 @@ def resolve_checkpoint(init_checkpoint):
 
 # ---------------------------------------------------------------------------
 
+def _check_run_flags():
+    """The checks of which outputs a run writes, on the flags alone (before
+    any file is read): --input_file with --output_file, --export_dir, or
+    both; --normalize_embeddings and --export_text_pairs where they apply.
+
+    Raises:
+      InputError: one line naming the flag.
+    """
+    model_flags = ("vocab_file", "bert_config_file", "init_checkpoint")
+    if not FLAGS.export_dir:
+        run_common.require_flags("input_file", "output_file", *model_flags)
+    elif FLAGS.input_file:
+        run_common.require_flags("output_file", *model_flags)
+    else:
+        run_common.require_flags(*model_flags)
+        if FLAGS.output_file:
+            raise InputError("--output_file=%s needs an --input_file to read (with "
+                             "--export_dir alone, only the export is written)"
+                             % FLAGS.output_file)
+    if FLAGS.normalize_embeddings and FLAGS.pooling == "none" and FLAGS.input_file:
+        raise InputError("--normalize_embeddings normalises pooled vectors: give --pooling=cls, "
+                         "mean or pooler (per-token vectors are written as they are)")
+    if FLAGS.export_text_pairs and not FLAGS.export_dir:
+        raise InputError("--export_text_pairs shapes the export: give --export_dir too")
+
+
+def _check_pooler(layers, layer_indexes, num_hidden_layers, init_checkpoint):
+    """For --pooling=pooler: the pooler reads the last layer only (`layers`:
+    the flag's value, `layer_indexes` parsed), and the checkpoint must hold
+    it. Raises InputError naming the flag."""
+    if any(index % num_hidden_layers != num_hidden_layers - 1 for index in layer_indexes):
+        raise InputError("--pooling=pooler is computed from the last layer only: give "
+                         "--layers=-1 (not %s)" % layers)
+    stored = dict(tf.train.list_variables(init_checkpoint))
+    if "bert/pooler/dense/kernel" not in stored:
+        raise InputError("--pooling=pooler: --init_checkpoint %s holds no pooler "
+                         "(bert/pooler/dense/kernel); use --pooling=cls or mean"
+                         % init_checkpoint)
+
+
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
-    run_common.require_flags("input_file", "output_file", "vocab_file",
-                             "bert_config_file", "init_checkpoint")
-    run_common.require_file("input_file", FLAGS.input_file)
+    _check_run_flags()
+    if FLAGS.input_file:
+        run_common.require_file("input_file", FLAGS.input_file)
+    if FLAGS.export_dir:
+        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
     tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
     bert_config = run_common.load_bert_config(
@@ -554,6 +765,9 @@ def main(_):
     init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
     run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
                                      FLAGS.bert_config_file)
+    if FLAGS.pooling == "pooler":
+        _check_pooler(FLAGS.layers, layer_indexes, bert_config.num_hidden_layers,
+                      init_checkpoint)
     if FLAGS.max_seq_length < 3:
         raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
                          % FLAGS.max_seq_length)
@@ -565,8 +779,27 @@ def main(_):
     options = run_common.TrainingOptions(
         precision=FLAGS.precision, use_xla=FLAGS.use_xla,
         fused_ops=run_common.choose_fused_ops(FLAGS.fused_ops))
+    if FLAGS.input_file:
+        run_common.check_output_file(FLAGS.output_file, "output_file")
 
-    run_common.check_output_file(FLAGS.output_file, "output_file")
+    if FLAGS.export_dir:
+        # Per-token vectors (the file's default) make no sentence embedding.
+        pooling = "mean" if FLAGS.pooling == "none" else FLAGS.pooling
+        tf.logging.info(
+            "Exporting sentence embeddings: %s pooling%s of layer %d, %s%s", pooling,
+            " (the export's default for --pooling=none)" if FLAGS.pooling == "none" else "",
+            layer_indexes[0],
+            "L2-normalised" if FLAGS.normalize_embeddings else
+            "not normalised (--normalize_embeddings to normalise)",
+            "; inputs text and text_b" if FLAGS.export_text_pairs else "; input text")
+        export_embeddings(bert_config, init_checkpoint, FLAGS.export_dir, FLAGS.vocab_file,
+                          FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
+                          layer_index=layer_indexes[0], pooling=pooling,
+                          normalize=FLAGS.normalize_embeddings,
+                          text_pairs=FLAGS.export_text_pairs, options=options)
+        if not FLAGS.input_file:
+            return
+
     output_dir = os.path.dirname(FLAGS.output_file)
     if output_dir:
         tf.io.gfile.makedirs(output_dir)
@@ -598,7 +831,8 @@ def main(_):
             layer_indexes=layer_indexes,
             use_tpu=FLAGS.use_tpu,
             use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
-            pooling=FLAGS.pooling, options=options)
+            pooling=FLAGS.pooling, options=options,
+            normalize=FLAGS.normalize_embeddings)
         # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
         estimator = run_common.make_estimator(model_fn, run_config, FLAGS.use_tpu,
                                               predict_batch_size=FLAGS.batch_size)

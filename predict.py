@@ -6,9 +6,9 @@ REST API.
     # Serve the model as TensorFlow Serving would:
     python predict.py --model_dir=/tmp/mrpc_export --port=8501
 
---model_dir is an export folder of run_classifier.py, run_ner.py or
-run_swag.py (the newest timestamped SavedModel in it is used) or one
-SavedModel folder. The model tokenizes its own text (serving.py), so no
+--model_dir is an export folder of run_classifier.py, run_ner.py,
+run_swag.py or extract_features.py (the newest timestamped SavedModel in it
+is used) or one SavedModel folder. The model tokenizes its own text (serving.py), so no
 vocabulary or config is needed here.
 
 Labelling: the input is JSON Lines (objects with the signature's input
@@ -90,8 +90,8 @@ run_base.define_flags(
 
 flags.DEFINE_string(
     "model_dir", None,
-    "An export folder of run_classifier.py, run_ner.py or run_swag.py (its newest "
-    "timestamped SavedModel is used), or a SavedModel folder.")
+    "An export folder of run_classifier.py, run_ner.py, run_swag.py or extract_features.py "
+    "(its newest timestamped SavedModel is used), or a SavedModel folder.")
 flags.DEFINE_string(
     "input_columns", None,
     "JSON fields or TSV/CSV columns named otherwise than the model's inputs: "
@@ -1004,9 +1004,9 @@ def read_length(text, words, limit):
 def words_read(config, name):
     """The most words of one text of the input `name` that an export's text
     signature reads, from the settings it records (tokenizer_config.json:
-    max_seq_length, and doc_stride and max_windows for windows); None where
-    it reads the whole text (a tagger's document, windows without
-    max_windows, an input it does not know).
+    max_seq_length, and doc_stride and max_windows for windows, pooling for
+    sentence embeddings); None where it reads the whole text (a tagger's
+    document, windows without max_windows, an input it does not know).
 
     A text gives at least one WordPiece per word, and the signature reads
     at most max_seq_length - 2 pieces of each text ([CLS] and [SEP] take
@@ -1024,6 +1024,8 @@ def words_read(config, name):
         windows = config.get("max_windows", 0)
         return (windows - 1) * config["doc_stride"] + length - 2 if windows else None
     if name in ("text_a", "text_b", "context", "question", "endings"):
+        return length - 2
+    if name == "text" and "pooling" in config:  # A sentence embedding's text.
         return length - 2
     return None
 

@@ -1,12 +1,13 @@
 """SavedModels that take text: what `--export_dir` of the fine-tuning scripts
-writes.
+and of extract_features.py writes.
 
 Each export holds one model (one set of weights) behind two signatures:
 
 * ``serving_default`` takes strings (per task: `run_classifier.py`'s
   ``text_a`` and ``text_b``, `run_ner.py`'s ``text``, `run_swag.py`'s
-  ``context``, ``question`` and ``endings``) and returns named outputs with
-  label names. The text is tokenized inside the graph
+  ``context``, ``question`` and ``endings``, `extract_features.py`'s
+  ``text`` and perhaps ``text_b``) and returns named outputs (with label
+  names; a sentence embedding). The text is tokenized inside the graph
   (`graph_tokenization.GraphTokenizer`, equal to `tokenization.FullTokenizer`)
   and packed as the scripts pack it; each batch is padded to its longest
   input only, so a short text costs a short forward pass.
@@ -194,7 +195,7 @@ def string_input(name, rank=1):
 
 
 def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, text_signature,
-           id_rank=2, settings=None, assets_extra=()):
+           id_rank=2, settings=None, assets_extra=(), weights=None):
     """Writes a SavedModel with a text signature and an id signature over
     one model (see the module docstring).
 
@@ -214,6 +215,8 @@ def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, tex
         [batch, choices, seq]: 3); serving_ids takes any length.
       settings: more entries of tokenizer_config.json (max_seq_length, ...).
       assets_extra: files copied into the SavedModel's assets.extra/.
+      weights: the checkpoint the log names as the weights' source, where
+        `checkpoint_path` is a copy of it (default: checkpoint_path).
 
     Returns:
       The SavedModel's directory.
@@ -250,5 +253,5 @@ def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, tex
                                          assets_extra=assets_extra)
     run_base.report_output(path, "SavedModel for serving (text in: %s; ids in: %s), with "
                            "the weights of %s" % (TEXT_SIGNATURE, IDS_SIGNATURE,
-                                                  checkpoint_path))
+                                                  weights or checkpoint_path))
     return path

@@ -203,6 +203,10 @@ def world(tmp_path_factory):
         os.path.join(home, "swag_checkpoint", "model.ckpt"))
     swag_export = run_swag.export_model(config, checkpoint, os.path.join(home, "swag_export"),
                                         vocab, True, max_seq_length=80)
+    # A sentence-embedding export of the pre-trained stand-in.
+    embedding_export = extract_features.export_embeddings(
+        config, os.path.join(model_dir, "bert_model.ckpt"), os.path.join(home, "minilm_export"),
+        vocab, True, normalize=True)
 
     # extract_features.py's outputs, written by its own writers.
     for writer in (extract_features.NpzWriter(os.path.join(home, "output.npz"), [-1]),
@@ -233,6 +237,7 @@ def world(tmp_path_factory):
              "/tmp/cola_output": os.path.join(home, "cola_output"),
              "/tmp/conll_export/1700000000": ner_export,
              "/tmp/swag_export/1700000000": swag_export,
+             "/tmp/minilm_export/1700000000": embedding_export,
              "/tmp/output.npz": os.path.join(home, "output.npz"),
              "/tmp/output.tfrecord": os.path.join(home, "output.tfrecord"),
              "/path/to/reviews": os.path.join(home, "reviews"),
