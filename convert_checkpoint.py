@@ -54,10 +54,13 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
+import file_io
+import fine_tuning
 import modeling
-import run_base
-import run_common
-from run_common import InputError
+import script_runner
+import shared_flags
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
@@ -81,7 +84,7 @@ flags.DEFINE_enum(
     "With --to_hf: the transformers class to write (default: the one the checkpoint's "
     "variables show). A head the class has no place for is left out, with a log line.")
 
-run_common.define_flags(
+shared_flags.define_flags(
     "output_dir", "init_checkpoint", "bert_config_file", "vocab_file", "do_lower_case",
     helps={"init_checkpoint": "With --to_hf: the checkpoint to convert (a prefix, or a "
                               "directory: its latest checkpoint).",
@@ -126,7 +129,7 @@ def read_json(path):
     missing or invalid."""
     if not tf.io.gfile.exists(path):
         raise InputError("--hf_model_dir: file not found: %s" % path)
-    return run_common.read_json_object(path)
+    return file_io.read_json_object(path)
 
 
 def bert_config_from_hf(hf_config, config_path):
@@ -361,9 +364,9 @@ def expected_variables(config, with_pretraining_heads=True):
       OrderedDict Google name -> shape (list of int).
     """
     h = config["hidden_size"]
-    # The encoder's table is run_common's, which the scripts check checkpoints
+    # The encoder's table is checkpoints.py's, which the scripts check checkpoints
     # against; the same order (embeddings, layers, pooler).
-    shapes = collections.OrderedDict(run_common.bert_variable_shapes(
+    shapes = collections.OrderedDict(checkpoints.bert_variable_shapes(
         modeling.BertConfig.from_dict(config)))
     if with_pretraining_heads:
         shapes["cls/predictions/transform/dense/kernel"] = [h, h]
@@ -608,7 +611,7 @@ def convert(hf_model_dir, output_dir):
         raise InputError("--output_dir is required")
     if not tf.io.gfile.isdir(hf_model_dir):
         raise InputError("--hf_model_dir: directory not found: %s" % hf_model_dir)
-    run_common.check_output_dir(output_dir)
+    file_io.check_output_dir(output_dir)
     _refuse_hugging_face_folder(output_dir)
 
     config_path = os.path.join(hf_model_dir, "config.json")
@@ -619,7 +622,7 @@ def convert(hf_model_dir, output_dir):
         raise InputError("--hf_model_dir: file not found: %s (BERT's WordPiece vocabulary)"
                          % vocab_path)
     with tf.io.gfile.GFile(vocab_path, "r") as f:
-        num_vocab = sum(1 for _ in run_common.utf8_lines(f, None, vocab_path))
+        num_vocab = sum(1 for _ in file_io.utf8_lines(f, None, vocab_path))
     if num_vocab > config["vocab_size"]:
         raise InputError("%s has %d tokens but vocab_size in %s is %d"
                          % (vocab_path, num_vocab, config_path, config["vocab_size"]))
@@ -640,25 +643,25 @@ def convert(hf_model_dir, output_dir):
         tf.io.gfile.copy(vocab_path, os.path.join(folder, "vocab.txt"), overwrite=True)
         if lower is not None:
             # The casing, next to the vocabulary, where the scripts check it.
-            _write_json(os.path.join(folder, run_common.TOKENIZER_CONFIG_FILE),
+            _write_json(os.path.join(folder, checkpoints.TOKENIZER_CONFIG_FILE),
                         {"do_lower_case": lower})
 
     # That of another model converted there would contradict this one.
     _write_folder(output_dir, write_files,
-                  stale=[run_common.TOKENIZER_CONFIG_FILE] if lower is None else [])
+                  stale=[checkpoints.TOKENIZER_CONFIG_FILE] if lower is None else [])
 
     head = " with the %s head" % architecture if architecture in TASK_HEADS and \
         TASK_HEADS[architecture][0][0] in variables else ""
-    run_common.report_output(
+    file_io.report_output(
         os.path.join(output_dir, CHECKPOINT_NAME), "%d tensors converted from %s%s (%s)" % (
             len(variables), weights_source, head, ", ".join(
                 "%s=%s" % (k, config[k]) for k in ("num_hidden_layers", "hidden_size",
                                                  "hidden_act"))))
-    run_common.report_output(os.path.join(output_dir, "bert_config.json"))
-    run_common.report_output(os.path.join(output_dir, "vocab.txt"))
+    file_io.report_output(os.path.join(output_dir, "bert_config.json"))
+    file_io.report_output(os.path.join(output_dir, "vocab.txt"))
     if lower is not None:
-        run_common.report_output(os.path.join(output_dir, run_common.TOKENIZER_CONFIG_FILE),
-                                 "do_lower_case=%s" % lower)
+        file_io.report_output(os.path.join(output_dir, checkpoints.TOKENIZER_CONFIG_FILE),
+                              "do_lower_case=%s" % lower)
         tf.logging.info("The model's tokenizer has do_lower_case=%s: pass "
                         "--do_lower_case=%s to the scripts", lower, lower)
     return {"checkpoint": os.path.join(output_dir, CHECKPOINT_NAME),
@@ -681,9 +684,9 @@ def _refuse_hugging_face_folder(output_dir):
     transformers needs."""
     held = [name for name in _HF_MODEL_FILES
             if tf.io.gfile.exists(os.path.join(output_dir, name))]
-    config = os.path.join(output_dir, run_common.TOKENIZER_CONFIG_FILE)
+    config = os.path.join(output_dir, checkpoints.TOKENIZER_CONFIG_FILE)
     if tf.io.gfile.exists(config) and set(read_json(config)) - {"do_lower_case"}:
-        held.append(run_common.TOKENIZER_CONFIG_FILE)
+        held.append(checkpoints.TOKENIZER_CONFIG_FILE)
     if held:
         raise InputError(
             "--output_dir %s holds a Hugging Face model (%s), whose tokenizer_config.json "
@@ -724,7 +727,7 @@ def _write_folder(output_dir, write_files, stale=()):
                 tf.io.gfile.remove(os.path.join(output_dir, name))
     except Exception as e:
         # A full disk or a file size limit: one line naming the output.
-        message = run_common.output_write_error(e, output_dir)
+        message = file_io.output_write_error(e, output_dir)
         if message:
             raise InputError(message) from e
         raise
@@ -737,7 +740,7 @@ def _do_lower_case(folder):
     """The casing (True, False) that the tokenizer_config.json in `folder`
     records (a Hugging Face model's, or the one written next to a converted
     vocabulary), or None where there is none or it does not say."""
-    path = os.path.join(folder, run_common.TOKENIZER_CONFIG_FILE)
+    path = os.path.join(folder, checkpoints.TOKENIZER_CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         return None
     lower = read_json(path).get("do_lower_case")
@@ -846,7 +849,7 @@ def _labels_of(architecture, record, checkpoint, num_outputs):
     if architecture == "BertForTokenClassification":
         path = os.path.join(folder, "ner_labels.json")
         if tf.io.gfile.exists(path):
-            labels = run_common.read_json_object(path).get("labels")
+            labels = file_io.read_json_object(path).get("labels")
             if isinstance(labels, list):
                 return labels, None, path
         return None, None, None
@@ -917,10 +920,10 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
       InputError: naming the flag, file or variable at fault; nothing is
         written then.
     """
-    run_common.check_output_dir(output_dir)
-    checkpoint = run_common.resolve_checkpoint("init_checkpoint", init_checkpoint,
-                                               required=True)
-    record = run_common.read_run_record(None, init_checkpoint)
+    file_io.check_output_dir(output_dir)
+    checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", init_checkpoint,
+                                                required=True)
+    record = fine_tuning.read_run_record(None, init_checkpoint)
     beside = os.path.dirname(checkpoint)
     if not bert_config_file and not (record and record.bert_config):
         bert_config_file = os.path.join(beside, "bert_config.json")
@@ -929,7 +932,7 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
                              "bert_config.json next to %s)" % checkpoint)
     if not vocab_file:
         recorded = record.flags.get("vocab_file") if record else None
-        vocab_file = recorded if recorded and run_common.exists(recorded) else \
+        vocab_file = recorded if recorded and file_io.exists(recorded) else \
             os.path.join(beside, "vocab.txt")
         if not tf.io.gfile.exists(vocab_file):
             raise InputError("--vocab_file is required (no run record naming one and no "
@@ -940,9 +943,9 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         do_lower_case = _do_lower_case(os.path.dirname(vocab_file))
     if do_lower_case is None:
         do_lower_case = True
-    tokenizer = run_common.load_tokenizer(vocab_file, do_lower_case, checkpoint)
-    config = run_common.load_bert_config(bert_config_file, vocab=tokenizer.vocab,
-                                         vocab_file=vocab_file, record=record)
+    tokenizer = checkpoints.load_tokenizer(vocab_file, do_lower_case, checkpoint)
+    config = checkpoints.load_bert_config(bert_config_file, vocab=tokenizer.vocab,
+                                          vocab_file=vocab_file, record=record)
     config_name = bert_config_file or record.path
     if config.hidden_act.lower() not in HF_HIDDEN_ACT:
         raise InputError("%s: hidden_act %r has no Hugging Face counterpart"
@@ -1054,7 +1057,7 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
             cleanup()
         _write_json(os.path.join(folder, "config.json"), hf_config)
         tf.io.gfile.copy(vocab_file, os.path.join(folder, "vocab.txt"), overwrite=True)
-        _write_json(os.path.join(folder, run_common.TOKENIZER_CONFIG_FILE), tokenizer_config)
+        _write_json(os.path.join(folder, checkpoints.TOKENIZER_CONFIG_FILE), tokenizer_config)
         _write_json(os.path.join(folder, "special_tokens_map.json"), SPECIAL_TOKENS)
 
     _write_folder(output_dir, write_files)
@@ -1066,18 +1069,18 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         tf.logging.info("Left out %d of the checkpoint's %d variables: %s", len(dropped),
                         len(stored), "; ".join("%d %s" % (n, why) for why, n in
                                                sorted(reasons.items())))
-    run_common.report_output(
+    file_io.report_output(
         os.path.join(output_dir, "model.safetensors"), "%s, %d tensors from %s" % (
             architecture, len(tensors), checkpoint))
-    run_common.report_output(os.path.join(output_dir, "config.json"), ", ".join(
+    file_io.report_output(os.path.join(output_dir, "config.json"), ", ".join(
         ["hidden_act=%s" % hf_config["hidden_act"]]
         + (["labels %s from %s" % (",".join(labels), labels_from)]
            if labels and labels_from and problem_type != "regression" else [])
         + (["problem_type=%s" % problem_type] if problem_type else [])))
-    for name in ("vocab.txt", run_common.TOKENIZER_CONFIG_FILE, "special_tokens_map.json"):
-        run_common.report_output(os.path.join(output_dir, name),
-                                 "do_lower_case=%s" % bool(do_lower_case)
-                                 if name == run_common.TOKENIZER_CONFIG_FILE else "")
+    for name in ("vocab.txt", checkpoints.TOKENIZER_CONFIG_FILE, "special_tokens_map.json"):
+        file_io.report_output(os.path.join(output_dir, name),
+                              "do_lower_case=%s" % bool(do_lower_case)
+                              if name == checkpoints.TOKENIZER_CONFIG_FILE else "")
     return {"architecture": architecture, "config": hf_config, "tensors": tensors,
             "dropped": dropped}
 
@@ -1098,7 +1101,7 @@ def _input_length(record, max_position_embeddings):
     window them their own way, which the line says.
 
     Args:
-      record: the run record (`run_common.RunRecord`), or None.
+      record: the run record (`fine_tuning.RunRecord`), or None.
       max_position_embeddings: the model's longest input.
     """
     max_seq_length = record.flags.get("max_seq_length") if record else None
@@ -1138,7 +1141,7 @@ def _input_length(record, max_position_embeddings):
 def _local_output(path):
     """(local path to write, cleanup function): a remote `path` (gs://) is
     written locally first, since safetensors writes local files only."""
-    if not run_base.is_remote(path):
+    if not file_io.is_remote(path):
         return path, lambda: None
     tmp_dir = tempfile.mkdtemp(prefix="convert_checkpoint_")
     return os.path.join(tmp_dir, os.path.basename(path)), \
@@ -1158,4 +1161,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

@@ -57,14 +57,18 @@ import time
 from absl import flags
 from absl import logging
 
+import file_io
+import interrupts
+import logs
 import pretraining_records
-import run_base
+import script_runner
+import shared_flags
 import tokenization
-from run_base import InputError
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
-run_base.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
+shared_flags.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
                         "max_seq_length", "max_predictions_per_seq", "log_every_seconds",
                         "do_whole_word_mask", "random_seed", "masked_lm_prob")
 
@@ -114,12 +118,12 @@ class _AtomicRecordFiles:
 
     def __init__(self, paths):
         self._paths = list(paths)
-        self._targets = [run_base.AtomicFile(p) for p in self._paths]
+        self._targets = [file_io.AtomicFile(p) for p in self._paths]
         self._files = []
         try:
             for target in self._targets:
                 tmp = target.tmp_path
-                self._files.append(run_base.open_file(tmp, "wb"))
+                self._files.append(file_io.open_file(tmp, "wb"))
         except (OSError, IOError) as e:
             self.abort()
             raise InputError("--output_file: cannot write %s: %s" % (tmp, e))
@@ -129,7 +133,7 @@ class _AtomicRecordFiles:
     def _write_error(self, error, index):
         """InputError naming output file `index`, for a write that failed for
         lack of room; None for other errors."""
-        message = run_base.output_write_error(error, self._paths[index])
+        message = file_io.output_write_error(error, self._paths[index])
         return InputError(message) if message else None
 
     def write(self, framed_records):
@@ -146,18 +150,18 @@ class _AtomicRecordFiles:
         # A signal before this point leaves every earlier file in place; one
         # that comes while the files are renamed acts once all of them are,
         # so the outputs are never a mix of new and earlier files.
-        run_base.raise_if_interrupted()
+        interrupts.raise_if_interrupted()
         for index, f in enumerate(self._files):
             try:
                 f.close()
             except OSError as e:
                 raise self._write_error(e, index) or e
-        run_base.raise_if_interrupted()
-        with run_base.interrupts_held():
+        interrupts.raise_if_interrupted()
+        with interrupts.interrupts_held():
             for target in self._targets:
                 target.commit()
         for path in self._paths:
-            run_base.report_output(path, "%d instances%s" % (
+            file_io.report_output(path, "%d instances%s" % (
                 self.count, " in the %d files" % len(self._paths) if len(self._paths) > 1
                 else ""))
 
@@ -185,7 +189,7 @@ class _Vocab:
             self.tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
                                                         do_lower_case=do_lower_case)
         except UnicodeDecodeError:
-            raise run_base.non_utf8_error("vocab_file", vocab_file)
+            raise file_io.non_utf8_error("vocab_file", vocab_file)
         except ValueError as e:
             raise InputError("--vocab_file: %s" % e)
         vocab = self.tokenizer.vocab
@@ -254,7 +258,7 @@ def _numbered_lines(input_files):
     """
     for path in input_files:
         try:
-            with run_base.open_file(path, "rb") as f:
+            with file_io.open_file(path, "rb") as f:
                 for number, raw in enumerate(f, 1):
                     yield path, number, raw
         except (OSError, IOError) as e:
@@ -773,7 +777,7 @@ def _log_capped(num_capped, total):
 
 def _total_megabytes(input_files):
     """Size of the input files in MB (for the progress lines' ETA)."""
-    return sum(run_base.file_size(path) for path in input_files) / 1e6
+    return sum(file_io.file_size(path) for path in input_files) / 1e6
 
 
 def _run_original_mode(input_files, vocab, writer):
@@ -781,7 +785,7 @@ def _run_original_mode(input_files, vocab, writer):
     documents = [[]]
     bytes_read = [0]
     lines = _numbered_lines(input_files)
-    reading = run_base.Progress("Reading the input", _total_megabytes(input_files), "MB")
+    reading = logs.Progress("Reading the input", _total_megabytes(input_files), "MB")
 
     def counted(lines):
         for item in lines:
@@ -801,7 +805,7 @@ def _run_original_mode(input_files, vocab, writer):
                           FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
                           FLAGS.do_whole_word_mask, FLAGS.dynamic_masking)
 
-    making = run_base.Progress("Making instances", len(documents) * _dupe_factor(),
+    making = logs.Progress("Making instances", len(documents) * _dupe_factor(),
                                  "documents")
 
     def from_document(documents, index, rng, output):
@@ -929,7 +933,7 @@ def _result(async_result):
     """The result of a pool task; KeyboardInterrupt as soon as the run got
     a SIGINT or SIGTERM (see `_run_sharded_mode`)."""
     while not async_result.ready():
-        if run_base.interrupted():
+        if interrupts.interrupted():
             raise KeyboardInterrupt
         async_result.wait(0.1)
     return async_result.get()
@@ -972,7 +976,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
     buffer = _ShuffleBuffer(FLAGS.shuffle_buffer_size,
                             _shard_seed(FLAGS.random_seed, -1), writer.write)
     shards = _shards(input_files, int(shard_mb * 1e6))
-    progress = run_base.Progress("Processing the input", _total_megabytes(input_files), "MB")
+    progress = logs.Progress("Processing the input", _total_megabytes(input_files), "MB")
     totals = {"text": 0, "capped": 0, "shards": 0}
 
     def consume(result):
@@ -1010,7 +1014,7 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         # A KeyboardInterrupt raised inside the pool's own waiting can
         # leave its locks taken, and ending the pool then hangs: a signal is
         # only recorded here, and the waits below stop at it.
-        with run_base.interrupts_held(), context.Pool(
+        with interrupts.interrupts_held(), context.Pool(
                 num_workers, initializer=_start_worker, initargs=(config,)) as pool:
             pending = []
             for index, lines in enumerate(shards):
@@ -1039,7 +1043,7 @@ def _dupe_factor():
 
 
 def _check_flags():
-    run_base.require_flags("input_file", "output_file", "vocab_file")
+    shared_flags.require_flags("input_file", "output_file", "vocab_file")
     if FLAGS.max_seq_length < 5:
         raise InputError("--max_seq_length=%d is too small: [CLS] A [SEP] B [SEP] needs "
                          "at least 5" % FLAGS.max_seq_length)
@@ -1061,7 +1065,7 @@ def _check_flags():
     for path in output_files:
         # A directory, a missing or unwritable directory: found now rather
         # than after all the output was made.
-        run_base.check_output_file(path, "output_file", create_dir=False)
+        file_io.check_output_file(path, "output_file", create_dir=False)
     return output_files
 
 
@@ -1069,7 +1073,7 @@ def main(_):
     logging.set_verbosity(logging.INFO)
     output_files = _check_flags()
     vocab = _Vocab(FLAGS.vocab_file, FLAGS.do_lower_case)
-    input_files = run_base.expand_file_patterns("input_file", FLAGS.input_file)
+    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
 
     logging.info("*** Reading from input files ***")
     for input_file in input_files:
@@ -1095,4 +1099,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_base.run_script(main)
+    script_runner.run_script(main)

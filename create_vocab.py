@@ -28,12 +28,15 @@ import os
 
 from absl import flags, logging
 
-import run_base
+import errors
+import file_io
+import script_runner
+import shared_flags
 import tokenization
 
 FLAGS = flags.FLAGS
 
-run_base.define_flags("input_file", "output_file", "do_lower_case")
+shared_flags.define_flags("input_file", "output_file", "do_lower_case")
 
 flags.DEFINE_integer("vocab_size", 30522,
                      "Maximum number of tokens in the vocabulary (special and "
@@ -77,7 +80,7 @@ def _load_learner():
     """
     spec = importlib.util.find_spec("tensorflow_text")
     if spec is None or not spec.submodule_search_locations:
-        raise run_base.InputError(
+        raise errors.InputError(
             "create_vocab.py needs TensorFlow Text's vocabulary learner: "
             "pip install 'tensorflow-text==2.15.*'")
     path = os.path.join(spec.submodule_search_locations[0], "tools", "wordpiece_vocab",
@@ -112,7 +115,7 @@ def count_words(input_files, do_lower_case):
                 try:
                     text = line.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise run_base.InputError(
+                    raise errors.InputError(
                         "--input_file: %s line %d is not UTF-8 (%s)" % (path, line_number, e))
                 counts.update(basic.tokenize(text))
     return counts
@@ -148,12 +151,12 @@ def learn_vocab(word_counts, vocab_size, num_unused_tokens=0, min_piece_count=5,
       InputError: vocab_size cannot hold the special tokens and the alphabet.
     """
     if not word_counts:
-        raise run_base.InputError("--input_file: the corpus has no words")
+        raise errors.InputError("--input_file: the corpus has no words")
     reserved = SPECIAL_TOKENS + ["[unused%d]" % i for i in range(num_unused_tokens)]
     chars = alphabet(word_counts, max_unique_chars)
     head = reserved + chars + ["##" + c for c in chars]
     if len(head) > vocab_size:
-        raise run_base.InputError(
+        raise errors.InputError(
             "--vocab_size=%d is too small: the %d special/unused tokens and the "
             "alphabet of %d characters (each alone and as ##) need %d; raise "
             "--vocab_size or lower --max_unique_chars" % (
@@ -190,10 +193,10 @@ def learn_vocab(word_counts, vocab_size, num_unused_tokens=0, min_piece_count=5,
 
 def main(_):
     logging.set_verbosity(logging.INFO)
-    run_base.require_flags("input_file", "output_file")
+    shared_flags.require_flags("input_file", "output_file")
     if FLAGS.vocab_size <= len(SPECIAL_TOKENS):
-        raise run_base.InputError("--vocab_size=%d is too small" % FLAGS.vocab_size)
-    input_files = run_base.expand_file_patterns("input_file", FLAGS.input_file)
+        raise errors.InputError("--vocab_size=%d is too small" % FLAGS.vocab_size)
+    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
     logging.info("*** Reading from input files ***")
     for path in input_files:
         logging.info("  %s", path)
@@ -207,11 +210,11 @@ def main(_):
         max_word_length=FLAGS.max_word_length, num_iterations=FLAGS.num_iterations,
         slack_ratio=FLAGS.slack_ratio)
 
-    with run_base.atomic_output(FLAGS.output_file) as writer:
+    with file_io.atomic_output(FLAGS.output_file) as writer:
         for token in vocab:
             writer.write(token + "\n")
-    run_base.report_output(FLAGS.output_file, "%d tokens" % len(vocab))
+    file_io.report_output(FLAGS.output_file, "%d tokens" % len(vocab))
 
 
 if __name__ == "__main__":
-    run_base.run_script(main)
+    script_runner.run_script(main)

@@ -25,7 +25,8 @@ masks made per batch (`mask_batch`), where the work is vectorized.
 import quiet_tf  # noqa: F401  (TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 
-import run_base
+import errors
+import file_io
 import tokenization
 
 # Rows of the per-example random numbers (`draw`): the words' order, the
@@ -54,19 +55,19 @@ class MaskingVocab:
       size: largest id + 1.
 
     Raises:
-      run_base.InputError: the file cannot be read or lacks a special token.
+      errors.InputError: the file cannot be read or lacks a special token.
     """
 
     def __init__(self, vocab_file, flag_name="vocab_file"):
-        run_base.require_file(flag_name, vocab_file)
+        file_io.require_file(flag_name, vocab_file)
         try:
             vocab = tokenization.load_vocab(vocab_file)
         except UnicodeDecodeError:
-            raise run_base.non_utf8_error(flag_name, vocab_file)
+            raise file_io.non_utf8_error(flag_name, vocab_file)
         missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in vocab]
         if missing:
-            raise run_base.InputError("--%s %s lacks the special token(s) %s"
-                                      % (flag_name, vocab_file, " ".join(missing)))
+            raise errors.InputError("--%s %s lacks the special token(s) %s"
+                                    % (flag_name, vocab_file, " ".join(missing)))
         self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
                                                   vocab["[MASK]"])
         self.word_ids = [vocab[w] for w in vocab.keys()]

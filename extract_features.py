@@ -45,18 +45,25 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
+import file_io
+import input_packing
+import input_pipeline
+import logs
 import modeling
-import run_common
 import runtime
+import script_runner
 import serving
+import shared_flags
 import tokenization
-from run_common import InputError
+import training
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
-run_common.define_flags(
+shared_flags.define_flags(
     "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
-    "vocab_file", "do_lower_case", "use_one_hot_embeddings", run_common.TPU_FLAGS,
+    "vocab_file", "do_lower_case", "use_one_hot_embeddings", shared_flags.TPU_FLAGS,
     "precision", "use_xla", "fused_ops", "batch_size", "export_dir", max_seq_length=128,
     helps={"batch_size": "Input lines per prediction batch.",
            "export_dir": "If set, export a SavedModel of sentence embeddings under this "
@@ -169,13 +176,13 @@ def convert_example(ex_index, example, seq_length, tokenizer):
     """
     tokens_a = tokenizer.tokenize(example.text_a)
     tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-    tokens, input_ids, input_mask, input_type_ids = run_common.pack_sequence_pair(
+    tokens, input_ids, input_mask, input_type_ids = input_packing.pack_sequence_pair(
         tokens_a, tokens_b, seq_length, tokenizer)
     features = InputFeatures(unique_id=example.unique_id, tokens=tokens,
                              input_ids=input_ids, input_mask=input_mask,
                              input_type_ids=input_type_ids)
     if ex_index < 5:
-        run_common.log_example(
+        input_pipeline.log_example(
             [("unique_id", example.unique_id),
              ("tokens", [tokenization.printable_text(t) for t in tokens]),
              ("length", len(tokens))], debug=ex_index > 0,
@@ -202,10 +209,10 @@ def write_features(features, output_file):
     with tf.io.TFRecordWriter(output_file) as writer:
         for feature in features:
             example = tf.train.Example(features=tf.train.Features(feature={
-                "unique_ids": run_common.int64_feature([feature.unique_id]),
-                "input_ids": run_common.int64_feature(feature.input_ids),
-                "input_mask": run_common.int64_feature(feature.input_mask),
-                "input_type_ids": run_common.int64_feature(feature.input_type_ids),
+                "unique_ids": input_pipeline.int64_feature([feature.unique_id]),
+                "input_ids": input_pipeline.int64_feature(feature.input_ids),
+                "input_mask": input_pipeline.int64_feature(feature.input_mask),
+                "input_type_ids": input_pipeline.int64_feature(feature.input_type_ids),
             }))
             writer.write(example.SerializeToString())
             count += 1
@@ -229,8 +236,8 @@ def file_based_input_fn_builder(input_file, seq_length, trim_padding=False):
 
     def input_fn(params):
         """See file_based_input_fn_builder."""
-        d = tf.data.TFRecordDataset(input_file, buffer_size=run_common.TFRECORD_BUFFER_BYTES)
-        d = d.map(lambda record: run_common.decode_record(record, name_to_features))
+        d = tf.data.TFRecordDataset(input_file, buffer_size=input_pipeline.TFRECORD_BUFFER_BYTES)
+        d = d.map(lambda record: input_pipeline.decode_record(record, name_to_features))
         # Every line gets its features: the last batch may be a partial one.
         d = d.batch(params["batch_size"], drop_remainder=False)
         return d.map(_trim_batch) if trim_padding else d
@@ -286,7 +293,7 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
       use_tpu: build for TPUEstimator (restore through a scaffold).
       use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
       pooling: "none", "cls", "mean" or "pooler" (see `sentence_vectors`).
-      options: run_common.TrainingOptions (precision, fused kernels; None:
+      options: training.TrainingOptions (precision, fused kernels; None:
         the defaults).
       normalize: L2-normalise each pooled vector.
 
@@ -305,12 +312,12 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
             raise ValueError("Feature extraction only predicts; got mode %s" % mode)
         input_mask = features["input_mask"]
 
-        model = run_common.bert_model(
+        model = training.bert_model(
             bert_config, False, features["input_ids"], input_mask, features["input_type_ids"],
             use_one_hot_embeddings, options)
 
         _check_checkpoint_covers_model(init_checkpoint, with_pooler=pooling == "pooler")
-        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
         predictions = {"unique_id": features["unique_ids"],
                        "input_ids": features["input_ids"], "input_mask": input_mask}
@@ -398,7 +405,7 @@ def embedding_model_fn_builder(bert_config, layer_index, pooling, normalize, opt
       bert_config: modeling.BertConfig.
       layer_index, pooling, normalize: see `sentence_vectors` (pooling not
         "none").
-      options: run_common.TrainingOptions for the export (`for_export`).
+      options: training.TrainingOptions for the export (`for_export`).
 
     Returns:
       model_fn taking int32 input_ids, input_mask and segment_ids [batch,
@@ -411,7 +418,7 @@ def embedding_model_fn_builder(bert_config, layer_index, pooling, normalize, opt
         del labels, params  # Unused.
         if mode != runtime.ModeKeys.PREDICT:
             raise ValueError("An embedding export only predicts; got mode %s" % mode)
-        model = run_common.bert_model(
+        model = training.bert_model(
             bert_config, False, features["input_ids"], features["input_mask"],
             features["segment_ids"], False, options)
         embedding = sentence_vectors(model, layer_index, features["input_mask"], pooling,
@@ -438,7 +445,7 @@ def _serving_checkpoint(bert_config, init_checkpoint, path, with_pooler):
     with tf.Graph().as_default():
         tf.train.get_or_create_global_step()
         ids = tf.zeros([1, 2], tf.int32)
-        run_common.bert_model(bert_config, False, ids, ids, ids, False)
+        training.bert_model(bert_config, False, ids, ids, ids, False)
         _check_checkpoint_covers_model(init_checkpoint, with_pooler=with_pooler)
         assignment_map, _ = modeling.get_assignment_map_from_checkpoint(
             tf.trainable_variables(), init_checkpoint)
@@ -474,10 +481,10 @@ def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_l
       vocab_file, do_lower_case: the tokenizer, built into the export.
       layer_index, pooling, normalize: the embedding (pooling not "none").
       text_pairs: serving_default also takes text_b.
-      options: run_common.TrainingOptions (its precision is kept).
+      options: training.TrainingOptions (its precision is kept).
     """
     model_fn = embedding_model_fn_builder(bert_config, layer_index, pooling, normalize,
-                                          (options or run_common.TrainingOptions()).for_export())
+                                          (options or training.TrainingOptions()).for_export())
 
     def text_signature(tokenizer):
         inputs = {"text": serving.string_input("text")}
@@ -503,7 +510,7 @@ def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_l
 # example, where an array is [num_tokens, hidden] (pooling "none") or
 # [hidden]; `close` completes the file, `abort` removes what was written.
 
-class JsonlWriter(run_common.AtomicWriter):
+class JsonlWriter(file_io.AtomicWriter):
     """The original's JSON Lines (pooling "none"), or with pooling one line
     {"linex_index": i, "layers": [{"index": -1, "values": [...]}, ...]}."""
 
@@ -537,7 +544,7 @@ class JsonlWriter(run_common.AtomicWriter):
         self._writer.write(json.dumps(record) + "\n")
 
 
-class TFRecordFeatureWriter(run_common.AtomicWriter):
+class TFRecordFeatureWriter(file_io.AtomicWriter):
     """One tf.train.Example per input line with int64 "linex_index" and
     "num_tokens", bytes "tokens" (pooling "none" only) and, per layer, float
     "layer_<index>" holding the flattened [num_tokens, hidden] (or [hidden])
@@ -549,8 +556,8 @@ class TFRecordFeatureWriter(run_common.AtomicWriter):
 
     def write(self, linex_index, tokens, layers):
         feature = {
-            "linex_index": run_common.int64_feature([linex_index]),
-            "num_tokens": run_common.int64_feature([len(tokens)]),
+            "linex_index": input_pipeline.int64_feature([linex_index]),
+            "num_tokens": input_pipeline.int64_feature([len(tokens)]),
         }
         if layers[0].ndim == 2:
             feature["tokens"] = tf.train.Feature(bytes_list=tf.train.BytesList(
@@ -646,7 +653,7 @@ class NpzWriter:
                             "fortran_order": False, "shape": shape})
                         for chunk in self._chunks(name, dtype):
                             entry.write(chunk)
-            target = run_common.AtomicFile(self._path)
+            target = file_io.AtomicFile(self._path)
             tf.io.gfile.copy(zip_path, target.tmp_path, overwrite=True)
             target.commit()
         finally:
@@ -693,12 +700,12 @@ def parse_layers(layers, num_hidden_layers, output_format="jsonl"):
 
 def resolve_checkpoint(init_checkpoint):
     """A checkpoint prefix, or a directory holding checkpoints -> the
-    checkpoint prefix (see `run_common.resolve_checkpoint`).
+    checkpoint prefix (see `checkpoints.resolve_checkpoint`).
 
     Raises:
       InputError: no checkpoint there, or several and no way to choose.
     """
-    return run_common.resolve_checkpoint("init_checkpoint", init_checkpoint, required=True)
+    return checkpoints.resolve_checkpoint("init_checkpoint", init_checkpoint, required=True)
 
 
 # ---------------------------------------------------------------------------
@@ -713,11 +720,11 @@ def _check_run_flags():
     """
     model_flags = ("vocab_file", "bert_config_file", "init_checkpoint")
     if not FLAGS.export_dir:
-        run_common.require_flags("input_file", "output_file", *model_flags)
+        shared_flags.require_flags("input_file", "output_file", *model_flags)
     elif FLAGS.input_file:
-        run_common.require_flags("output_file", *model_flags)
+        shared_flags.require_flags("output_file", *model_flags)
     else:
-        run_common.require_flags(*model_flags)
+        shared_flags.require_flags(*model_flags)
         if FLAGS.output_file:
             raise InputError("--output_file=%s needs an --input_file to read (with "
                              "--export_dir alone, only the export is written)"
@@ -748,12 +755,12 @@ def main(_):
 
     _check_run_flags()
     if FLAGS.input_file:
-        run_common.require_file("input_file", FLAGS.input_file)
+        file_io.require_file("input_file", FLAGS.input_file)
     if FLAGS.export_dir:
         serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    tokenizer = run_common.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
+    tokenizer = checkpoints.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.init_checkpoint)
-    bert_config = run_common.load_bert_config(
+    bert_config = checkpoints.load_bert_config(
         FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length,
         vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
     missing = [t for t in ("[CLS]", "[SEP]", "[UNK]") if t not in tokenizer.vocab]
@@ -763,7 +770,7 @@ def main(_):
     layer_indexes = parse_layers(FLAGS.layers, bert_config.num_hidden_layers,
                                  output_format=FLAGS.output_format)
     init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
-    run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+    checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
                                      FLAGS.bert_config_file)
     if FLAGS.pooling == "pooler":
         _check_pooler(FLAGS.layers, layer_indexes, bert_config.num_hidden_layers,
@@ -776,11 +783,11 @@ def main(_):
     if FLAGS.trim_padding and FLAGS.use_tpu:
         raise InputError("--trim_padding needs dynamic shapes, which TPUs do not "
                          "support: leave it off with --use_tpu")
-    options = run_common.TrainingOptions(
+    options = training.TrainingOptions(
         precision=FLAGS.precision, use_xla=FLAGS.use_xla,
-        fused_ops=run_common.choose_fused_ops(FLAGS.fused_ops))
+        fused_ops=training.choose_fused_ops(FLAGS.fused_ops))
     if FLAGS.input_file:
-        run_common.check_output_file(FLAGS.output_file, "output_file")
+        file_io.check_output_file(FLAGS.output_file, "output_file")
 
     if FLAGS.export_dir:
         # Per-token vectors (the file's default) make no sentence embedding.
@@ -819,7 +826,7 @@ def main(_):
                              "\"A ||| B\" pair) per line" % FLAGS.input_file)
         tf.logging.info("Tokenized %d examples from %s", num_examples, FLAGS.input_file)
 
-        run_config = run_common.make_run_config(
+        run_config = training.make_run_config(
             output_dir=model_dir, save_checkpoints_steps=None,
             use_tpu=FLAGS.use_tpu, tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
             gcp_project=FLAGS.gcp_project, master=FLAGS.master,
@@ -834,7 +841,7 @@ def main(_):
             pooling=FLAGS.pooling, options=options,
             normalize=FLAGS.normalize_embeddings)
         # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-        estimator = run_common.make_estimator(model_fn, run_config, FLAGS.use_tpu,
+        estimator = training.make_estimator(model_fn, run_config, FLAGS.use_tpu,
                                               predict_batch_size=FLAGS.batch_size)
         input_fn = file_based_input_fn_builder(features_file, FLAGS.max_seq_length,
                                                trim_padding=FLAGS.trim_padding)
@@ -855,7 +862,7 @@ def main(_):
                 # The first result comes after building the graph and
                 # restoring the checkpoint: measure the rate from here.
                 tf.logging.info("First predictions after %.1f s", time.time() - start)
-                progress = run_common.Progress("Computing features", num_examples)
+                progress = logs.Progress("Computing features", num_examples)
             num_tokens = int(np.sum(result["input_mask"]))
             # Every token came from the vocabulary, so ids map back to them.
             tokens = tokenizer.convert_ids_to_tokens(result["input_ids"][:num_tokens].tolist())
@@ -871,7 +878,7 @@ def main(_):
         writer.close()
         writer = None
         elapsed = max(time.time() - start, 1e-9)
-        run_common.report_output(FLAGS.output_file, "%d examples in %.1f s (%.1f examples/s)"
+        file_io.report_output(FLAGS.output_file, "%d examples in %.1f s (%.1f examples/s)"
                                  % (done, elapsed, done / elapsed))
     finally:
         if writer is not None:
@@ -883,4 +890,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

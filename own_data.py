@@ -46,8 +46,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import run_common
-from run_common import InputError
+import file_io
+import fine_tuning
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
@@ -362,7 +363,7 @@ def _read_delimited(path, text, data_format, has_header, skip_malformed_rows):
 
 
 def _read_jsonl(path, text):
-    return Table(path, "jsonl", None, None, list(run_common.json_lines(text, path)))
+    return Table(path, "jsonl", None, None, list(file_io.json_lines(text, path)))
 
 
 # ---------------------------------------------------------------------------
@@ -380,7 +381,7 @@ def read_label_file(path):
 
 def write_label_file(path, labels):
     """Writes labels.txt (one label per line), atomically."""
-    with run_common.atomic_output(path) as writer:
+    with file_io.atomic_output(path) as writer:
         writer.write("".join(label + "\n" for label in labels))
 
 
@@ -491,7 +492,7 @@ class OwnDataProcessor:
             return None
         path = os.path.join(output_dir, LABELS_FILE)
         write_label_file(path, labels)
-        run_common.report_output(path, "the labels in the order of the model's outputs")
+        file_io.report_output(path, "the labels in the order of the model's outputs")
         return path
 
     def prediction_text(self, output, label_list):
@@ -509,7 +510,7 @@ class OwnDataProcessor:
     def write_predictions_file(self, path, examples, outputs, label_list):
         """Writes `path` (predictions.tsv): a header "id<TAB>prediction", then
         per example its id and `prediction_text`, in input order."""
-        with run_common.atomic_output(path) as writer:
+        with file_io.atomic_output(path) as writer:
             writer.write("id\tprediction\n")
             for example, output in zip(examples, outputs):
                 writer.write("%s\t%s\n" % (example.guid.split("-", 1)[1],
@@ -562,8 +563,8 @@ class OwnDataProcessor:
         if settings.labels:
             return list(settings.labels), "--labels"
         if not settings.do_train:
-            saved = run_common.find_run_file(LABELS_FILE, settings.output_dir,
-                                             settings.init_checkpoint)
+            saved = fine_tuning.find_run_file(LABELS_FILE, settings.output_dir,
+                                              settings.init_checkpoint)
             if saved:
                 return read_label_file(saved), saved
         try:

@@ -61,15 +61,19 @@ from absl import flags
 from tensorflow.core.protobuf import saved_model_pb2
 from google.protobuf import json_format
 
-import run_base
+import file_io
+import interrupts
+import logs
+import script_runner
 import serving
+import shared_flags
 import tokenization
 import web_page
-from run_base import InputError
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
-run_base.define_flags(
+shared_flags.define_flags(
     "input_file", "output_file", "batch_size", "skip_malformed_rows", "input_format",
     helps={"input_format": "Format of --input_file: jsonl, tsv, csv (with a header naming "
                            "the model's inputs) or text (one text per line, tabs and all); "
@@ -157,14 +161,14 @@ def find_saved_model(model_dir):
     Raises:
       InputError: no SavedModel there.
     """
-    if run_base.exists(os.path.join(model_dir, "saved_model.pb")):
+    if file_io.exists(os.path.join(model_dir, "saved_model.pb")):
         name = os.path.basename(os.path.normpath(model_dir))
         return model_dir, name if name.isdigit() else "1"
     versions = []
-    if run_base.isdir(model_dir):
-        versions = [name.rstrip("/") for name in run_base.gfile().listdir(model_dir)
+    if file_io.isdir(model_dir):
+        versions = [name.rstrip("/") for name in file_io.gfile().listdir(model_dir)
                     if name.rstrip("/").isdigit()
-                    and run_base.exists(os.path.join(model_dir, name, "saved_model.pb"))]
+                    and file_io.exists(os.path.join(model_dir, name, "saved_model.pb"))]
     if not versions:
         raise InputError("--model_dir: no SavedModel in %s (a folder with saved_model.pb, or "
                          "an export folder holding timestamped ones)" % model_dir)
@@ -283,7 +287,7 @@ class Model:
     def __init__(self, model_dir):
         self.path, self.version = find_saved_model(model_dir)
         saved_model = saved_model_pb2.SavedModel()
-        saved_model.ParseFromString(run_base.read_file_bytes(
+        saved_model.ParseFromString(file_io.read_file_bytes(
             os.path.join(self.path, "saved_model.pb")))
         self.signature_defs = dict(saved_model.meta_graphs[0].signature_def)
         loaded = tf.saved_model.load(self.path)
@@ -291,8 +295,8 @@ class Model:
                             for name, function in loaded.signatures.items()}
         self._loaded = loaded  # Keeps the functions' variables alive.
         config = os.path.join(self.path, "assets", serving.CONFIG_ASSET)
-        self.tokenizer_config = (json.loads(run_base.read_file_bytes(config))
-                                 if run_base.exists(config) else {})
+        self.tokenizer_config = (json.loads(file_io.read_file_bytes(config))
+                                 if file_io.exists(config) else {})
         self.max_positions = next((int(v.shape[0]) for v in getattr(loaded, "variables", ())
                                    if v.name.endswith("position_embeddings:0")), None)
 
@@ -367,9 +371,9 @@ def check_labelling_flags():
     """
     paths = []
     if FLAGS.input_file:
-        paths = run_base.expand_file_patterns("input_file", FLAGS.input_file)
+        paths = file_io.expand_file_patterns("input_file", FLAGS.input_file)
         for path in paths:
-            if not run_base.is_remote(path) and not os.access(path, os.R_OK):
+            if not file_io.is_remote(path) and not os.access(path, os.R_OK):
                 raise InputError("--input_file %s cannot be read (permission denied)" % path)
     elif sys.stdin is None or sys.stdin.closed:
         raise InputError("standard input is closed: give the text to label with --input_file")
@@ -378,8 +382,8 @@ def check_labelling_flags():
         if sys.stdout is None or sys.stdout.closed:
             raise InputError("standard output is closed: name a file with --output_file")
         return paths
-    run_base.check_output_file(output)
-    if not run_base.is_remote(output) and os.path.lexists(output):
+    file_io.check_output_file(output)
+    if not file_io.is_remote(output) and os.path.lexists(output):
         kind = os.lstat(output).st_mode
         if not stat.S_ISREG(kind):
             what = ("a symbolic link" if stat.S_ISLNK(kind) else "a named pipe" if
@@ -389,7 +393,7 @@ def check_labelling_flags():
                              "or a regular one (replaced once the labels are complete)"
                              % (output, what))
         for path in paths:
-            if not run_base.is_remote(path) and os.path.samefile(path, output):
+            if not file_io.is_remote(path) and os.path.samefile(path, output):
                 raise InputError("--output_file %s is the input file %s: writing the labels "
                                  "would replace it; name another file" % (output, path))
     return paths
@@ -402,7 +406,7 @@ def _sources(paths):
         yield "<stdin>", sys.stdin.buffer
         return
     for path in paths:
-        with run_base.open_file(path, "rb") as f:
+        with file_io.open_file(path, "rb") as f:
             yield path, f
 
 
@@ -629,7 +633,7 @@ def label_inputs(model, writer, paths=(), fields=None):
       fields: input name -> field or column (see `read_inputs`).
     """
     signature = model.signature(FLAGS.signature_name)
-    progress = run_base.Progress("Labelling", unit="inputs")
+    progress = logs.Progress("Labelling", unit="inputs")
     done = skipped = 0
     batch = []
 
@@ -638,7 +642,7 @@ def label_inputs(model, writer, paths=(), fields=None):
         message = "%s, line %d: %s" % (where[0], where[1], error)
         if not FLAGS.skip_malformed_rows:
             raise InputError(message + " (--skip_malformed_rows skips such inputs)")
-        run_base.log_warning("Skipping input: %s", message)
+        logs.log_warning("Skipping input: %s", message)
         skipped += 1
 
     def label(rows):
@@ -698,10 +702,10 @@ def _error_text(error):
     return re.sub(r"\s*\[Op:[^]]*\]$", "", lines[-1]) if lines else text
 
 
-class _ReaderGone(run_base.InterruptedExit):
+class _ReaderGone(interrupts.InterruptedExit):
     """The end of labelling into standard output after its reader closed
     the pipe (``predict.py ... | head -1``): as other Unix tools, the script
-    ends by SIGPIPE, without a message (see `run_base.run_script`)."""
+    ends by SIGPIPE, without a message (see `script_runner.run_script`)."""
 
     def __init__(self):
         super().__init__(128 + signal.SIGPIPE)
@@ -709,8 +713,8 @@ class _ReaderGone(run_base.InterruptedExit):
 
 def _reader_gone():
     """A `_ReaderGone` to raise, with standard output sent to /dev/null
-    (`run_base.discard_stdout`)."""
-    run_base.discard_stdout()
+    (`script_runner.discard_stdout`)."""
+    script_runner.discard_stdout()
     return _ReaderGone()
 
 
@@ -1270,10 +1274,10 @@ class _RequestLog:
             line += " (%s%s)" % (_count(held.instances, "instance"),
                                  "".join("; %s: %s" % (name, _cut_words(*cut))
                                          for name, cut in sorted(held.cut.items())))
-        run_base.log_info("%s", line)
+        logs.log_info("%s", line)
 
     def error(self, line, message):
-        run_base.log_warning("%s: %s", line, message)
+        logs.log_warning("%s: %s", line, message)
 
     def flush(self):
         """Logs the summary of the counted requests once it is due."""
@@ -1284,11 +1288,11 @@ class _RequestLog:
 
     def _summary(self, now):
         if self._counted:
-            run_base.log_info("%d more %s answered in %s (%s%s)", self._counted,
-                              "request" if self._counted == 1 else "requests",
-                              run_base.format_duration(now - self._since),
-                              _count(self._instances, "instance"),
-                              "; " + _cut_words(self._cut, self._unread) if self._cut else "")
+            logs.log_info("%d more %s answered in %s (%s%s)", self._counted,
+                          "request" if self._counted == 1 else "requests",
+                          logs.format_duration(now - self._since),
+                          _count(self._instances, "instance"),
+                          "; " + _cut_words(self._cut, self._unread) if self._cut else "")
             self._counted = self._instances = self._cut = self._unread = 0
 
 
@@ -1373,8 +1377,8 @@ class _Server(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         """One log line where socketserver would print a traceback."""
         error = sys.exc_info()[1]
-        run_base.log_warning("Connection from %s ended by %s: %s", _client(client_address),
-                             type(error).__name__, error)
+        logs.log_warning("Connection from %s ended by %s: %s", _client(client_address),
+                         type(error).__name__, error)
 
     def service_actions(self):
         self.log.flush()
@@ -1689,7 +1693,7 @@ def make_server(model, host, port, model_name, max_request_bytes=None, limits=No
     limits = limits or DEFAULT_LIMITS
     if max_request_bytes is not None:
         limits = limits._replace(max_request_bytes=max_request_bytes)
-    log = _RequestLog(run_base.log_every_seconds() if log_every_seconds is None
+    log = _RequestLog(logs.log_every_seconds() if log_every_seconds is None
                       else log_every_seconds)
     return _Server((host, port), listen_family(host, port), model, model_name, limits, log)
 
@@ -1733,7 +1737,7 @@ def _listen():
 # ---------------------------------------------------------------------------
 
 def main(_):
-    run_base.require_flags("model_dir")
+    shared_flags.require_flags("model_dir")
     if FLAGS.input_format == "swag_csv":
         raise InputError("--input_format=swag_csv is for run_swag.py; here: jsonl, tsv, csv "
                          "or text")
@@ -1754,15 +1758,15 @@ def main(_):
         if server is not None:
             server.server_close()
         raise
-    run_base.log_info("Model %s (version %s), signatures: %s", model.path, model.version,
-                      ", ".join(sorted(model.signature_defs)))
+    logs.log_info("Model %s (version %s), signatures: %s", model.path, model.version,
+                  ", ".join(sorted(model.signature_defs)))
     if server is not None:
         server.model = model
         host = server.server_address[0]
-        run_base.log_info("Serving at http://%s:%d/v1/models/%s, a page to try it at / "
-                          "(Ctrl-C stops)",
-                          "[%s]" % host if ":" in host else host, server.server_address[1],
-                          FLAGS.model_name)
+        logs.log_info("Serving at http://%s:%d/v1/models/%s, a page to try it at / "
+                      "(Ctrl-C stops)",
+                      "[%s]" % host if ":" in host else host, server.server_address[1],
+                      FLAGS.model_name)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
@@ -1782,10 +1786,10 @@ def main(_):
     if FLAGS.output_file:
         directory = os.path.dirname(FLAGS.output_file)
         if directory:
-            run_base.gfile().makedirs(directory)  # As check_labelling_flags found it can be.
-        with run_base.atomic_output(FLAGS.output_file) as writer:
+            file_io.gfile().makedirs(directory)  # As check_labelling_flags found it can be.
+        with file_io.atomic_output(FLAGS.output_file) as writer:
             done, skipped = label_inputs(model, writer, paths, fields)
-        run_base.report_output(FLAGS.output_file, "%d inputs labelled%s" % (
+        file_io.report_output(FLAGS.output_file, "%d inputs labelled%s" % (
             done, ", %d skipped" % skipped if skipped else ""))
     else:
         try:
@@ -1796,4 +1800,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_base.run_script(main)
+    script_runner.run_script(main)

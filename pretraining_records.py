@@ -28,7 +28,8 @@ from typing import NamedTuple, Union
 
 import numpy as np
 
-import run_base
+import errors
+import file_io
 
 
 # ---------------------------------------------------------------------------
@@ -546,37 +547,37 @@ def check_tfrecord_file(flag_name, path):
 
     Args:
       flag_name: the flag that named the file.
-      path: the file (local or remote, see run_base's file functions).
+      path: the file (local or remote, see file_io's functions).
 
     Returns:
       The number of records.
 
     Raises:
-      run_base.InputError: naming the file, the byte offset and what is
+      errors.InputError: naming the file, the byte offset and what is
         wrong there.
     """
-    size = run_base.file_size(path)
+    size = file_io.file_size(path)
     where = "--%s %s" % (flag_name, path)
     count = 0
     offset = 0
-    with run_base.open_file(path, "rb") as f:
+    with file_io.open_file(path, "rb") as f:
         while offset < size:
             f.seek(offset)
             header = f.read(12)
             if len(header) < 12:
-                raise run_base.InputError(
+                raise errors.InputError(
                     "%s is truncated: it ends inside the header of record %d at byte offset "
                     "%d (file size %d); write the file again" % (where, count + 1, offset, size))
             (length,) = struct.unpack("<Q", header[:8])
             (stored_crc,) = struct.unpack("<I", header[8:])
             if masked_crc32c(header[:8]) != stored_crc:
-                raise run_base.InputError(
+                raise errors.InputError(
                     "%s cannot be read as TFRecord: the header of record %d at byte offset "
                     "%d fails its checksum (not a TFRecord file, or damaged there); write "
                     "the file again" % (where, count + 1, offset))
             end = offset + 12 + length + 4
             if end > size:
-                raise run_base.InputError(
+                raise errors.InputError(
                     "%s is truncated: record %d at byte offset %d needs %d bytes but the "
                     "file ends after %d; write the file again"
                     % (where, count + 1, offset, end - offset, size - offset))

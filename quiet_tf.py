@@ -35,7 +35,7 @@ The first XLA compilation of a process prints a few more lines, one of them
 error-level on TensorFlow 2.15 ("SetPriority unimplemented"), whatever
 TF_CPP_MIN_LOG_LEVEL says. The scripts compile GELU, LayerNorm and dropout
 with XLA (bert_ops.py), so before their first session they call
-`start_xla_quietly` (through run_common.choose_fused_ops), which compiles a
+`start_xla_quietly` (through training.choose_fused_ops), which compiles a
 one-element function with the same filtering.
 
 Interruptions. A script run as the program has its SIGINT and SIGTERM
@@ -200,8 +200,8 @@ def _run_one_xla_function(tf):
 def _hold_early_interrupts():
     """For a script of this folder run as the program: its SIGINT and
     SIGTERM are caught from now on, before TensorFlow's import (seconds),
-    and acted on by run_base.run_script (see
-    run_base.hold_interrupts_until_run). Not in other programs (a notebook,
+    and acted on by script_runner.run_script (see
+    interrupts.hold_interrupts_until_run). Not in other programs (a notebook,
     pytest), which keep their own handling, nor in a script's worker
     processes (create_pretraining_data.py's), whose signals their pool
     handles."""
@@ -213,8 +213,8 @@ def _hold_early_interrupts():
         return  # A worker (a spawned one's main module is "__mp_main__").
     if (main_file and getattr(main, "__name__", None) == "__main__"
             and os.path.dirname(os.path.abspath(main_file)) == here):
-        import run_base
-        run_base.hold_interrupts_until_run()
+        import interrupts
+        interrupts.hold_interrupts_until_run()
 
 
 _hold_early_interrupts()

@@ -31,19 +31,30 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
+import errors
+import file_io
+import fine_tuning
+import input_packing
+import input_pipeline
+import logs
 import modeling
+import output_lock
 import own_data
-import run_common
 import runtime
+import script_runner
 import serving
+import shared_flags
 import tokenization
+import training
+import training_progress
 
 FLAGS = flags.FLAGS
 
 # The original's flags, with its names, meanings and defaults, and the shared
 # ones beyond it (export, own data, training options).
-run_common.define_flags(
-    run_common.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", "doc_stride",
+shared_flags.define_flags(
+    shared_flags.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", "doc_stride",
     max_seq_length=128, doc_stride=None,
     helps={
         "doc_stride": "Read an input too long for --max_seq_length in overlapping windows "
@@ -249,7 +260,7 @@ class DataProcessor:
     Custom tasks override the get_*_examples methods and get_labels (reading
     files with `_read_tsv`, say). The subclasses for the GLUE tasks describe
     their files with `Layout`s; the base class reads them, checks every row
-    (number of columns, label) and raises `run_common.InputError` naming the
+    (number of columns, label) and raises `errors.InputError` naming the
     file and line at fault.
     """
 
@@ -306,7 +317,7 @@ class DataProcessor:
         """All rows of a tab-separated file, the header included, as lists of
         strings (the helper that custom processors call)."""
         with tf.io.gfile.GFile(input_file, "r") as f:
-            return list(csv.reader(run_common.utf8_lines(f, None, input_file),
+            return list(csv.reader(file_io.utf8_lines(f, None, input_file),
                                    delimiter="\t", quotechar=quotechar))
 
     def _read_rows(self, input_file, layout):
@@ -320,16 +331,16 @@ class DataProcessor:
           List of (line number, row) without the header and empty lines.
 
         Raises:
-          run_common.InputError: missing file or malformed row.
+          errors.InputError: missing file or malformed row.
         """
         if not tf.io.gfile.exists(input_file):
-            raise run_common.InputError(
+            raise errors.InputError(
                 "--data_dir: file not found: %s (needed by task %s)"
                 % (input_file, type(self).__name__.replace("Processor", "")))
         rows = []
         with tf.io.gfile.GFile(input_file, "r") as f:
             # quotechar=None: quotes are ordinary characters in GLUE files.
-            reader = csv.reader(run_common.utf8_lines(f, "data_dir", input_file),
+            reader = csv.reader(file_io.utf8_lines(f, "data_dir", input_file),
                                 delimiter="\t", quotechar=None)
             num_columns = layout.num_columns
             for i, row in enumerate(reader):
@@ -344,7 +355,7 @@ class DataProcessor:
                     if self.skip_malformed_rows:
                         tf.logging.warning("Skipping malformed row: %s", message)
                         continue
-                    raise run_common.InputError(
+                    raise errors.InputError(
                         message + " (use --skip_malformed_rows to skip such rows)")
                 rows.append((reader.line_num, row))
         return rows
@@ -356,10 +367,10 @@ class DataProcessor:
             try:
                 float(label)
             except ValueError:
-                raise run_common.InputError(
+                raise errors.InputError(
                     "%s, line %d: label %r is not a number" % (input_file, line_number, label))
         elif label not in labels:
-            raise run_common.InputError(
+            raise errors.InputError(
                 "%s, line %d: label %r is not one of the task's labels %s"
                 % (input_file, line_number, label, ", ".join(labels)))
         return InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label)
@@ -666,7 +677,7 @@ class XnliProcessor(DataProcessor):
                 tokenization.convert_to_unicode(row[7]),
                 tokenization.convert_to_unicode(row[1]), input_file, line_number))
         if not examples:
-            raise run_common.InputError(
+            raise errors.InputError(
                 "%s has no examples in language %r (--xnli_language); it has: %s"
                 % (input_file, self.language, ", ".join(sorted(languages))))
         return examples
@@ -701,12 +712,12 @@ def get_processor(task_name, xnli_language="zh"):
     """The DataProcessor for a task name (case-insensitive).
 
     Raises:
-      run_common.InputError: unknown task; the message lists the known ones.
+      errors.InputError: unknown task; the message lists the known ones.
     """
     name = (task_name or "").strip().lower()
     name = _TASK_ALIASES.get(name, name)
     if name not in PROCESSORS:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--task_name: unknown task %r; known tasks: %s"
             % (task_name, ", ".join(sorted(PROCESSORS))))
     if name == "xnli":
@@ -730,7 +741,7 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
 
 def first_text_windows(tokens_a, tokens_b, max_seq_length, doc_stride, max_windows=0):
     """The first text's pieces, in the windows that fit next to the second
-    text (kept whole) in `max_seq_length` (see run_common.window_spans).
+    text (kept whole) in `max_seq_length` (see input_packing.window_spans).
 
     Returns:
       list of piece lists (one, possibly empty, if the text fits); None if
@@ -739,7 +750,7 @@ def first_text_windows(tokens_a, tokens_b, max_seq_length, doc_stride, max_windo
     room = max_seq_length - (3 + len(tokens_b) if tokens_b else 2)
     if room < 1:
         return None
-    spans = run_common.window_spans(len(tokens_a), room, doc_stride, max_windows)
+    spans = input_packing.window_spans(len(tokens_a), room, doc_stride, max_windows)
     return [tokens_a[start:start + length] for start, length in spans] or [tokens_a]
 
 
@@ -800,7 +811,7 @@ def convert_example(ex_index, example, label_list, max_seq_length, tokenizer,
     for window_a in windows or [tokens_a]:
         # The classifier reads the final vector of [CLS] (the pooled output):
         # fine-tuning the whole model makes it a summary of the input.
-        tokens, input_ids, input_mask, segment_ids = run_common.pack_sequence_pair(
+        tokens, input_ids, input_mask, segment_ids = input_packing.pack_sequence_pair(
             list(window_a), list(tokens_b) if tokens_b else None, max_seq_length, tokenizer)
         if ex_index < 5 and not features:
             # Test sets carry a placeholder label ("test..." guids, see
@@ -812,8 +823,8 @@ def convert_example(ex_index, example, label_list, max_seq_length, tokenizer,
                       ("length", len(tokens)), ("label", label)]
             if windows and len(windows) > 1:
                 fields.append(("windows", len(windows)))
-            run_common.log_example(fields, debug=ex_index > 0,
-                                   ids=[("input_ids", input_ids), ("input_mask", input_mask),
+            input_pipeline.log_example(fields, debug=ex_index > 0,
+                                       ids=[("input_ids", input_ids), ("input_mask", input_mask),
                                         ("segment_ids", segment_ids)])
         features.append(InputFeatures(input_ids=input_ids, input_mask=input_mask,
                                       segment_ids=segment_ids, label_id=label_id,
@@ -844,13 +855,13 @@ def file_based_convert_examples_to_features(
       list with the index in `examples` of each record's input (-1 for the
       padding records), in file order: an input's windows are consecutive.
     """
-    label_feature = (run_common.float_feature if label_list is None
-                     else run_common.int64_feature)
-    progress = run_common.Progress("Converting examples for %s" % os.path.basename(output_file),
-                                   len(examples))
+    label_feature = (input_pipeline.float_feature if label_list is None
+                     else input_pipeline.int64_feature)
+    progress = logs.Progress("Converting examples for %s" % os.path.basename(output_file),
+                             len(examples))
     example_of_record = []
     cut = []
-    with run_common.atomic_path(output_file) as tmp_file, \
+    with file_io.atomic_path(output_file) as tmp_file, \
             tf.io.TFRecordWriter(tmp_file) as writer:
         for ex_index, example in itertools.chain(
                 enumerate(examples), itertools.repeat((-1, PaddingInputExample()))):
@@ -876,7 +887,7 @@ def file_based_convert_examples_to_features(
                     "segment_ids": _windows_feature(record_windows, "segment_ids",
                                                     windows_per_record, max_seq_length),
                     "label_ids": label_feature(label_ids),
-                    "is_real_example": run_common.int64_feature(
+                    "is_real_example": input_pipeline.int64_feature(
                         [int(feature.is_real_example)]),
                 }))
                 writer.write(record.SerializeToString())
@@ -895,7 +906,7 @@ def _windows_feature(windows, name, num_windows, max_seq_length):
     (input_ids, ...), one window after another, then all-zero windows up to
     `num_windows` (0: none)."""
     values = [value for window in windows for value in getattr(window, name)]
-    return run_common.int64_feature(
+    return input_pipeline.int64_feature(
         values + [0] * (max_seq_length * max(num_windows - len(windows), 0)))
 
 
@@ -913,7 +924,7 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
       is_regression: label_ids are floats.
       num_multi_labels: a multi-label task's number of labels (label_ids are
         then 0/1 vectors of that length); 0 for other tasks.
-      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
+      length_buckets: dynamic padding (input_pipeline.tfrecord_input_fn).
       windows_per_record: the file holds inputs of this many windows each
         (file_based_convert_examples_to_features); 0: single sequences.
 
@@ -936,12 +947,12 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
     }
 
-    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, length_buckets=length_buckets)
+    return input_pipeline.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                            drop_remainder, length_buckets=length_buckets)
 
 
 # The original's name for it.
-_truncate_seq_pair = run_common.truncate_seq_pair
+_truncate_seq_pair = input_packing.truncate_seq_pair
 
 
 # ---------------------------------------------------------------------------
@@ -967,7 +978,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       multi_label: num_labels independent yes/no decisions: sigmoid
         probabilities, and the loss is the sigmoid cross-entropy averaged over
         the labels.
-      options: run_common.TrainingOptions (None: the defaults).
+      options: training.TrainingOptions (None: the defaults).
 
     Returns:
       (loss, per_example_loss [batch], logits [batch, num_labels],
@@ -1003,8 +1014,8 @@ def _classifier_logits(bert_config, is_training, input_ids, input_mask, segment_
     """The classifier's logits [batch, num_labels] (float32) of inputs
     [batch, seq_length] (see `create_model`), given inside the "loss" name
     scope, where the losses are built on them."""
-    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
-                                  segment_ids, use_one_hot_embeddings, options)
+    model = training.bert_model(bert_config, is_training, input_ids, input_mask,
+                                segment_ids, use_one_hot_embeddings, options)
 
     # Sentence-level tasks classify the pooled output (from the final [CLS]
     # vector); a token-level task would take model.get_sequence_output().
@@ -1172,7 +1183,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     def model_fn(features, labels, mode, params):
         """See model_fn_builder."""
         del labels  # The labels are among the features.
-        run_common.log_features(features)
+        input_pipeline.log_features(features)
         input_ids = features["input_ids"]
         if "label_ids" in features:
             label_ids = features["label_ids"]
@@ -1200,10 +1211,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                 use_one_hot_embeddings, is_regression=is_regression, multi_label=multi_label,
                 options=options)
 
-        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
-            return run_common.train_spec(
+            return training.train_spec(
                 total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                 options, examples_per_step=params["batch_size"], scaffold_fn=scaffold_fn)
 
@@ -1454,23 +1465,23 @@ class Windows:
         if FLAGS.doc_stride is None:
             for name in ("max_windows", "window_aggregation", "window_loss"):
                 if FLAGS[name].present or FLAGS[name].value != FLAGS[name].default:
-                    raise run_common.InputError("--%s is for --doc_stride, which is unset"
-                                                % name)
+                    raise errors.InputError("--%s is for --doc_stride, which is unset"
+                                            % name)
             return None
         if FLAGS.doc_stride < 1:
-            raise run_common.InputError("--doc_stride=%d: must be at least 1"
-                                        % FLAGS.doc_stride)
+            raise errors.InputError("--doc_stride=%d: must be at least 1"
+                                    % FLAGS.doc_stride)
         if FLAGS.max_windows < 0:
-            raise run_common.InputError("--max_windows=%d: must be 0 (all) or more"
-                                        % FLAGS.max_windows)
+            raise errors.InputError("--max_windows=%d: must be 0 (all) or more"
+                                    % FLAGS.max_windows)
         # Runs without training may follow a record that says "document".
         if FLAGS.window_loss == "document" and FLAGS.do_train:
             if FLAGS.window_aggregation == "first":
-                raise run_common.InputError(
+                raise errors.InputError(
                     "--window_loss=document needs --window_aggregation=mean or max: with "
                     "first, only the first window would be trained")
             if not FLAGS.max_windows:
-                raise run_common.InputError(
+                raise errors.InputError(
                     "--window_loss=document needs --max_windows: the windows of an input "
                     "trained together (a training batch holds --train_batch_size times "
                     "that many)")
@@ -1608,26 +1619,26 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoi
       global_step, plus the task's metrics (computed in NumPy over a predict
       pass on the same data, padding rows excluded).
     """
-    run_common.log_phase("Running evaluation", [
+    training_progress.log_phase("Running evaluation", [
         ("Num examples", eval_set.describe_count()),
         ("Batch size", FLAGS.eval_batch_size)])
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(FLAGS.output_dir)
-    run_common.log_checkpoint_used("Evaluating", checkpoint_path, FLAGS.output_dir,
-                                   init_checkpoint)
+    checkpoints.log_checkpoint_used("Evaluating", checkpoint_path, FLAGS.output_dir,
+                                    init_checkpoint)
     if eval_set.windows:
         return _evaluate_windows(estimator, eval_set, processor, checkpoint_path,
                                  init_checkpoint)
-    batches = run_common.num_batches(eval_set.num_examples, FLAGS.eval_batch_size)
+    batches = training_progress.num_batches(eval_set.num_examples, FLAGS.eval_batch_size)
     result = estimator.evaluate(input_fn=eval_set.input_fn, steps=eval_set.steps,
                                 checkpoint_path=checkpoint_path,
-                                hooks=[run_common.ProgressHook("Evaluating", batches)])
+                                hooks=[training_progress.ProgressHook("Evaluating", batches)])
     if processor.metric_names:
         output_name = "scores" if processor.is_regression else "probabilities"
         label_ids, outputs, is_real = [], [], []
-        batches = run_common.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
+        batches = training_progress.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
         for prediction in estimator.predict(
                 input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
-                hooks=[run_common.ProgressHook("Computing the task's metrics", batches)]):
+                hooks=[training_progress.ProgressHook("Computing the task's metrics", batches)]):
             label_ids.append(prediction["label_ids"])
             outputs.append(prediction[output_name])
             is_real.append(prediction["is_real_example"])
@@ -1640,10 +1651,10 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoi
 def _evaluate_windows(estimator, eval_set, processor, checkpoint_path, init_checkpoint):
     """`evaluate` of a dev set read in windows: every metric over the inputs'
     combined outputs (`example_outputs`), one value per input."""
-    batches = run_common.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
+    batches = training_progress.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
     predictions = list(estimator.predict(
         input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
-        hooks=[run_common.ProgressHook("Evaluating", batches)]))
+        hooks=[training_progress.ProgressHook("Evaluating", batches)]))
     outputs, logits = example_outputs(predictions, eval_set.example_of_record,
                                       eval_set.num_actual, processor, eval_set.windows)
     label_ids = aggregate_windows([p["label_ids"] for p in predictions],
@@ -1692,7 +1703,7 @@ def _copy_checkpoint(checkpoint_path, target_dir):
         tf.io.gfile.copy(source, os.path.join(target_dir, os.path.basename(source)),
                          overwrite=True)
     # Written last, so that it only ever names complete files.
-    with run_common.atomic_output(os.path.join(target_dir, "checkpoint")) as writer:
+    with file_io.atomic_output(os.path.join(target_dir, "checkpoint")) as writer:
         writer.write('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n'
                      % (name, name))
     return os.path.join(target_dir, name)
@@ -1706,7 +1717,7 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
 
     Args:
       train_input_fn: the training input_fn; each chunk of training goes on
-        in it where the previous one stopped (run_common.ResumableTrainer).
+        in it where the previous one stopped (training.ResumableTrainer).
 
     Returns:
       (results of the last evaluation, best checkpoint path or None).
@@ -1722,11 +1733,11 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
         estimator.train(input_fn=train_input_fn, max_steps=next_step)
         step = _global_step(estimator)
         result = evaluate(estimator, eval_sets[0], processor)
-        run_common.log_phase("Eval results at step %d" % step,
+        training_progress.log_phase("Eval results at step %d" % step,
                              [(key, result[key]) for key in sorted(result)])
         if keep_best:
             if best_metric not in result:
-                raise run_common.InputError(
+                raise errors.InputError(
                     "--best_checkpoint_metric=%s is not among the eval metrics: %s"
                     % (best_metric, ", ".join(sorted(result))))
             value = float(result[best_metric])
@@ -1734,14 +1745,14 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
                 best_value = value
                 best_path = _copy_checkpoint(tf.train.latest_checkpoint(FLAGS.output_dir),
                                              best_dir)
-                run_common.write_eval_results(result, best_dir,
-                                              header="***** Best eval results *****",
-                                              headline=best_metric)
+                fine_tuning.write_eval_results(result, best_dir,
+                                               header="***** Best eval results *****",
+                                               headline=best_metric)
                 tf.logging.info("New best checkpoint: step %d, %s = %s (copied to %s)",
                                 step, best_metric, value, best_dir)
     if keep_best and best_path:
-        run_common.report_output(best_path, "the best checkpoint, %s = %s"
-                                 % (best_metric, best_value))
+        file_io.report_output(best_path, "the best checkpoint, %s = %s"
+                              % (best_metric, best_value))
     return result, best_path
 
 
@@ -1773,7 +1784,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     num_records = len(example_of_record)
     num_real = sum(1 for index in example_of_record if index >= 0)
 
-    run_common.log_phase("Running prediction", [
+    training_progress.log_phase("Running prediction", [
         ("Num examples", _count_records(example_of_record, num_actual, windows)),
         ("Batch size", FLAGS.predict_batch_size)])
     input_fn = file_based_input_fn_builder(
@@ -1781,11 +1792,11 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         drop_remainder=fixed, is_regression=processor.is_regression,
         num_multi_labels=_num_multi_labels(processor, label_list),
         length_buckets=length_buckets)
-    run_common.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir,
-                                   init_checkpoint)
-    batches = run_common.num_batches(num_records, FLAGS.predict_batch_size)
+    checkpoints.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir,
+                                    init_checkpoint)
+    batches = training_progress.num_batches(num_records, FLAGS.predict_batch_size)
     predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path,
-                                    hooks=[run_common.ProgressHook("Predicting", batches)])
+                                    hooks=[training_progress.ProgressHook("Predicting", batches)])
 
     # In input order; the padding records come last.
     predictions = list(itertools.islice(predictions, num_real))
@@ -1800,15 +1811,15 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
 
     name = "test_results.tsv" if not suffix else "test_results_%s.tsv" % suffix
     output_predict_file = os.path.join(FLAGS.output_dir, name)
-    with run_common.atomic_output(output_predict_file) as writer:
+    with file_io.atomic_output(output_predict_file) as writer:
         for output in outputs:
             values = [output] if processor.is_regression else output
             writer.write("\t".join(str(v) for v in values) + "\n")
-    run_common.report_output(output_predict_file, "%d predictions" % num_actual)
+    file_io.report_output(output_predict_file, "%d predictions" % num_actual)
 
     if submission_name:
         submission_file = os.path.join(FLAGS.output_dir, submission_name + ".tsv")
-        with run_common.atomic_output(submission_file) as writer:
+        with file_io.atomic_output(submission_file) as writer:
             writer.write("index\tprediction\n")
             for example, output in zip(examples, outputs):
                 index = example.guid.split("-", 1)[1]
@@ -1817,7 +1828,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
                 else:
                     prediction = label_list[int(np.argmax(output))]
                 writer.write("%s\t%s\n" % (index, prediction))
-        run_common.report_output(submission_file, "the GLUE submission file")
+        file_io.report_output(submission_file, "the GLUE submission file")
 
     if isinstance(processor, GenericProcessor):
         name = own_data.PREDICTIONS_FILE
@@ -1825,7 +1836,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
             name = name.replace(".tsv", "_%s.tsv" % suffix)
         path = os.path.join(FLAGS.output_dir, name)
         processor.write_predictions_file(path, examples[:num_actual], outputs, label_list)
-        run_common.report_output(path, "the predicted labels")
+        file_io.report_output(path, "the predicted labels")
 
 
 def export_model(bert_config, processor, label_list, checkpoint_path, export_dir, vocab_file,
@@ -1857,14 +1868,14 @@ def export_model(bert_config, processor, label_list, checkpoint_path, export_dir
       label_list: the label names (the model's outputs, in order).
       vocab_file, do_lower_case: the tokenizer, built into the export.
       max_seq_length: longer inputs are cut as for training.
-      options: the run's run_common.TrainingOptions (its precision is kept).
+      options: the run's training.TrainingOptions (its precision is kept).
       windows: a Windows: longer texts are read in windows instead, and
         each text's outputs combine its windows' as --do_predict does.
     """
     num_labels = 1 if processor.is_regression else len(label_list)
     model_fn = model_fn_builder(
         bert_config=bert_config, num_labels=num_labels, is_regression=processor.is_regression,
-        multi_label=processor.is_multi_label, **run_common.export_builder_args(options))
+        multi_label=processor.is_multi_label, **fine_tuning.export_builder_args(options))
 
     def text_signature(tokenizer):
         inputs = {"text_a": serving.string_input("text_a")}
@@ -1934,7 +1945,7 @@ def _text_outputs(predictions, processor, label_list):
 
 
 def problem_type(processor):
-    """The run record's problem type of a task (run_common.PROBLEM_TYPES)."""
+    """The run record's problem type of a task (fine_tuning.PROBLEM_TYPES)."""
     if processor.is_regression:
         return "regression"
     if processor.is_multi_label:
@@ -1943,7 +1954,7 @@ def problem_type(processor):
 
 
 def write_run_record(bert_config, processor, label_list):
-    """Writes the run record of a training run (run_common.write_run_record):
+    """Writes the run record of a training run (fine_tuning.write_run_record):
     the task, the labels and the flags that shape the model's inputs."""
     names = ["task_name", "do_lower_case", "max_seq_length", "vocab_file"]
     if FLAGS.doc_stride is not None:
@@ -1957,33 +1968,33 @@ def write_run_record(bert_config, processor, label_list):
         names.append("xnli_language")
     if isinstance(processor, GenericProcessor):
         names += ["regression", "multi_label", "multi_label_threshold", "label_separator"]
-    run_common.write_run_record(FLAGS.output_dir, problem_type(processor), bert_config,
-                                names, labels=label_list)
+    fine_tuning.write_run_record(FLAGS.output_dir, problem_type(processor), bert_config,
+                                 names, labels=label_list)
 
 
 def _checkpoint_to_export(init_checkpoint, best_checkpoint=None):
-    """The checkpoint --export_dir exports (`run_common.fine_tuned_checkpoint`
+    """The checkpoint --export_dir exports (`checkpoints.fine_tuned_checkpoint`
     with the classifier's output layer). Raises InputError if there is
     none."""
-    checkpoint = run_common.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
-                                                  "output_weights", best_checkpoint)
+    checkpoint = checkpoints.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
+                                                   "output_weights", best_checkpoint)
     if checkpoint:
         return checkpoint
     if init_checkpoint:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--export_dir: --init_checkpoint=%s has no classifier layer (output_weights): "
             "fine-tune it first with --do_train" % init_checkpoint)
-    raise run_common.InputError(
+    raise errors.InputError(
         "--export_dir: no checkpoint in --output_dir=%s to export (train first with "
         "--do_train)" % FLAGS.output_dir)
 
 
-@run_common.releases_output_lock
+@output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    record = run_common.use_run_record()
+    record = fine_tuning.use_run_record()
     # Own data may name each file (--train_file etc.) instead of a --data_dir;
     # an export alone reads no data. A run that does nothing yet needs a
     # --data_dir too (the original requires it always): named with the
@@ -1991,40 +2002,40 @@ def main(_):
     reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
     data_dir_flag, data_files = (), ()
     if own_data.is_generic_task(FLAGS.task_name):
-        data_files = run_common.data_file_flags(
+        data_files = fine_tuning.data_file_flags(
             ("do_train", "train_file"), ("do_eval", "dev_file"), ("do_predict", "test_file"))
     elif reads_data or not FLAGS.export_dir:
         data_dir_flag = ("data_dir",)
-    run_common.require_model_flags(record, *data_dir_flag, "task_name", data_files=data_files)
+    fine_tuning.require_model_flags(record, *data_dir_flag, "task_name", data_files=data_files)
     own_data.check_flags_unused(FLAGS.task_name)
-    run_common.check_run_flags(min_seq_length=3)
+    fine_tuning.check_run_flags(min_seq_length=3)
     processor = get_processor(FLAGS.task_name, FLAGS.xnli_language)
     processor.skip_malformed_rows = FLAGS.skip_malformed_rows
     if FLAGS.diagnostic_file:
         if not isinstance(processor, MnliProcessor):
-            raise run_common.InputError("--diagnostic_file is for --task_name=MNLI only")
-        run_common.require_file("diagnostic_file", FLAGS.diagnostic_file)
+            raise errors.InputError("--diagnostic_file is for --task_name=MNLI only")
+        file_io.require_file("diagnostic_file", FLAGS.diagnostic_file)
         processor.diagnostic_file = FLAGS.diagnostic_file
 
-    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
+    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
         serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    options = run_common.training_options_from_flags()
+    options = training.training_options_from_flags()
     windows = Windows.from_flags()
 
     periodic_eval = FLAGS.eval_every_n_steps > 0 or FLAGS.keep_best_checkpoint
     if periodic_eval and not (FLAGS.do_train and FLAGS.do_eval):
-        raise run_common.InputError(
+        raise errors.InputError(
             "--eval_every_n_steps and --keep_best_checkpoint need --do_train and --do_eval")
     if FLAGS.eval_every_n_steps < 0:
-        raise run_common.InputError("--eval_every_n_steps must be >= 0")
+        raise errors.InputError("--eval_every_n_steps must be >= 0")
     best_metric = FLAGS.best_checkpoint_metric or processor.main_metric
 
     label_list = processor.get_labels()
     num_labels = 1 if processor.is_regression else len(label_list)
     # A checkpoint of another model in --output_dir would be restored and fail.
-    run_common.check_output_dir_checkpoint(
+    checkpoints.check_output_dir_checkpoint(
         FLAGS.output_dir, bert_config,
         {"output_weights": [num_labels, bert_config.hidden_size], "output_bias": [num_labels]})
 
@@ -2037,13 +2048,13 @@ def main(_):
     if FLAGS.do_train:
         # With windows, a check only: the windows, counted once converted,
         # make the steps (and the line that gives them).
-        num_train_steps, num_warmup_steps = run_common.train_schedule(
+        num_train_steps, num_warmup_steps = training.train_schedule(
             len(train_examples), options, announce=windows is None)
     if FLAGS.export_dir and not FLAGS.do_train:
         _checkpoint_to_export(init_checkpoint)
 
     if FLAGS.do_train:  # The one training run of --output_dir.
-        run_common.lock_output_dir(FLAGS.output_dir)
+        output_lock.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if isinstance(processor, GenericProcessor):
         # The label order of the model's outputs, for later runs and for users.
@@ -2059,7 +2070,7 @@ def main(_):
             **(windows.convert_args() if windows else {})))
         if windows and not windows.per_document:
             # Each window is a training example.
-            num_train_steps, num_warmup_steps = run_common.train_schedule(
+            num_train_steps, num_warmup_steps = training.train_schedule(
                 num_train_records, options, what="training windows")
 
     model_fn = model_fn_builder(
@@ -2070,7 +2081,7 @@ def main(_):
         multi_label=processor.is_multi_label, options=options,
         document_windows=windows.aggregation if windows and windows.per_document else None)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-    estimator = run_common.estimator_from_flags(
+    estimator = training.estimator_from_flags(
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
 
@@ -2087,7 +2098,7 @@ def main(_):
                           % windows.max_windows))
         elif windows:
             count.append(("Num windows", num_train_records))
-        run_common.log_training(options, count, num_train_steps)
+        training_progress.log_training(options, count, num_train_steps)
 
         train_input_fn = file_based_input_fn_builder(
             input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
@@ -2102,7 +2113,7 @@ def main(_):
                 every, FLAGS.keep_best_checkpoint, best_metric)
         else:
             estimator.train(input_fn=train_input_fn, max_steps=num_train_steps)
-        run_common.report_trained_checkpoint(FLAGS.output_dir)
+        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
 
     for eval_set in eval_sets:
         if eval_set is eval_sets[0] and last_result is not None:
@@ -2112,8 +2123,8 @@ def main(_):
             result = evaluate(estimator, eval_set, processor, init_checkpoint=init_checkpoint)
         name = "eval_results.txt" if not eval_set.suffix else \
             "eval_results_%s.txt" % eval_set.suffix
-        run_common.write_eval_results(result, FLAGS.output_dir, file_name=name,
-                                      headline=processor.main_metric)
+        fine_tuning.write_eval_results(result, FLAGS.output_dir, file_name=name,
+                                       headline=processor.main_metric)
 
     for suffix, examples, submission_name in predict_sets:
         write_predictions(estimator, examples, suffix, submission_name, label_list,
@@ -2129,4 +2140,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

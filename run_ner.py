@@ -36,20 +36,29 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
+import file_io
+import fine_tuning
+import input_packing
+import input_pipeline
 import modeling
-import run_common
+import output_lock
 import runtime
+import script_runner
 import serving
+import shared_flags
 import tokenization
-from run_common import InputError
+import training
+import training_progress
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
 # ---------------------------------------------------------------------------
 # Flags.
 
-run_common.define_flags(
-    run_common.FINE_TUNING_FLAGS, "labels", "doc_stride", max_seq_length=128, doc_stride=64,
+shared_flags.define_flags(
+    shared_flags.FINE_TUNING_FLAGS, "labels", "doc_stride", max_seq_length=128, doc_stride=64,
     helps={
         "data_dir": "Folder with the data files, found by their usual names (train.txt or "
                     "eng.train; valid.txt, dev.txt or eng.testa; test.txt or eng.testb).",
@@ -136,7 +145,7 @@ def read_conll_file(path, sentences_per_document=1, flag_name="data_dir"):
       InputError: missing or empty file, or a line with the wrong number of
         columns (naming the file and line).
     """
-    text = run_common.read_text(path, flag_name)
+    text = file_io.read_text(path, flag_name)
     documents = []  # Lists of sentences.
     current_document = []
     words, tags, lines = [], [], []
@@ -195,7 +204,7 @@ def read_text_file(path, basic_tokenizer, sentences_per_document=1):
     Returns:
       NerFile (untagged).
     """
-    text = run_common.read_text(path, "predict_text_file")
+    text = file_io.read_text(path, "predict_text_file")
     blocks = [[]]
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -510,7 +519,7 @@ class WordPieceCache(dict):
 
 
 # The windows over a document's pieces: (start, length) each.
-window_spans = run_common.window_spans
+window_spans = input_packing.window_spans
 
 
 def max_context_spans(spans, positions):
@@ -648,10 +657,10 @@ FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "label_ids", "label_m
 def write_windows(windows, output_file):
     """Writes windows as tf.train.Examples (the FEATURE_NAMES, int64
     [max_seq_length] each) to a TFRecord file, atomically."""
-    with run_common.atomic_path(output_file) as tmp_file:
+    with file_io.atomic_path(output_file) as tmp_file:
         with tf.io.TFRecordWriter(tmp_file) as writer:
             for window in windows:
-                feature = {name: run_common.int64_feature(getattr(window, name))
+                feature = {name: input_pipeline.int64_feature(getattr(window, name))
                            for name in FEATURE_NAMES}
                 writer.write(tf.train.Example(
                     features=tf.train.Features(feature=feature)).SerializeToString())
@@ -660,7 +669,7 @@ def write_windows(windows, output_file):
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
                                 length_buckets=None):
     """An input_fn over a TFRecord file of windows (`length_buckets`: dynamic
-    padding, run_common.tfrecord_input_fn).
+    padding, input_pipeline.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 [batch,
@@ -671,10 +680,10 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
 
     # Windows of a document are adjacent in the file: a larger buffer mixes
     # them.
-    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, shuffle_buffer=1000,
-                                        length_buckets=length_buckets,
-                                        sequence_features=FEATURE_NAMES)
+    return input_pipeline.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                            drop_remainder, shuffle_buffer=1000,
+                                            length_buckets=length_buckets,
+                                            sequence_features=FEATURE_NAMES)
 
 
 def word_predictions(windows, probabilities, num_words):
@@ -715,14 +724,14 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
     Args:
       input_ids, input_mask, segment_ids: int32 [batch, seq_length].
       num_labels: size of the label set.
-      options: run_common.TrainingOptions (None: the defaults).
+      options: training.TrainingOptions (None: the defaults).
 
     Returns:
       (logits, probabilities): float32 [batch, seq_length, num_labels], from
       `ner/output_weights` [num_labels, hidden] and `ner/output_bias`.
     """
-    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
-                                  segment_ids, use_one_hot_embeddings, options)
+    model = training.bert_model(bert_config, is_training, input_ids, input_mask,
+                                segment_ids, use_one_hot_embeddings, options)
     sequence = model.get_sequence_output()
     batch_size, seq_length, hidden_size = modeling.get_shape_list(sequence, expected_rank=3)
 
@@ -771,18 +780,18 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     """
 
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        run_common.log_features(features)
+        input_pipeline.log_features(features)
         input_ids = features["input_ids"]
         is_training = mode == runtime.ModeKeys.TRAIN
         logits, probabilities = create_model(
             bert_config, is_training, input_ids, features["input_mask"],
             features["segment_ids"], num_labels, use_one_hot_embeddings, options)
-        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
             loss = masked_loss(logits, features["label_ids"], features["label_mask"])
             seq_length = modeling.get_shape_list(input_ids)[1]
-            return run_common.train_spec(
+            return training.train_spec(
                 loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
                 examples_per_step=params["batch_size"],
                 tokens_per_step=params["batch_size"] * seq_length, scaffold_fn=scaffold_fn)
@@ -807,11 +816,11 @@ LABELS_FILE = "ner_labels.json"
 
 def write_labels(path, scheme, entity_types):
     """Saves the label set (and the data's scheme) as JSON."""
-    with run_common.atomic_output(path) as writer:
+    with file_io.atomic_output(path) as writer:
         writer.write(json.dumps({"scheme": scheme, "entity_types": list(entity_types),
                                  "labels": label_list_for(entity_types, scheme)},
                                 indent=2) + "\n")
-    run_common.report_output(path, "the label set, in the model's output order")
+    file_io.report_output(path, "the label set, in the model's output order")
 
 
 def read_labels(path):
@@ -836,13 +845,13 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
     model_fn's `init_checkpoint`).
 
     Args:
-      estimator: the runner (run_common.make_estimator).
+      estimator: the runner (training.make_estimator).
       windows: list of Window of `max_seq_length`.
       batch_size: the runner's predict batch size.
       fixed: every batch must be full (TPU): padding windows are added, and
         their outputs dropped.
       phase: "Evaluating" or "Predicting", for the log.
-      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
+      length_buckets: dynamic padding (input_pipeline.tfrecord_input_fn).
 
     Returns:
       list of [max_seq_length, num_labels] arrays (with length_buckets, as
@@ -853,15 +862,16 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
         windows = windows + [padding_window(max_seq_length)] * (-num_actual % batch_size)
     write_windows(windows, record_file)
     title = "Running evaluation" if phase == "Evaluating" else "Running prediction"
-    run_common.log_phase(title, [
+    training_progress.log_phase(title, [
         ("Num windows", "%d (%d actual)" % (len(windows), num_actual)),
         ("Batch size", batch_size)])
     input_fn = file_based_input_fn_builder(record_file, max_seq_length, is_training=False,
                                            drop_remainder=fixed,
                                            length_buckets=length_buckets)
     outputs = []
-    run_common.log_checkpoint_used(phase, None, estimator.model_dir, init_checkpoint)
-    hooks = [run_common.ProgressHook(phase, run_common.num_batches(len(windows), batch_size))]
+    checkpoints.log_checkpoint_used(phase, None, estimator.model_dir, init_checkpoint)
+    hooks = [training_progress.ProgressHook(
+        phase, training_progress.num_batches(len(windows), batch_size))]
     for prediction in estimator.predict(input_fn=input_fn, hooks=hooks):
         if len(outputs) == num_actual:
             break
@@ -900,7 +910,7 @@ def write_conll_predictions(path, ner_file, predicted, with_gold=True):
     """Writes 'token gold predicted' lines (or 'token predicted' without gold;
     gold 'O' for an untagged file), a blank line after each sentence and
     '-DOCSTART-' lines between documents when the input had them."""
-    with run_common.atomic_output(path) as writer:
+    with file_io.atomic_output(path) as writer:
         index = 0
         for document in ner_file.documents:
             if ner_file.has_docstart:
@@ -914,7 +924,7 @@ def write_conll_predictions(path, ner_file, predicted, with_gold=True):
                         writer.write("%s %s\n" % (word, tag))
                 writer.write("\n")
                 index += 1
-    run_common.report_output(path, "%d sentences, %s tags" % (
+    file_io.report_output(path, "%d sentences, %s tags" % (
         index, "gold and predicted" if with_gold else "predicted"))
 
 
@@ -951,7 +961,7 @@ def export_model(bert_config, label_list, scheme, checkpoint_path, export_dir, l
     names) is copied to assets.extra/.
     """
     model_fn = model_fn_builder(bert_config=bert_config, num_labels=len(label_list),
-                                **run_common.export_builder_args(options))
+                                **fine_tuning.export_builder_args(options))
 
     def text_signature(tokenizer):
         text = serving.string_input("text")
@@ -1076,9 +1086,9 @@ def text_windows(pieces, max_seq_length, doc_stride):
 
 def _fine_tuned(init_checkpoint):
     """The fine-tuned checkpoint to tag with and export (see
-    `run_common.fine_tuned_checkpoint`), or None."""
-    return run_common.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
-                                            "ner/output_weights")
+    `checkpoints.fine_tuned_checkpoint`), or None."""
+    return checkpoints.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
+                                             "ner/output_weights")
 
 
 def _choose_labels(train, others, labels_path_for_reading):
@@ -1113,41 +1123,41 @@ def _choose_labels(train, others, labels_path_for_reading):
     return scheme, types
 
 
-@run_common.releases_output_lock
+@output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    record = run_common.use_run_record()
+    record = fine_tuning.use_run_record()
     # --predict_text_file stands for the test file.
     data_files = [("do_train", "train_file"), ("do_eval", "dev_file")] + (
         [] if FLAGS.predict_text_file else [("do_predict", "test_file")])
-    run_common.require_model_flags(record, data_files=run_common.data_file_flags(*data_files))
-    run_common.check_run_flags(min_seq_length=3)
+    fine_tuning.require_model_flags(record, data_files=fine_tuning.data_file_flags(*data_files))
+    fine_tuning.check_run_flags(min_seq_length=3)
     if FLAGS.doc_stride is None or FLAGS.doc_stride < 1:
         raise InputError("--doc_stride must be at least 1, got %s" % FLAGS.doc_stride)
     if FLAGS.predict_text_file and not FLAGS.do_predict:
         raise InputError("--predict_text_file needs --do_predict")
 
-    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
+    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
         serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    options = run_common.training_options_from_flags()
+    options = training.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.
     group = FLAGS.sentences_per_document
     train = dev = test = text = None
     if FLAGS.do_train:
-        train = read_conll_file(run_common.data_file("train_file", TRAIN_NAMES,
+        train = read_conll_file(fine_tuning.data_file("train_file", TRAIN_NAMES,
                                               "--do_train"), group, "train_file")
     if FLAGS.do_eval:
-        dev = read_conll_file(run_common.data_file("dev_file", DEV_NAMES,
+        dev = read_conll_file(fine_tuning.data_file("dev_file", DEV_NAMES,
                                             "--do_eval"), group, "dev_file")
         if not dev.tagged:
             raise InputError("%s: --do_eval needs tags (a second column at least)" % dev.path)
     if FLAGS.do_predict:
-        test_path = run_common.data_file("test_file", TEST_NAMES,
+        test_path = fine_tuning.data_file("test_file", TEST_NAMES,
                                   None if FLAGS.predict_text_file else "--do_predict")
         if test_path:
             test = read_conll_file(test_path, group, "test_file")
@@ -1162,10 +1172,10 @@ def main(_):
             check_well_formed(ner_file)
 
     labels_path = os.path.join(FLAGS.output_dir, LABELS_FILE)
-    saved_path = run_common.find_run_file(LABELS_FILE, FLAGS.output_dir, init_checkpoint)
+    saved_path = fine_tuning.find_run_file(LABELS_FILE, FLAGS.output_dir, init_checkpoint)
     if train is None and not FLAGS.labels and saved_path is None:
         # A later run on a trained model: its training data give the labels.
-        train_path = run_common.data_file("train_file", TRAIN_NAMES, None)
+        train_path = fine_tuning.data_file("train_file", TRAIN_NAMES, None)
         if train_path:
             label_source = read_conll_file(train_path, group, "train_file")
             scheme, entity_types = _choose_labels(label_source, [dev, test], None)
@@ -1181,7 +1191,7 @@ def main(_):
     tf.logging.info("Tag scheme %s (trained as %s); %d labels: %s", scheme,
                     model_scheme(scheme), len(label_list), " ".join(label_list))
     # A checkpoint of another model in --output_dir would be restored and fail.
-    run_common.check_output_dir_checkpoint(
+    checkpoints.check_output_dir_checkpoint(
         FLAGS.output_dir, bert_config,
         {"ner/output_weights": [len(label_list), bert_config.hidden_size],
          "ner/output_bias": [len(label_list)]})
@@ -1194,7 +1204,7 @@ def main(_):
                                         is_training=True,
                                         document_context=FLAGS.document_context,
                                         label_map=label_map, scheme=scheme)
-        num_train_steps, num_warmup_steps = run_common.train_schedule(
+        num_train_steps, num_warmup_steps = training.train_schedule(
             len(train_windows), options, what="training windows")
 
     if FLAGS.export_dir and not FLAGS.do_train and _fine_tuned(init_checkpoint) is None:
@@ -1203,12 +1213,12 @@ def main(_):
                          % FLAGS.output_dir)
 
     if FLAGS.do_train:  # The one training run of --output_dir.
-        run_common.lock_output_dir(FLAGS.output_dir)
+        output_lock.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if FLAGS.do_train or not tf.io.gfile.exists(labels_path):
         write_labels(labels_path, scheme, entity_types)
     if FLAGS.do_train:
-        run_common.write_run_record(
+        fine_tuning.write_run_record(
             FLAGS.output_dir, "token_classification", bert_config,
             ["do_lower_case", "max_seq_length", "doc_stride", "document_context",
              "vocab_file"], labels=label_list)
@@ -1218,7 +1228,7 @@ def main(_):
         init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
         num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
         use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
-    estimator = run_common.estimator_from_flags(
+    estimator = training.estimator_from_flags(
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
 
@@ -1228,7 +1238,7 @@ def main(_):
         for i, window in enumerate(train_windows[:3]):
             length = sum(window.input_mask)
             pieces_tokens = tokenizer.convert_ids_to_tokens(window.input_ids[:length])
-            run_common.log_example(
+            input_pipeline.log_example(
                 [("tokens", pieces_tokens), ("length", length),
                  # The tag of each word's first piece, the only ones trained.
                  ("tags", ["%s/%s" % (token, label_list[label])
@@ -1237,13 +1247,13 @@ def main(_):
                 debug=i > 0,
                 ids=[("input_ids", window.input_ids), ("label_ids", window.label_ids),
                      ("label_mask", window.label_mask)])
-        run_common.log_training(options, [
+        training_progress.log_training(options, [
             ("Num sentences", sum(1 for _ in iter_sentences(train))),
             ("Num examples", "%d windows" % len(train_windows))], num_train_steps)
         estimator.train(input_fn=file_based_input_fn_builder(
             train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True,
             length_buckets=options.length_buckets), max_steps=num_train_steps)
-        run_common.report_trained_checkpoint(FLAGS.output_dir)
+        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
 
     checkpoint = _fine_tuned(init_checkpoint)
     if (FLAGS.do_eval or FLAGS.do_predict) and checkpoint is None:
@@ -1262,7 +1272,7 @@ def main(_):
                                                                tf.GraphKeys.GLOBAL_STEP))
         write_conll_predictions(os.path.join(FLAGS.output_dir, "eval_predictions.txt"), dev,
                                 predicted)
-        run_common.write_eval_results(result, FLAGS.output_dir, headline="eval_f1")
+        fine_tuning.write_eval_results(result, FLAGS.output_dir, headline="eval_f1")
 
     if test is not None:
         probabilities, predicted = tag_file(
@@ -1273,7 +1283,7 @@ def main(_):
         write_conll_predictions(os.path.join(FLAGS.output_dir, "test_predictions.txt"), test,
                                 predicted)
         if test.tagged:
-            run_common.write_eval_results(
+            fine_tuning.write_eval_results(
                 score_file(test, probabilities, predicted, label_map, scheme),
                 FLAGS.output_dir, file_name="test_results.txt",
                 header="***** Test results *****", headline="eval_f1")
@@ -1294,4 +1304,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

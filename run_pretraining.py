@@ -12,7 +12,7 @@ evaluation during training on --eval_file with a stop at a target accuracy
 seeded input stream (--input_seed) that a run from a checkpoint continues
 at its next batch; records written without masks
 (create_pretraining_data.py --dynamic_masking), masked as they are read
-(dynamic_masking.py). The training options (run_common), --optimizer=lamb
+(dynamic_masking.py). The training options (training.py), --optimizer=lamb
 among them, apply as in every training script.
 """
 
@@ -24,21 +24,31 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
 import dynamic_masking
+import errors
+import file_io
+import fine_tuning
+import input_pipeline
+import logs
 import modeling
+import output_lock
 import pretraining_records
-import run_common
 import runtime
+import script_runner
+import shared_flags
+import training
+import training_progress
 
 FLAGS = flags.FLAGS
 
-run_common.define_flags(
+shared_flags.define_flags(
     "bert_config_file", "input_file", "output_dir", "init_checkpoint",
     "max_seq_length", "max_predictions_per_seq", "do_train", "do_eval",
     "train_batch_size", "eval_batch_size", "learning_rate",
     "save_checkpoints_steps", "iterations_per_loop",
     "vocab_file", "random_seed", "masked_lm_prob", "do_whole_word_mask",
-    run_common.TPU_FLAGS, run_common.TRAINING_OPTION_FLAGS,
+    shared_flags.TPU_FLAGS, shared_flags.TRAINING_OPTION_FLAGS,
     max_seq_length=128,
     helps={
         "vocab_file": "For data written with --dynamic_masking: the vocabulary it "
@@ -128,7 +138,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         schedule (see optimization.create_optimizer).
       use_tpu: build for TPUEstimator (restore through a scaffold).
       use_one_hot_embeddings: embedding lookup by one-hot product (TPUs).
-      options: run_common.TrainingOptions (None: the defaults).
+      options: training.TrainingOptions (None: the defaults).
 
     Returns:
       model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec,
@@ -141,12 +151,12 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     def model_fn(features, labels, mode, params):
         """See model_fn_builder."""
         del labels  # Everything comes in `features`.
-        run_common.log_features(features)
+        input_pipeline.log_features(features)
         masked_lm_ids = features["masked_lm_ids"]
         masked_lm_weights = features["masked_lm_weights"]
         next_sentence_labels = features["next_sentence_labels"]
 
-        model = run_common.bert_model(
+        model = training.bert_model(
             bert_config, mode == runtime.ModeKeys.TRAIN, features["input_ids"],
             features["input_mask"], features["segment_ids"], use_one_hot_embeddings, options)
 
@@ -159,12 +169,12 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             bert_config, model.get_pooled_output(), next_sentence_labels)
         total_loss = masked_lm_loss + next_sentence_loss
 
-        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
             batch_size = params["batch_size"]
             seq_length = modeling.get_shape_list(features["input_ids"], expected_rank=2)[1]
-            return run_common.train_spec(
+            return training.train_spec(
                 total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                 options, examples_per_step=batch_size,
                 tokens_per_step=batch_size * seq_length, scaffold_fn=scaffold_fn)
@@ -360,7 +370,7 @@ def _stream_position(skip_records, records_per_epoch):
 def _tagged_records(file_index, path):
     """(file index, record index, serialized record) of each record of a file."""
     return tf.data.TFRecordDataset(
-        path, buffer_size=run_common.TFRECORD_BUFFER_BYTES).enumerate().map(
+        path, buffer_size=input_pipeline.TFRECORD_BUFFER_BYTES).enumerate().map(
         lambda index, record: (file_index, index, record))
 
 
@@ -409,7 +419,7 @@ def input_fn_builder(input_files,
         by arithmetic; None: skipped records are read.
       skip_batches: training only: start this many batches into the stream
         (a run resumed from a checkpoint), for a caller without
-        `run_common.ResumableTrainer`, whose params[START_RECORD] (the
+        `training.ResumableTrainer`, whose params[START_RECORD] (the
         records trained on, all replicas together) takes precedence.
         Skipped records are neither parsed nor masked. Seeded, the stream
         goes on exactly where it would have; unseeded, the records are
@@ -433,7 +443,7 @@ def input_fn_builder(input_files,
                                                             max_predictions_per_seq, kind)
 
     def parse(epoch, file_index, record_index, record):
-        features = run_common.decode_record(record, name_to_features)
+        features = input_pipeline.decode_record(record, name_to_features)
         if masking is None:
             return features
         example = dynamic_masking.example_seed(masking.random_seed, epoch, file_index,
@@ -443,11 +453,11 @@ def input_fn_builder(input_files,
     def training_stream(params):
         indices = list(range(len(input_files)))
         num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
-        if run_common.START_RECORD in params:
+        if input_pipeline.START_RECORD in params:
             # The records all pipelines together have trained on: steps times
-            # the global batch (run_common.ResumableTrainer), whatever the
+            # the global batch (training.ResumableTrainer), whatever the
             # replicas per pipeline and the batch each is given.
-            skip_records = params[run_common.START_RECORD]
+            skip_records = params[input_pipeline.START_RECORD]
         else:
             skip_records = skip_batches * params["batch_size"] * num_pipelines
         if num_pipelines > 1 and len(input_files) >= num_pipelines:
@@ -551,7 +561,7 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
       InputError: naming the flag and the file at fault.
     """
     what = "input" if flag_name == "input_file" else "evaluation"
-    progress = run_common.Progress("Checking the %s files" % what, len(input_files), "files")
+    progress = logs.Progress("Checking the %s files" % what, len(input_files), "files")
     counts = []
     kinds = {}
     for path in input_files:
@@ -560,7 +570,7 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
                                 flag_name)
         kinds.setdefault(kind, path)
         if len(kinds) > 1:
-            raise run_common.InputError(
+            raise errors.InputError(
                 "--%s mixes records with masks (%s) and records written with "
                 "--dynamic_masking (%s): use files of one kind"
                 % (flag_name, kinds[pretraining_records.MASKED],
@@ -608,14 +618,14 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
     try:
         record = next(iter(tf.io.tf_record_iterator(input_file)), None)
     except tf.errors.OpError as e:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--%s: cannot read %s as TFRecord: %s" % (flag_name, input_file, e.message))
     if record is None:
-        raise run_common.InputError("--%s: %s holds no records" % (flag_name, input_file))
+        raise errors.InputError("--%s: %s holds no records" % (flag_name, input_file))
     try:
         example = tf.train.Example.FromString(record)
     except Exception:  # A protobuf DecodeError.
-        raise run_common.InputError(
+        raise errors.InputError(
             "--%s: the first record of %s is not a tf.train.Example "
             "(was it written by create_pretraining_data.py?)" % (flag_name, input_file))
     feature_map = example.features.feature
@@ -623,11 +633,11 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
     for spec in pretraining_records.features_of(kind):
         name, kind_of_values = spec.name, spec.kind
         if name not in feature_map:
-            raise run_common.InputError(
+            raise errors.InputError(
                 "--%s: the records of %s have no feature %r (was it written "
                 "by create_pretraining_data.py?)" % (flag_name, input_file, name))
         if feature_map[name].WhichOneof("kind") != kind_of_values + "_list":
-            raise run_common.InputError(
+            raise errors.InputError(
                 "--%s: feature %r of %s is not %s"
                 % (flag_name, name, input_file, kind_of_values))
         found = len(getattr(feature_map[name], kind_of_values + "_list").value)
@@ -636,11 +646,11 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
             continue
         if isinstance(spec.length, str):  # The name of the flag that sets it.
             flag = "--" + spec.length
-            raise run_common.InputError(
+            raise errors.InputError(
                 "--%s: feature %r of %s has length %d but %s=%d: use "
                 "the value the data was created with (%s=%d)"
                 % (flag_name, name, input_file, found, flag, expected, flag, found))
-        raise run_common.InputError(
+        raise errors.InputError(
             "--%s: feature %r of %s has length %d, expected %d"
             % (flag_name, name, input_file, found, expected))
     ids = list(feature_map["input_ids"].int64_list.value)
@@ -648,7 +658,7 @@ def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_
         ids += list(feature_map["masked_lm_ids"].int64_list.value)
     largest_id = max(ids)
     if largest_id >= vocab_size:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--%s: %s holds token id %d but vocab_size in --bert_config_file "
             "is %d: the data was made with another vocabulary"
             % (flag_name, input_file, largest_id, vocab_size))
@@ -694,14 +704,14 @@ def ensure_checkpoint(estimator, train_input_fn):
 def evaluate(estimator, eval_input_fn, checkpoint_path, file_name, header):
     """Evaluates `checkpoint_path` on --max_eval_steps batches, logs the
     results and writes them to --output_dir/file_name. Returns them."""
-    run_common.log_phase("Running evaluation", [("Checkpoint", checkpoint_path),
+    training_progress.log_phase("Running evaluation", [("Checkpoint", checkpoint_path),
                                                 ("Batch size", FLAGS.eval_batch_size)])
     result = estimator.evaluate(input_fn=eval_input_fn, steps=FLAGS.max_eval_steps,
                                 checkpoint_path=checkpoint_path,
-                                hooks=[run_common.ProgressHook("Evaluating",
-                                                               FLAGS.max_eval_steps)])
-    run_common.write_eval_results(result, FLAGS.output_dir, file_name=file_name,
-                                  header=header, headline="masked_lm_accuracy")
+                                hooks=[training_progress.ProgressHook("Evaluating",
+                                                                      FLAGS.max_eval_steps)])
+    fine_tuning.write_eval_results(result, FLAGS.output_dir, file_name=file_name,
+                                   header=header, headline="masked_lm_accuracy")
     return result
 
 
@@ -795,7 +805,7 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
         tf.logging.info(
             "Evaluation at step %d (%d examples, %s): masked_lm_accuracy = %.4f, "
             "masked_lm_loss = %.4f%s", step, result["examples_seen"],
-            run_common.format_duration(result["wall_time_seconds"]),
+            logs.format_duration(result["wall_time_seconds"]),
             result["masked_lm_accuracy"], result["masked_lm_loss"],
             " (--stop_threshold=%g reached)" % FLAGS.stop_threshold if reached else "")
         write_summaries(os.path.join(FLAGS.output_dir, BY_EXAMPLES_DIR),
@@ -809,8 +819,8 @@ def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_
             result["stop_threshold_reached"] = reached
         if reached:
             break
-    run_common.write_eval_results(result, FLAGS.output_dir, header="***** Eval results *****",
-                                  headline="masked_lm_accuracy")
+    fine_tuning.write_eval_results(result, FLAGS.output_dir, header="***** Eval results *****",
+                                   headline="masked_lm_accuracy")
     return checkpoint
 
 
@@ -854,15 +864,15 @@ def masking_from_flags(vocab_size):
         model's vocabulary, or --masked_lm_prob is out of range.
     """
     if not FLAGS.vocab_file:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--vocab_file is needed: the data was written with --dynamic_masking and "
             "is masked as it is read, which needs the vocabulary it was made with")
     if not 0.0 <= FLAGS.masked_lm_prob <= 1.0:
-        raise run_common.InputError("--masked_lm_prob=%g must be in [0, 1]"
-                                    % FLAGS.masked_lm_prob)
+        raise errors.InputError("--masked_lm_prob=%g must be in [0, 1]"
+                                % FLAGS.masked_lm_prob)
     vocab = dynamic_masking.MaskingVocab(FLAGS.vocab_file)
     if vocab.size > vocab_size:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--vocab_file %s has ids up to %d but vocab_size in --bert_config_file is %d: "
             "use the vocabulary of the model" % (FLAGS.vocab_file, vocab.size - 1, vocab_size))
     tf.logging.info("Masking as the data is read: --masked_lm_prob=%g, "
@@ -881,18 +891,18 @@ def check_evaluation_flags(options):
     """
     for name in ("samples_between_eval", "samples_start_eval"):
         if getattr(FLAGS, name) < 0:
-            raise run_common.InputError("--%s=%d must be 0 or more"
-                                        % (name, getattr(FLAGS, name)))
+            raise errors.InputError("--%s=%d must be 0 or more"
+                                    % (name, getattr(FLAGS, name)))
     if not 0.0 <= FLAGS.stop_threshold <= 1.0:
-        raise run_common.InputError("--stop_threshold=%g must be between 0 and 1 (an "
-                                    "accuracy)" % FLAGS.stop_threshold)
+        raise errors.InputError("--stop_threshold=%g must be between 0 and 1 (an "
+                                "accuracy)" % FLAGS.stop_threshold)
     if not FLAGS.eval_file:
         for name in ("samples_between_eval", "samples_start_eval", "stop_threshold"):
             if getattr(FLAGS, name):
-                raise run_common.InputError("--%s needs --eval_file" % name)
+                raise errors.InputError("--%s needs --eval_file" % name)
         return
     if FLAGS.do_train and options.distribution_strategy == "multi_worker_mirrored":
-        raise run_common.InputError(
+        raise errors.InputError(
             "--eval_file: evaluation during training is not supported with "
             "--distribution_strategy=multi_worker_mirrored; evaluate the "
             "checkpoints afterwards with --do_eval")
@@ -900,39 +910,39 @@ def check_evaluation_flags(options):
 
 # ---------------------------------------------------------------------------
 
-@run_common.releases_output_lock
+@output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is built or written.
-    run_common.require_flags("input_file", "bert_config_file", "output_dir")
+    shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
     if not (FLAGS.do_train or FLAGS.do_eval):
-        raise run_common.InputError("Nothing to do: set --do_train and/or --do_eval.")
+        raise errors.InputError("Nothing to do: set --do_train and/or --do_eval.")
     if not 0 < FLAGS.max_predictions_per_seq <= FLAGS.max_seq_length:
-        raise run_common.InputError(
+        raise errors.InputError(
             "--max_predictions_per_seq=%d must be between 1 and --max_seq_length=%d"
             % (FLAGS.max_predictions_per_seq, FLAGS.max_seq_length))
-    bert_config = run_common.load_bert_config(FLAGS.bert_config_file,
-                                              max_seq_length=FLAGS.max_seq_length)
-    run_common.check_output_dir(FLAGS.output_dir)
-    init_checkpoint = run_common.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    bert_config = checkpoints.load_bert_config(FLAGS.bert_config_file,
+                                               max_seq_length=FLAGS.max_seq_length)
+    file_io.check_output_dir(FLAGS.output_dir)
+    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
     if init_checkpoint:
-        run_common.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                         FLAGS.bert_config_file)
-    run_common.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+        checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                          FLAGS.bert_config_file)
+    checkpoints.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
                                           head_variable_shapes(bert_config))
-    input_files = run_common.expand_file_patterns("input_file", FLAGS.input_file)
+    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
     tf.logging.info("*** Input Files ***")
     for path in input_files:
         tf.logging.info("  %s", path)
     train_files = check_input_files(input_files, FLAGS.max_seq_length,
                                     FLAGS.max_predictions_per_seq, bert_config.vocab_size)
 
-    options = run_common.training_options_from_flags()
+    options = training.training_options_from_flags()
     check_evaluation_flags(options)
     eval_files, eval_kind = input_files, train_files.kind
     if FLAGS.eval_file:
-        eval_files = run_common.expand_file_patterns("eval_file", FLAGS.eval_file)
+        eval_files = file_io.expand_file_patterns("eval_file", FLAGS.eval_file)
         eval_kind = check_input_files(eval_files, FLAGS.max_seq_length,
                                       FLAGS.max_predictions_per_seq, bert_config.vocab_size,
                                       flag_name="eval_file").kind
@@ -940,14 +950,14 @@ def main(_):
     if pretraining_records.UNMASKED in (train_files.kind, eval_kind):
         masking = masking_from_flags(bert_config.vocab_size)
     if FLAGS.do_train:  # The one training run of --output_dir.
-        run_common.lock_output_dir(FLAGS.output_dir)
+        output_lock.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     model_fn = model_fn_builder(
         bert_config, init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
         num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
         use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-    estimator = run_common.estimator_from_flags(
+    estimator = training.estimator_from_flags(
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size)
 
@@ -966,7 +976,7 @@ def main(_):
             is_training=True, seed=FLAGS.input_seed or None,
             masking=masking if train_files.kind == pretraining_records.UNMASKED else None,
             records_per_file=train_files.records_per_file,
-            skip_batches=run_common.consumed_batches(
+            skip_batches=checkpoints.consumed_batches(
                 FLAGS.output_dir, options.gradient_accumulation_steps))
 
     evaluated = None
@@ -975,14 +985,14 @@ def main(_):
             checkpoint = ensure_checkpoint(estimator, input_fn(True))
             evaluate(estimator, input_fn(False), checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
-        run_common.log_training(options, [], FLAGS.num_train_steps)
+        training_progress.log_training(options, [], FLAGS.num_train_steps)
         if FLAGS.eval_file:
             evaluated = train_with_evaluation(
                 estimator, lambda step: input_fn(True), input_fn(False),
                 FLAGS.train_batch_size * options.gradient_accumulation_steps)
         else:
             estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)
-        run_common.report_trained_checkpoint(FLAGS.output_dir)
+        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
 
     if FLAGS.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(
             FLAGS.output_dir):
@@ -999,4 +1009,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

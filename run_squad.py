@@ -38,11 +38,21 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
+import file_io
+import fine_tuning
+import input_packing
+import input_pipeline
+import logs
 import modeling
-import run_common
+import output_lock
 import runtime
+import script_runner
+import shared_flags
 import tokenization
-from run_common import InputError
+import training
+import training_progress
+from errors import InputError
 # The official evaluation is squad_evaluate.py's; its public names stay
 # available as run_squad.<name> for existing callers.
 from squad_evaluate import (  # noqa: F401
@@ -57,12 +67,12 @@ FLAGS = flags.FLAGS
 # ---------------------------------------------------------------------------
 # Flags.
 
-run_common.define_flags(
+shared_flags.define_flags(
     "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
     "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
     "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
-    "save_checkpoints_steps", "iterations_per_loop", run_common.TPU_FLAGS,
-    run_common.TRAINING_OPTION_FLAGS,
+    "save_checkpoints_steps", "iterations_per_loop", shared_flags.TPU_FLAGS,
+    shared_flags.TRAINING_OPTION_FLAGS,
     "train_file", "doc_stride", "dynamic_padding", "length_buckets", max_seq_length=384,
     doc_stride=128,
     helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json)."})
@@ -248,8 +258,8 @@ def load_squad_json(input_file, flag_name):
     Raises:
       InputError: missing file, not JSON, or no top-level "data" list.
     """
-    run_common.require_file(flag_name, input_file)
-    dataset = run_common.read_json(input_file, flag_name)
+    file_io.require_file(flag_name, input_file)
+    dataset = file_io.read_json(input_file, flag_name)
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
         raise InputError(
             "--%s %s is not a SQuAD file: it needs a top-level \"data\" list of "
@@ -392,7 +402,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
       1000000000 in the order they are made.
     """
     unique_id = _FIRST_UNIQUE_ID
-    progress = run_common.Progress("Converting examples to features", len(examples))
+    progress = logs.Progress("Converting examples to features", len(examples))
     for example_index, example in enumerate(examples):
         progress.update(count=example_index)
         query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
@@ -473,12 +483,12 @@ def _answer_pieces(example, pieces, word_to_piece, tokenizer):
 
 def _doc_windows(num_pieces, window_size, doc_stride):
     """The windows (start, length) that cover pieces 0..num_pieces-1
-    (run_common.window_spans), or ValueError when the question leaves no
+    (input_packing.window_spans), or ValueError when the question leaves no
     room."""
     if num_pieces and window_size < 1:
         raise ValueError("No room for the context: max_seq_length must exceed the "
                          "question's length + 3")
-    return run_common.window_spans(num_pieces, window_size, doc_stride)
+    return input_packing.window_spans(num_pieces, window_size, doc_stride)
 
 
 def _window_target(answer, window, doc_offset):
@@ -486,7 +496,7 @@ def _window_target(answer, window, doc_offset):
 
     Args:
       answer: (first, last) piece of the answer, or None if there is none.
-      window: run_common.Span (start, length).
+      window: input_packing.Span (start, length).
       doc_offset: position in the tokens of the window's first piece.
 
     Returns:
@@ -568,7 +578,7 @@ def _check_is_max_context(doc_spans, cur_span_index, position):
     piece is used as an answer start.
 
     Args:
-      doc_spans: the example's windows (run_common.Span start, length).
+      doc_spans: the example's windows (input_packing.Span start, length).
       cur_span_index: the window asked about.
       position: index of the piece in the whole context.
     """
@@ -584,7 +594,7 @@ def _check_is_max_context(doc_spans, cur_span_index, position):
     return best_index == cur_span_index
 
 
-class FeatureWriter(run_common.AtomicWriter):
+class FeatureWriter(file_io.AtomicWriter):
     """Writes InputFeatures to a TFRecord file as tf.train.Examples.
 
     Records go to a temporary file renamed to `filename` by `close()`, so an
@@ -610,7 +620,7 @@ class FeatureWriter(run_common.AtomicWriter):
                        ("end_positions", [feature.end_position]),
                        ("is_impossible", [int(bool(feature.is_impossible))])]
         record = tf.train.Example(features=tf.train.Features(feature={
-            name: run_common.int64_feature(value) for name, value in values}))
+            name: input_pipeline.int64_feature(value) for name, value in values}))
         self._writer.write(record.SerializeToString())
         self.num_features += 1
 
@@ -653,7 +663,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       is_training: enables dropout.
       input_ids, input_mask, segment_ids: int32 [batch_size, seq_length].
       use_one_hot_embeddings: embedding lookup by one-hot matmul (TPUs).
-      options: run_common.TrainingOptions (None: the defaults).
+      options: training.TrainingOptions (None: the defaults).
 
     Returns:
       (start_logits, end_logits): float32 [batch_size, seq_length] each, the
@@ -661,8 +671,8 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       variables are `cls/squad/output_weights` [2, hidden_size] and
       `cls/squad/output_bias` [2].
     """
-    model = run_common.bert_model(bert_config, is_training, input_ids, input_mask,
-                                  segment_ids, use_one_hot_embeddings, options)
+    model = training.bert_model(bert_config, is_training, input_ids, input_mask,
+                                segment_ids, use_one_hot_embeddings, options)
     sequence_output = model.get_sequence_output()
     batch_size, seq_length, hidden_size = modeling.get_shape_list(
         sequence_output, expected_rank=3)
@@ -700,7 +710,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     """Makes the model_fn for the runner (TPUEstimator contract), with the
     arguments of run_pretraining.model_fn_builder: the model, the checkpoint
     to start from, the optimizer's schedule (training only), TPU or not,
-    the embedding lookup and the run_common.TrainingOptions.
+    the embedding lookup and the training.TrainingOptions.
 
     Returns:
       model_fn(features, labels, mode, params). TRAIN: the loss is the mean
@@ -713,7 +723,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         """features: unique_ids, input_ids, input_mask, segment_ids (and
         start_positions, end_positions for TRAIN), int32; params: batch_size."""
         del labels  # The targets are in `features`.
-        run_common.log_features(features)
+        input_pipeline.log_features(features)
         is_training = mode == runtime.ModeKeys.TRAIN
         start_logits, end_logits = create_model(
             bert_config=bert_config,
@@ -723,13 +733,13 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             segment_ids=features["segment_ids"],
             use_one_hot_embeddings=use_one_hot_embeddings,
             options=options)
-        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
             loss = (_position_loss(start_logits, features["start_positions"]) +
                     _position_loss(end_logits, features["end_positions"])) / 2.0
             seq_length = modeling.get_shape_list(features["input_ids"])[1]
-            return run_common.train_spec(
+            return training.train_spec(
                 loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
                 examples_per_step=params["batch_size"],
                 tokens_per_step=params["batch_size"] * seq_length, scaffold_fn=scaffold_fn)
@@ -757,7 +767,7 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
       is_training: also read start_positions and end_positions; repeat the
         file forever and shuffle it (buffer of 100 records).
       drop_remainder: drop a last, smaller batch.
-      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
+      length_buckets: dynamic padding (input_pipeline.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 tensors
@@ -777,8 +787,8 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
 
     # The examples were shuffled before writing; the shuffle buffer only
     # mixes neighbours between epochs.
-    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, length_buckets=length_buckets)
+    return input_pipeline.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                            drop_remainder, length_buckets=length_buckets)
 
 
 # ---------------------------------------------------------------------------
@@ -1064,7 +1074,7 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
     files; see `squad_evaluate.run_evaluation`).
 
     Args:
-      estimator: what `run_common.make_estimator` returns for this script's
+      estimator: what `training.make_estimator` returns for this script's
         model_fn (its predict_batch_size is `predict_batch_size`).
       tokenizer: the FullTokenizer of the model's vocabulary.
       examples, dataset: the predict file read by `read_squad_examples` and
@@ -1081,7 +1091,7 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
         log).
       tune_threshold: also choose the best SQuAD 2.0 null threshold on the
         file (--tune_null_threshold).
-      length_buckets: dynamic padding (run_common.tfrecord_input_fn).
+      length_buckets: dynamic padding (input_pipeline.tfrecord_input_fn).
 
     Returns:
       The eval dict of predictions.json, or None when the file has no answers.
@@ -1095,15 +1105,15 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
                     keep=lambda f: features.append(PredictionFeature(
                         f.unique_id, f.example_index, f.doc_span_index, f.tokens,
                         f.token_to_orig_map, f.token_is_max_context)))
-    run_common.log_phase("Running prediction", [
+    training_progress.log_phase("Running prediction", [
         ("Num orig examples", len(examples)), ("Num split examples", len(features)),
         ("Batch size", predict_batch_size)])
 
     input_fn = input_fn_builder(writer.filename, max_seq_length, is_training=False,
                                 drop_remainder=False, length_buckets=length_buckets)
     results = []
-    run_common.log_checkpoint_used("Predicting", None, output_dir, init_checkpoint)
-    progress = run_common.Progress("Predicting", len(features), unit="features")
+    checkpoints.log_checkpoint_used("Predicting", None, output_dir, init_checkpoint)
+    progress = logs.Progress("Predicting", len(features), unit="features")
     for prediction in estimator.predict(input_fn, yield_single_examples=True):
         progress.update(count=len(results) + 1)
         # float32 arrays: a quarter of the memory of lists of Python floats,
@@ -1154,7 +1164,7 @@ def validate_flags_or_throw(bert_config):
         if getattr(FLAGS, action):
             if not getattr(FLAGS, file_flag):
                 raise InputError("--%s needs --%s." % (action, file_flag))
-            run_common.require_file(file_flag, getattr(FLAGS, file_flag))
+            file_io.require_file(file_flag, getattr(FLAGS, file_flag))
 
     if FLAGS.max_seq_length > bert_config.max_position_embeddings:
         raise InputError(
@@ -1181,7 +1191,7 @@ def _evaluation_settings():
 
 def evaluate_only():
     """--evaluate_only: scores the files in --output_dir against --predict_file."""
-    run_common.require_flags("predict_file", "output_dir")
+    shared_flags.require_flags("predict_file", "output_dir")
     if FLAGS.tune_null_threshold and not FLAGS.version_2_with_negative:
         raise InputError("--tune_null_threshold needs --version_2_with_negative")
     dataset = load_squad_json(FLAGS.predict_file, "predict_file")
@@ -1199,27 +1209,27 @@ def _read_predict_file():
     return examples, load_squad_json(FLAGS.predict_file, "predict_file")
 
 
-@run_common.releases_output_lock
+@output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     if FLAGS.evaluate_only:
         evaluate_only()
         return
 
-    record = run_common.use_run_record()
+    record = fine_tuning.use_run_record()
     # The data files of the actions asked for, named with the model's flags.
-    run_common.require_model_flags(record, *run_common.data_file_flags(
+    fine_tuning.require_model_flags(record, *fine_tuning.data_file_flags(
         ("do_train", "train_file"), ("do_predict", "predict_file")))
-    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(record)
+    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(record)
     validate_flags_or_throw(bert_config)
-    options = run_common.training_options_from_flags()
-    run_common.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
-                                           head_variable_shapes(bert_config))
+    options = training.training_options_from_flags()
+    checkpoints.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+                                            head_variable_shapes(bert_config))
     # Every input file is read before training: a broken --predict_file
     # stops the run now, not after hours of training.
     predict_input = _read_predict_file() if FLAGS.do_predict else (None, None)
     if FLAGS.do_train:  # The one training run of --output_dir.
-        run_common.lock_output_dir(FLAGS.output_dir)
+        output_lock.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
 
     train_examples = None
@@ -1232,9 +1242,9 @@ def main(_):
         if not train_examples:
             raise InputError("--train_file %s has no usable training questions"
                              % FLAGS.train_file)
-        num_train_steps, num_warmup_steps = run_common.train_schedule(
+        num_train_steps, num_warmup_steps = training.train_schedule(
             len(train_examples), options, what="training questions")
-        run_common.write_run_record(
+        fine_tuning.write_run_record(
             FLAGS.output_dir, "question_answering", bert_config,
             ["do_lower_case", "max_seq_length", "doc_stride", "max_query_length",
              "version_2_with_negative", "vocab_file"])
@@ -1247,7 +1257,7 @@ def main(_):
         bert_config, init_checkpoint, FLAGS.learning_rate, num_train_steps,
         num_warmup_steps, use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu,
         options=options)
-    estimator = run_common.estimator_from_flags(
+    estimator = training.estimator_from_flags(
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         predict_batch_size=FLAGS.predict_batch_size)
 
@@ -1257,7 +1267,7 @@ def main(_):
                                is_training=True)
         _write_features(writer, train_examples, tokenizer, True, FLAGS.max_seq_length,
                         FLAGS.doc_stride, FLAGS.max_query_length)
-        run_common.log_training(options, [
+        training_progress.log_training(options, [
             ("Num orig examples", len(train_examples)),
             ("Num split examples", writer.num_features)], num_train_steps)
         del train_examples  # Only the file is read from here on.
@@ -1266,7 +1276,7 @@ def main(_):
                                       is_training=True, drop_remainder=True,
                                       length_buckets=options.length_buckets),
             max_steps=num_train_steps)
-        run_common.report_trained_checkpoint(FLAGS.output_dir)
+        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
 
     if FLAGS.do_predict:
         examples, dataset = predict_input
@@ -1281,4 +1291,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

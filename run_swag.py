@@ -35,19 +35,28 @@ import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up n
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+import checkpoints
+import file_io
+import fine_tuning
+import input_packing
+import input_pipeline
 import modeling
-import run_common
+import output_lock
 import runtime
+import script_runner
 import serving
-from run_common import InputError
+import shared_flags
+import training
+import training_progress
+from errors import InputError
 
 FLAGS = flags.FLAGS
 
 # ---------------------------------------------------------------------------
 # Flags.
 
-run_common.define_flags(
-    run_common.FINE_TUNING_FLAGS, "input_format", max_seq_length=128,
+shared_flags.define_flags(
+    shared_flags.FINE_TUNING_FLAGS, "input_format", max_seq_length=128,
     helps={"data_dir": "Folder with the data files, found by their usual names (train.csv, "
                        "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, "
                        "test.jsonl).",
@@ -102,7 +111,7 @@ def read_swag_csv(path, flag_name="data_dir"):
       InputError: missing or empty file, a header that is not SWAG's, a row
         with the wrong number of columns or a bad label (naming the line).
     """
-    text = run_common.read_text(path, flag_name)
+    text = file_io.read_text(path, flag_name)
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
@@ -155,10 +164,10 @@ def read_jsonl(path, flag_name="data_dir"):
     Raises:
       InputError: naming the file and line of the first bad one.
     """
-    text = run_common.read_text(path, flag_name)
+    text = file_io.read_text(path, flag_name)
     examples = []
     first = None  # (line, number of endings, has a label)
-    for line, obj in run_common.json_lines(text, path):
+    for line, obj in file_io.json_lines(text, path):
         context, endings = obj.get("context"), obj.get("endings")
         question = obj.get("question") or ""
         if not isinstance(context, str):
@@ -217,7 +226,7 @@ def convert_example(example, max_seq_length, tokenizer):
     input_ids, input_mask, segment_ids = [], [], []
     for ending in example.endings:
         second = tokenizer.tokenize((question + " " + ending) if question else ending)
-        _, ids, mask, segments = run_common.pack_sequence_pair(
+        _, ids, mask, segments = input_packing.pack_sequence_pair(
             list(context), second, max_seq_length, tokenizer)
         input_ids.append(ids)
         input_mask.append(mask)
@@ -246,7 +255,7 @@ def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_mult
     features = [convert_example(e, max_seq_length, tokenizer) for e in examples]
     for i, (example, feature) in enumerate(zip(examples[:3], features)):
         length = sum(feature.input_mask[0])
-        run_common.log_example(
+        input_pipeline.log_example(
             [("id", example.example_id),
              ("tokens (choice 0)", tokenizer.convert_ids_to_tokens(
                  feature.input_ids[0][:length])),
@@ -257,15 +266,15 @@ def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_mult
                  ("segment_ids (choice 0)", feature.segment_ids[0])])
     while len(features) % pad_to_multiple:
         features.append(padding_features(num_choices, max_seq_length))
-    with run_common.atomic_path(output_file) as tmp_file:
+    with file_io.atomic_path(output_file) as tmp_file:
         with tf.io.TFRecordWriter(tmp_file) as writer:
             for feature in features:
                 record = {
-                    "input_ids": run_common.int64_feature(sum(feature.input_ids, [])),
-                    "input_mask": run_common.int64_feature(sum(feature.input_mask, [])),
-                    "segment_ids": run_common.int64_feature(sum(feature.segment_ids, [])),
-                    "label_ids": run_common.int64_feature([feature.label_id]),
-                    "is_real_example": run_common.int64_feature(
+                    "input_ids": input_pipeline.int64_feature(sum(feature.input_ids, [])),
+                    "input_mask": input_pipeline.int64_feature(sum(feature.input_mask, [])),
+                    "segment_ids": input_pipeline.int64_feature(sum(feature.segment_ids, [])),
+                    "label_ids": input_pipeline.int64_feature([feature.label_id]),
+                    "is_real_example": input_pipeline.int64_feature(
                         [int(feature.is_real_example)]),
                 }
                 writer.write(tf.train.Example(
@@ -276,7 +285,7 @@ def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_mult
 def file_based_input_fn_builder(input_file, num_choices, seq_length, is_training,
                                 drop_remainder, length_buckets=None):
     """An input_fn over a file of `write_features` (`length_buckets`: dynamic
-    padding, run_common.tfrecord_input_fn).
+    padding, input_pipeline.tfrecord_input_fn).
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask,
@@ -291,9 +300,9 @@ def file_based_input_fn_builder(input_file, num_choices, seq_length, is_training
         "is_real_example": tf.io.FixedLenFeature([], tf.int64),
     }
 
-    return run_common.tfrecord_input_fn(input_file, name_to_features, is_training,
-                                        drop_remainder, shuffle_buffer=1000,
-                                        length_buckets=length_buckets)
+    return input_pipeline.tfrecord_input_fn(input_file, name_to_features, is_training,
+                                            drop_remainder, shuffle_buffer=1000,
+                                            length_buckets=length_buckets)
 
 
 # ---------------------------------------------------------------------------
@@ -308,7 +317,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
       input_ids, input_mask, segment_ids: int32 [batch, num_choices,
         seq_length] (num_choices may be unknown until run time).
       labels: int32 [batch], the right choice.
-      options: run_common.TrainingOptions (None: the defaults).
+      options: training.TrainingOptions (None: the defaults).
 
     Returns:
       (loss scalar, per_example_loss [batch], logits [batch, num_choices],
@@ -320,8 +329,8 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     def flat(t):
         return tf.reshape(t, [-1, seq_length])
 
-    model = run_common.bert_model(bert_config, is_training, flat(input_ids), flat(input_mask),
-                                  flat(segment_ids), use_one_hot_embeddings, options)
+    model = training.bert_model(bert_config, is_training, flat(input_ids), flat(input_mask),
+                                flat(segment_ids), use_one_hot_embeddings, options)
     pooled = model.get_pooled_output()  # [batch * num_choices, hidden]
     hidden_size = modeling.get_shape_list(pooled)[-1]
     output_weights = tf.get_variable(
@@ -352,7 +361,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     """
 
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        run_common.log_features(features)
+        input_pipeline.log_features(features)
         input_ids = features["input_ids"]
         if "label_ids" in features:
             label_ids = features["label_ids"]
@@ -366,11 +375,11 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
         total_loss, per_example_loss, logits, probabilities = create_model(
             bert_config, is_training, input_ids, features["input_mask"],
             features["segment_ids"], label_ids, use_one_hot_embeddings, options)
-        scaffold_fn = run_common.init_from_checkpoint(init_checkpoint, use_tpu)
+        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
         if mode == runtime.ModeKeys.TRAIN:
             num_choices, seq_length = modeling.get_shape_list(input_ids)[1:]
-            return run_common.train_spec(
+            return training.train_spec(
                 total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                 options, examples_per_step=params["batch_size"],
                 tokens_per_step=params["batch_size"] * num_choices * seq_length,
@@ -413,7 +422,7 @@ def write_test_results(path, examples, probabilities):
     """test_results.tsv: a header, then per example its id, the predicted
     choice (0-based) and each choice's probability, tab-separated."""
     num_choices = len(examples[0].endings)
-    with run_common.atomic_output(path) as writer:
+    with file_io.atomic_output(path) as writer:
         writer.write("\t".join(["id", "prediction"] + ["probability_%d" % i
                                                        for i in range(num_choices)]) + "\n")
         for example, probs in zip(examples, probabilities):
@@ -434,7 +443,7 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
     num_choices, seq_length] and returns probabilities, as exports did
     before."""
     model_fn = model_fn_builder(bert_config=bert_config,
-                                **run_common.export_builder_args(options))
+                                **fine_tuning.export_builder_args(options))
 
     def text_signature(tokenizer):
         inputs = {"context": serving.string_input("context"),
@@ -466,69 +475,69 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
 
 def _fine_tuned(init_checkpoint):
     """The fine-tuned checkpoint to evaluate, predict and export with (see
-    `run_common.fine_tuned_checkpoint`), or None."""
-    return run_common.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
-                                            "swag/output_weights")
+    `checkpoints.fine_tuned_checkpoint`), or None."""
+    return checkpoints.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
+                                             "swag/output_weights")
 
 
-@run_common.releases_output_lock
+@output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is trained or written.
-    record = run_common.use_run_record()
-    run_common.require_model_flags(record, data_files=run_common.data_file_flags(
+    record = fine_tuning.use_run_record()
+    fine_tuning.require_model_flags(record, data_files=fine_tuning.data_file_flags(
         ("do_train", "train_file"), ("do_eval", "dev_file"), ("do_predict", "test_file")))
-    run_common.check_run_flags(min_seq_length=4)
+    fine_tuning.check_run_flags(min_seq_length=4)
     if FLAGS.input_format not in INPUT_FORMATS:
         raise InputError("--input_format=%s: SWAG data are %s" % (
             FLAGS.input_format, ", ".join(INPUT_FORMATS[1:])))
-    tokenizer, bert_config, init_checkpoint = run_common.load_model_inputs(
+    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(
         record, FLAGS.max_seq_length)
     if FLAGS.export_dir:
         serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    options = run_common.training_options_from_flags()
+    options = training.training_options_from_flags()
 
     # Read all data now, so that a bad file stops the run before training.
     train = dev = test = None
     if FLAGS.do_train:
-        train = read_examples(run_common.data_file("train_file", TRAIN_NAMES, "--do_train"),
+        train = read_examples(fine_tuning.data_file("train_file", TRAIN_NAMES, "--do_train"),
                               FLAGS.input_format, "train_file")
     if FLAGS.do_eval:
-        dev = read_examples(run_common.data_file("dev_file", DEV_NAMES, "--do_eval"),
+        dev = read_examples(fine_tuning.data_file("dev_file", DEV_NAMES, "--do_eval"),
                             FLAGS.input_format, "dev_file")
     if FLAGS.do_predict:
-        test_path = run_common.data_file("test_file", TEST_NAMES, "--do_predict")
+        test_path = fine_tuning.data_file("test_file", TEST_NAMES, "--do_predict")
         test = read_examples(test_path, FLAGS.input_format, "test_file")
     for name, examples in (("training", train), ("dev", dev)):
         if examples is not None and examples[0].label is None:
             raise InputError("The %s data need labels (a 'label' column or field)" % name)
 
     # A checkpoint of another model in --output_dir would be restored and fail.
-    run_common.check_output_dir_checkpoint(
+    checkpoints.check_output_dir_checkpoint(
         FLAGS.output_dir, bert_config,
         {"swag/output_weights": [1, bert_config.hidden_size], "swag/output_bias": [1]})
 
     num_train_steps = num_warmup_steps = None
     if FLAGS.do_train:
-        num_train_steps, num_warmup_steps = run_common.train_schedule(len(train), options)
+        num_train_steps, num_warmup_steps = training.train_schedule(len(train), options)
     if FLAGS.export_dir and not FLAGS.do_train and _fine_tuned(init_checkpoint) is None:
         raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
                          "--init_checkpoint to export (train first with --do_train)"
                          % FLAGS.output_dir)
 
     if FLAGS.do_train:  # The one training run of --output_dir.
-        run_common.lock_output_dir(FLAGS.output_dir)
+        output_lock.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
     if FLAGS.do_train:
-        run_common.write_run_record(FLAGS.output_dir, "multiple_choice", bert_config,
+        fine_tuning.write_run_record(FLAGS.output_dir, "multiple_choice", bert_config,
                                     ["do_lower_case", "max_seq_length", "vocab_file"])
     model_fn = model_fn_builder(
         bert_config=bert_config, init_checkpoint=init_checkpoint,
         learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
         use_one_hot_embeddings=FLAGS.use_tpu, options=options)
-    estimator = run_common.estimator_from_flags(
+    estimator = training.estimator_from_flags(
         model_fn, options, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
     # TPU: eval and predict batches must all be full; padding examples fill
@@ -538,14 +547,14 @@ def main(_):
     if FLAGS.do_train:
         train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
         write_features(train, FLAGS.max_seq_length, tokenizer, train_file)
-        run_common.log_training(options, [
+        training_progress.log_training(options, [
             ("Num examples", len(train)), ("Num choices", len(train[0].endings))],
             num_train_steps)
         estimator.train(input_fn=file_based_input_fn_builder(
             train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
             drop_remainder=True, length_buckets=options.length_buckets),
             max_steps=num_train_steps)
-        run_common.report_trained_checkpoint(FLAGS.output_dir)
+        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
 
     def eval_input(examples, name, phase, batch_size):
         """Writes the features of `examples` (padded to whole batches on a
@@ -553,7 +562,7 @@ def main(_):
         path = os.path.join(FLAGS.output_dir, name)
         num_records = write_features(examples, FLAGS.max_seq_length, tokenizer, path,
                                      pad_to_multiple=batch_size if fixed else 1)
-        run_common.log_phase(phase, [
+        training_progress.log_phase(phase, [
             ("Num examples", "%d (%d actual)" % (num_records, len(examples))),
             ("Batch size", batch_size)])
         return num_records, file_based_input_fn_builder(
@@ -564,22 +573,22 @@ def main(_):
     if FLAGS.do_eval:
         num_records, input_fn = eval_input(dev, "eval.tf_record", "Running evaluation",
                                            FLAGS.eval_batch_size)
-        run_common.log_checkpoint_used("Evaluating", checkpoint, FLAGS.output_dir,
-                                       init_checkpoint)
-        batches = run_common.num_batches(num_records, FLAGS.eval_batch_size)
+        checkpoints.log_checkpoint_used("Evaluating", checkpoint, FLAGS.output_dir,
+                                        init_checkpoint)
+        batches = training_progress.num_batches(num_records, FLAGS.eval_batch_size)
         result = estimator.evaluate(
             input_fn=input_fn, steps=batches if fixed else None, checkpoint_path=checkpoint,
-            hooks=[run_common.ProgressHook("Evaluating", batches)])
-        run_common.write_eval_results(result, FLAGS.output_dir, headline="eval_accuracy")
+            hooks=[training_progress.ProgressHook("Evaluating", batches)])
+        fine_tuning.write_eval_results(result, FLAGS.output_dir, headline="eval_accuracy")
 
     if FLAGS.do_predict:
         num_records, input_fn = eval_input(test, "predict.tf_record", "Running prediction",
                                            FLAGS.predict_batch_size)
-        hooks = [run_common.ProgressHook(
-            "Predicting", run_common.num_batches(num_records, FLAGS.predict_batch_size))]
+        hooks = [training_progress.ProgressHook(
+            "Predicting", training_progress.num_batches(num_records, FLAGS.predict_batch_size))]
         probabilities = []
-        run_common.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir,
-                                       init_checkpoint)
+        checkpoints.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir,
+                                        init_checkpoint)
         for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint,
                                             hooks=hooks):
             if len(probabilities) == len(test):
@@ -590,7 +599,7 @@ def main(_):
                                % (len(probabilities), len(test)))
         path = os.path.join(FLAGS.output_dir, "test_results.tsv")
         write_test_results(path, test, probabilities)
-        run_common.report_output(path, "%d predictions" % len(test))
+        file_io.report_output(path, "%d predictions" % len(test))
 
     if FLAGS.export_dir:
         export_model(bert_config, checkpoint, FLAGS.export_dir, FLAGS.vocab_file,
@@ -599,4 +608,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    run_common.run_script(main)
+    script_runner.run_script(main)

@@ -676,7 +676,7 @@ class SessionRunner:
 
         Uses `checkpoint_path`, else the latest checkpoint in model_dir, else
         the model_fn's initial weights (which it may take from a checkpoint of
-        its own). The scripts name the weights (run_common.log_checkpoint_used).
+        its own). The scripts name the weights (checkpoints.log_checkpoint_used).
         """
         checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
         model = self._build(input_fn, ModeKeys.PREDICT)

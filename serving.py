@@ -26,8 +26,9 @@ import tempfile
 
 import tensorflow.compat.v1 as tf
 
+import errors
+import file_io
 import graph_tokenization
-import run_base
 import runtime
 
 TEXT_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -43,7 +44,7 @@ TEXT_FEATURE_PREFIX = "text_"
 
 
 def pair_lengths(len_a, len_b, max_tokens):
-    """The lengths `run_common.truncate_seq_pair` cuts a pair down to, for
+    """The lengths `input_packing.truncate_seq_pair` cuts a pair down to, for
     whole batches: while the pair is longer than `max_tokens`, the longer
     side (the second one on a tie) loses its last token. In closed form: the
     longer side is cut first, down to the other's length, then both in turn,
@@ -67,7 +68,7 @@ def pair_lengths(len_a, len_b, max_tokens):
 
 def pack(pieces_a, pieces_b, max_seq_length, cls_id, sep_id):
     """BERT's input for a batch of texts or text pairs, as
-    `run_common.pack_sequence_pair` lays out one: ``[CLS] a [SEP]`` where b
+    `input_packing.pack_sequence_pair` lays out one: ``[CLS] a [SEP]`` where b
     is empty (or None), else ``[CLS] a [SEP] b [SEP]``, the pair cut by
     `pair_lengths` and a single text at its end to fit `max_seq_length`.
 
@@ -177,15 +178,15 @@ def first_text_windows(pieces_a, pieces_b, max_seq_length, doc_stride, max_windo
 
 def check_export_flags(vocab_file, export_dir):
     """Checks up front, before a run trains, what its --export_dir will
-    need: a folder it can write (`run_base.check_output_dir`: not a file)
+    need: a folder it can write (`file_io.check_output_dir`: not a file)
     and a vocabulary the graph's tokenizer can read
-    (`graph_tokenization.check_vocab`). Raises run_base.InputError."""
-    run_base.check_output_dir(export_dir, "export_dir")
+    (`graph_tokenization.check_vocab`). Raises errors.InputError."""
+    file_io.check_output_dir(export_dir, "export_dir")
     try:
         graph_tokenization.check_vocab(vocab_file)
     except ValueError as e:
-        raise run_base.InputError("--export_dir needs a --vocab_file it can build into the "
-                                  "SavedModel: %s" % e)
+        raise errors.InputError("--export_dir needs a --vocab_file it can build into the "
+                                "SavedModel: %s" % e)
 
 
 def string_input(name, rank=1):
@@ -201,7 +202,7 @@ def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, tex
 
     Args:
       model_fn: the script's model_fn, built with
-        `run_common.export_builder_args`; called once, in PREDICT mode, on
+        `fine_tuning.export_builder_args`; called once, in PREDICT mode, on
         the id features.
       export_dir: the SavedModel goes into a timestamped directory in it.
       checkpoint_path: the weights.
@@ -251,7 +252,7 @@ def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, tex
 
         path = runtime.write_saved_model(build_signatures, checkpoint_path, export_dir,
                                          assets_extra=assets_extra)
-    run_base.report_output(path, "SavedModel for serving (text in: %s; ids in: %s), with "
-                           "the weights of %s" % (TEXT_SIGNATURE, IDS_SIGNATURE,
-                                                  weights or checkpoint_path))
+    file_io.report_output(path, "SavedModel for serving (text in: %s; ids in: %s), with "
+                          "the weights of %s" % (TEXT_SIGNATURE, IDS_SIGNATURE,
+                                                 weights or checkpoint_path))
     return path

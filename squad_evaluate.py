@@ -20,11 +20,11 @@ scripts print them. `tune_null_threshold` turns the best F1 threshold into
 predictions, and `run_evaluation` does all of it for a run's output
 directory, writing eval_results.json (and the *_best_threshold.json files).
 
-Beyond the official scripts: malformed files raise `run_base.InputError`
+Beyond the official scripts: malformed files raise `errors.InputError`
 naming the field and question id, SQuAD 2.0 predictions must cover every
 question, and SQuAD 1.1 needs every question to have an answer.
 
-It needs no TensorFlow: files go through run_base's file functions, which
+It needs no TensorFlow: files go through file_io's functions, which
 import TensorFlow only for a remote (gs://) path, as the scripts do. It also
 runs from the shell like the official scripts (SQuAD 1.1 or 2.0 from the
 file's "version" and "is_impossible" fields, or --squad-version), printing
@@ -42,8 +42,9 @@ import re
 import string
 import sys
 
-import run_base
-from run_base import InputError
+import file_io
+import logs
+from errors import InputError
 
 
 # ---------------------------------------------------------------------------
@@ -90,10 +91,10 @@ def iterate_questions(dataset, where):
 
 def write_json(path, value):
     """Writes `value` to `path` (gs:// too) as JSON in the original run_squad's
-    format (indent 4, final newline), atomically (see run_base.atomic_output)."""
-    with run_base.atomic_output(path) as writer:
+    format (indent 4, final newline), atomically (see file_io.atomic_output)."""
+    with file_io.atomic_output(path) as writer:
         writer.write(json.dumps(value, indent=4) + "\n")
-    run_base.report_output(path)
+    file_io.report_output(path)
 
 
 # ---------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def evaluate_v1(dataset, predictions, where="dataset"):
         exact_match += metric_max_over_ground_truths(exact_match_score_v1, prediction, gold)
         f1 += metric_max_over_ground_truths(f1_score_v1, prediction, gold)
     if missing:
-        run_base.log_warning("Unanswered questions will receive score 0: %d (first: %s)",
+        logs.log_warning("Unanswered questions will receive score 0: %d (first: %s)",
                            len(missing), missing[0])
     if not total:
         raise InputError("%s has no questions" % where)
@@ -445,15 +446,15 @@ def tune_null_threshold(dataset, all_nbest_json, null_odds, where="dataset"):
 def _read_json(path, what):
     """The parsed JSON file `path`; InputError if it is missing (`what` names
     it) or not JSON."""
-    run_base.require_file(what, path)
-    return run_base.read_json(path)
+    file_io.require_file(what, path)
+    return file_io.read_json(path)
 
 
 def _log_results(header, result):
     """Logs `header`, then one "  key = value" line per entry of `result`."""
-    run_base.log_info(header)
+    logs.log_info(header)
     for key, value in result.items():
-        run_base.log_info("  %s = %s", key, value)
+        logs.log_info("  %s = %s", key, value)
 
 
 def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_json=None,
@@ -484,7 +485,7 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
         all_predictions = _read_json(os.path.join(output_dir, "predictions.json"),
                                      "predictions.json in --output_dir")
     null_odds_file = os.path.join(output_dir, "null_odds.json")
-    if version_2_with_negative and null_odds is None and run_base.exists(null_odds_file):
+    if version_2_with_negative and null_odds is None and file_io.exists(null_odds_file):
         null_odds = _read_json(null_odds_file, "null_odds.json in --output_dir")
 
     if version_2_with_negative:
@@ -500,7 +501,7 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
     # Named as in the log and the file: SQuAD 1.1's script calls it
     # exact_match, 2.0's exact.
     exact = "exact" if version_2_with_negative else "exact_match"
-    run_base.report_output(path, "%s = %s, f1 = %s" % (exact, result[exact], result["f1"]))
+    file_io.report_output(path, "%s = %s, f1 = %s" % (exact, result[exact], result["f1"]))
     if not tune_threshold:
         return result
 
@@ -514,7 +515,7 @@ def run_evaluation(dataset, output_dir, where, all_predictions=None, all_nbest_j
     write_json(os.path.join(output_dir, "predictions_best_threshold.json"), tuned)
     write_json(os.path.join(output_dir, "eval_results_best_threshold.json"), tuned_result)
     _log_results("***** Eval results (predictions_best_threshold.json) *****", tuned_result)
-    run_base.log_info(
+    logs.log_info(
         "Best --null_score_diff_threshold on %s: %r (F1 %.2f, exact %.2f). "
         "predictions_best_threshold.json uses it; predictions.json is untuned "
         "(--null_score_diff_threshold=%r: F1 %.2f, exact %.2f). The threshold was "

@@ -40,7 +40,7 @@ import os
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
-import run_base
+import file_io
 
 # The paths the page is served at.
 PATHS = ("/", "/index.html")
@@ -236,14 +236,14 @@ def read_export(saved_model_dir):
     (() where there is none, or it cannot be read: the page then colours
     types in the order it meets them)."""
     saved_model = saved_model_pb2.SavedModel()
-    saved_model.ParseFromString(run_base.read_file_bytes(
+    saved_model.ParseFromString(file_io.read_file_bytes(
         os.path.join(saved_model_dir, "saved_model.pb")))
     path = os.path.join(saved_model_dir, "assets.extra", "ner_labels.json")
     entity_types = ()
-    if run_base.exists(path):
+    if file_io.exists(path):
         try:
             entity_types = tuple(str(t) for t in json.loads(
-                run_base.read_file_bytes(path))["entity_types"])
+                file_io.read_file_bytes(path))["entity_types"])
         except (ValueError, KeyError, TypeError):
             pass
     return saved_model.meta_graphs[0], entity_types

@@ -9,7 +9,7 @@ Each cell runs in its own child process: it writes (once per task and
 length) a TFRecord file of synthetic inputs in run_classifier's format, then
 trains BERT on it through the scripts' own code: the input pipeline of
 `run_classifier.file_based_input_fn_builder` (with `length_buckets` from
-`run_common.default_length_buckets`, or without), the classifier of
+`input_pipeline.default_length_buckets`, or without), the classifier of
 `run_classifier.create_model` and `optimization.create_optimizer`. It runs
 --warmup_steps updates (which also meet most bucket shapes once), then
 --timed_steps timed ones (padded batches, all of one shape: 1 and
@@ -49,7 +49,7 @@ flags.DEFINE_integer("batch_size", 8, "--train_batch_size.")
 flags.DEFINE_integer("num_examples", 2048, "Synthetic inputs per file.")
 flags.DEFINE_integer("warmup_steps", 32,
                      "Dynamic padding: untimed updates first: one pool of batches "
-                     "(run_common.LENGTH_POOL_BATCHES), which meets the bucket shapes, each "
+                     "(input_pipeline.LENGTH_POOL_BATCHES), which meets the bucket shapes, each "
                      "compiled once by the fused kernels, as a long run does early on.")
 flags.DEFINE_integer("timed_steps", 16, "Dynamic padding: timed updates.")
 flags.DEFINE_integer("padded_timed_steps", 4,
@@ -79,7 +79,7 @@ def write_records(path, task, seq_length):
     import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
 
-    import run_common
+    import input_pipeline
     rng = np.random.RandomState(1)
     pairs = TASKS[task][4]
     with tf.io.TFRecordWriter(path) as writer:
@@ -91,11 +91,11 @@ def write_records(path, task, seq_length):
             if pairs:
                 segments[length // 2:length] = [1] * (length - length // 2)
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": run_common.int64_feature(ids),
-                "input_mask": run_common.int64_feature(mask),
-                "segment_ids": run_common.int64_feature(segments),
-                "label_ids": run_common.int64_feature([int(rng.randint(2))]),
-                "is_real_example": run_common.int64_feature([1]),
+                "input_ids": input_pipeline.int64_feature(ids),
+                "input_mask": input_pipeline.int64_feature(mask),
+                "segment_ids": input_pipeline.int64_feature(segments),
+                "label_ids": input_pipeline.int64_feature([int(rng.randint(2))]),
+                "is_real_example": input_pipeline.int64_feature([1]),
             })).SerializeToString())
 
 
@@ -104,13 +104,13 @@ def run_child(spec):
     import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
+    import input_pipeline
     import modeling
     import optimization
     import run_classifier
-    import run_common
 
     seq_length = spec["seq_length"]
-    buckets = run_common.default_length_buckets(seq_length) if spec["dynamic"] else None
+    buckets = input_pipeline.default_length_buckets(seq_length) if spec["dynamic"] else None
     with tf.Graph().as_default():
         tf.set_random_seed(0)
         input_fn = run_classifier.file_based_input_fn_builder(

@@ -79,7 +79,7 @@ flags.DEFINE_string("compare_code_dir", None,
 flags.DEFINE_integer("malloc_mmap_threshold", 131072,
                      "If > 0, glibc mallopt(M_MMAP_THRESHOLD) and "
                      "TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 in each child before TensorFlow "
-                     "starts, as run_base.limit_memory_fragmentation() does; 0 keeps "
+                     "starts, as script_runner.limit_memory_fragmentation() does; 0 keeps "
                      "glibc's default (dynamic) threshold and TensorFlow's allocator.")
 flags.DEFINE_integer("child_timeout", 900, "Seconds allowed per measurement.")
 flags.DEFINE_string("child", None, "Internal: 'head:config' to measure in this process.")

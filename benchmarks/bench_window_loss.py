@@ -174,9 +174,10 @@ def run(flag_values, seed, timer=None):
     """run_classifier.main with `flag_values`, the runner's random seed set
     to `seed`; with `timer`, the training session runs are timed."""
     import run_classifier
-    import run_common
-    make_run_config = run_common.make_run_config
-    training_hooks = run_common.training_hooks
+    import training
+    import training_progress
+    make_run_config = training.make_run_config
+    training_hooks = training_progress.training_hooks
 
     def seeded_run_config(*args, **kwargs):
         return make_run_config(*args, **kwargs).replace(tf_random_seed=seed)
@@ -184,14 +185,14 @@ def run(flag_values, seed, timer=None):
     def timed_hooks(*args, **kwargs):
         return training_hooks(*args, **kwargs) + ([timer.hook()] if timer else [])
 
-    run_common.make_run_config = seeded_run_config
-    run_common.training_hooks = timed_hooks
+    training.make_run_config = seeded_run_config
+    training_progress.training_hooks = timed_hooks
     try:
         with flagsaver.flagsaver(**flag_values):
             run_classifier.main([])
     finally:
-        run_common.make_run_config = make_run_config
-        run_common.training_hooks = training_hooks
+        training.make_run_config = make_run_config
+        training_progress.training_hooks = training_hooks
 
 
 def eval_accuracy(output_dir):

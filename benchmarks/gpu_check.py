@@ -26,7 +26,7 @@ run on a GPU):
    inference figures for the same sequence length (see NVIDIA_SOURCE;
    NVIDIA's TensorFlow BERT READMEs give fine-tuning *training* throughput
    only for BERT-Large, so the training figures are printed on their own).
-4. Trains the same model through the scripts' runner (run_common.make_estimator)
+4. Trains the same model through the scripts' runner (training.make_estimator)
    once on one GPU and once with --distribution_strategy=mirrored on every
    visible GPU, at the same global batch, and compares the trained variables.
 
@@ -131,9 +131,9 @@ class Checker(object):
 
     def build_loss(self, features, precision, is_training=True):
         """run_classifier's classifier (2 labels) on `features`; the loss and logits."""
-        import run_common
+        import training
         tf = self.tf
-        options = run_common.TrainingOptions(precision=precision)
+        options = training.TrainingOptions(precision=precision)
         model = __import__("modeling").BertModel(
             self.config, is_training=is_training, input_ids=features["input_ids"],
             input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
@@ -178,13 +178,13 @@ class Checker(object):
         """Losses of --check_steps steps on the check batch (the step count
         they were taken at, skipped fp16 steps excluded) and, if `timed`,
         training sequences/s at --batch_size."""
-        import run_common
+        import training
         tf, args = self.tf, self.args
         with tf.Graph().as_default():
             with tf.device(device):
                 ph = self._placeholders()
                 loss, _, options = self.build_loss(ph, precision)
-                train_op = run_common.create_train_op(loss, 1e-4, 1000, 0, False, options)
+                train_op = training.create_train_op(loss, 1e-4, 1000, 0, False, options)
                 step = tf.train.get_or_create_global_step()
             with self._session(xla) as sess:
                 sess.run(tf.global_variables_initializer())
@@ -229,11 +229,12 @@ class Checker(object):
             tf.config.experimental.enable_tensor_float_32_execution(False)
 
     def mirrored_matches_one_device(self, device, num_gpus):
-        """Trains through run_common's runner on one device and with
+        """Trains through training.py's runner on one device and with
         MirroredStrategy, from the same checkpoint at the same global batch;
         the largest difference of the trained variables, and the replicas."""
-        import run_common
+        import checkpoints
         import runtime
+        import training
         tf, np, args = self.tf, self.np, self.args
         work = tempfile.mkdtemp(prefix="gpu_check_")
         init = os.path.join(work, "init.ckpt")
@@ -248,13 +249,13 @@ class Checker(object):
                 for k, v in self.batches[args.check_batch].items()}
         results = {}
         for strategy in ("none", "mirrored"):
-            options = run_common.TrainingOptions(distribution_strategy=strategy)
+            options = training.TrainingOptions(distribution_strategy=strategy)
 
             def model_fn(features, labels, mode, params):  # noqa: ARG001 (names required)
                 with tf.device(device if strategy == "none" else None):
                     loss, _, _ = self.build_loss(features, "fp32")
-                run_common.init_from_checkpoint(init, False)
-                train_op = run_common.create_train_op(loss, 1e-4, 1000, 0, False, options)
+                checkpoints.init_from_checkpoint(init, False)
+                train_op = training.create_train_op(loss, 1e-4, 1000, 0, False, options)
                 return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
             def input_fn(params):
@@ -262,10 +263,10 @@ class Checker(object):
                 return dataset.batch(params["batch_size"], drop_remainder=True)
 
             out = os.path.join(work, strategy)
-            run_config = run_common.make_run_config(out, save_checkpoints_steps=args.check_steps,
-                                                    options=options)
-            estimator = run_common.make_estimator(model_fn, run_config, False,
-                                                  train_batch_size=global_batch)
+            run_config = training.make_run_config(out, save_checkpoints_steps=args.check_steps,
+                                                  options=options)
+            estimator = training.make_estimator(model_fn, run_config, False,
+                                                train_batch_size=global_batch)
             estimator.train(input_fn, max_steps=args.check_steps)
             reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(out))
             results[strategy] = {name: reader.get_tensor(name) for name in self.initial}

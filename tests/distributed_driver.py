@@ -1,4 +1,4 @@
-"""Trains a tiny BERT classifier through run_common's estimator for the
+"""Trains a tiny BERT classifier through training.py's estimator for the
 distribution tests (tests/test_distributed.py), then saves its variables.
 
 Usage:
@@ -44,17 +44,20 @@ def main():
     import tensorflow.compat.v1 as tf
     from absl import flags
 
+    import checkpoints
+    import input_pipeline
     import modeling
-    import run_common
     import runtime
-    run_common.define_flags(run_common.TRAINING_OPTION_FLAGS)
+    import shared_flags
+    import training
+    shared_flags.define_flags(shared_flags.TRAINING_OPTION_FLAGS)
     strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
                      "mirrored_dynamic": "mirrored", "worker": "multi_worker_mirrored"}[mode]
     extra = sys.argv[7:] if mode == "worker" else sys.argv[5:]
     optimizer = extra[0] if extra else "adamw"
     flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name,
                  "--optimizer=" + optimizer])
-    options = run_common.training_options_from_flags()
+    options = training.training_options_from_flags()
 
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=32,
@@ -90,8 +93,8 @@ def main():
 
     def model_fn(features, labels, mode, params):  # noqa: ARG001 (names required)
         loss = build_loss(features["input_ids"], features["label"], features["input_mask"])
-        run_common.init_from_checkpoint(init_checkpoint, False)
-        train_op = run_common.create_train_op(loss, 1e-2, 10, 0, False, options)
+        checkpoints.init_from_checkpoint(init_checkpoint, False)
+        train_op = training.create_train_op(loss, 1e-2, 10, 0, False, options)
         return runtime.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
     # The data in order, through the scripts' input pipeline.
@@ -100,21 +103,21 @@ def main():
     with tf.io.TFRecordWriter(records) as writer:
         for row_ids, row_mask, label in zip(ids, mask, label_values):
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": run_common.int64_feature(row_ids.tolist()),
-                "input_mask": run_common.int64_feature(row_mask.tolist()),
-                "segment_ids": run_common.int64_feature([0] * 8),
-                "label": run_common.int64_feature([int(label)])})).SerializeToString())
+                "input_ids": input_pipeline.int64_feature(row_ids.tolist()),
+                "input_mask": input_pipeline.int64_feature(row_mask.tolist()),
+                "segment_ids": input_pipeline.int64_feature([0] * 8),
+                "label": input_pipeline.int64_feature([int(label)])})).SerializeToString())
     names = {name: tf.io.FixedLenFeature([8], tf.int64)
              for name in ("input_ids", "input_mask", "segment_ids")}
     names["label"] = tf.io.FixedLenFeature([], tf.int64)
-    input_fn = run_common.tfrecord_input_fn(
+    input_fn = input_pipeline.tfrecord_input_fn(
         records, names, is_training=False, drop_remainder=True,
         length_buckets=(4, 8) if mode == "mirrored_dynamic" else None)
 
-    run_config = run_common.make_run_config(model_dir, save_checkpoints_steps=STEPS,
-                                            options=options)
-    estimator = run_common.make_estimator(model_fn, run_config, False,
-                                          train_batch_size=GLOBAL_BATCH)
+    run_config = training.make_run_config(model_dir, save_checkpoints_steps=STEPS,
+                                          options=options)
+    estimator = training.make_estimator(model_fn, run_config, False,
+                                        train_batch_size=GLOBAL_BATCH)
     if mode in ("mirrored", "worker"):
         # Two replicas in sync, each fed half of the global batch.
         assert estimator._replicas == 2, estimator._replicas

@@ -25,12 +25,13 @@ import sys
 import pytest
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import convert_checkpoint
 import create_pretraining_data
+import file_io
 import modeling
 import pretraining_records as records
 import run_classifier
-import run_common
 import test_convert_checkpoint as convert_tests
 import test_create_pretraining_data as cpd_tests
 import test_extract_features as extract_tests
@@ -40,7 +41,7 @@ import test_run_pretraining as pretraining_tests
 import test_run_squad as squad_tests
 import test_run_swag as swag_tests
 import tiny
-from run_common import InputError
+from errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -198,7 +199,7 @@ def test_config_missing_required_keys_are_listed(tmp_path):
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(config))
     with pytest.raises(InputError) as e:
-        run_common.load_bert_config(str(path))
+        checkpoints.load_bert_config(str(path))
     message = _one_line(e)
     assert message.startswith("--bert_config_file %s lacks the key(s) " % path)
     assert "intermediate_size, hidden_act" in message
@@ -230,7 +231,7 @@ def test_config_wrong_type_names_key_and_type(tmp_path, key, value, expected):
     expected, in one line starting with the flag and file."""
     path = tiny.write_config(str(tmp_path), 30, **{key: value})
     with pytest.raises(InputError) as e:
-        run_common.load_bert_config(path)
+        checkpoints.load_bert_config(path)
     message = _one_line(e)
     assert message.startswith("--bert_config_file %s: " % path)
     assert expected in message
@@ -241,7 +242,7 @@ def test_config_unknown_keys_are_accepted(tmp_path):
     stop a config that has every required key."""
     path = tiny.write_config(str(tmp_path), 30, model_type="bert",
                              architectures=["BertForMaskedLM"])
-    config = run_common.load_bert_config(path)
+    config = checkpoints.load_bert_config(path)
     assert (config.vocab_size, config.hidden_size, config.intermediate_size) == (30, 32, 64)
 
 
@@ -355,7 +356,7 @@ def test_output_dir_in_read_only_directory(tmp_path):
     try:
         with pytest.raises(InputError, match="cannot be created: %s is not writable"
                            % re.escape(str(parent))):
-            run_common.check_output_dir(str(parent / "out"))
+            file_io.check_output_dir(str(parent / "out"))
     finally:
         parent.chmod(0o700)
 
@@ -363,9 +364,9 @@ def test_output_dir_in_read_only_directory(tmp_path):
 def test_output_write_error_message():
     """A write that failed for lack of room becomes one line naming the file
     and the flag of the location it is in; other errors are left alone."""
-    run_common.check_output_dir("/tmp/bad_input_out", "output_dir")
+    file_io.check_output_dir("/tmp/bad_input_out", "output_dir")
     path = "/tmp/bad_input_out/eval_results.txt"
-    message = run_common.output_write_error(
+    message = file_io.output_write_error(
         OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path))
     assert message.startswith("cannot write %s: No space left on device;" % path)
     assert "--output_dir /tmp/bad_input_out" in message
@@ -373,11 +374,11 @@ def test_output_write_error_message():
     op_error = tf.errors.OutOfRangeError(
         None, None, "Graph execution error:\n\nDetected at node save/SaveV2\n"
         "%s.tempstate123; File too large\n\t [[{{node save/SaveV2}}]]" % path)
-    assert run_common.output_write_error(op_error, path).startswith(
+    assert file_io.output_write_error(op_error, path).startswith(
         "cannot write %s: File too large; " % path)
-    assert run_common.output_write_error(OSError(errno.ENOENT, "No such file", path)) is None
-    assert run_common.output_write_error(tf.errors.NotFoundError(None, None, "gone")) is None
-    assert run_common.output_write_error(ValueError("No space left on device")) is None
+    assert file_io.output_write_error(OSError(errno.ENOENT, "No such file", path)) is None
+    assert file_io.output_write_error(tf.errors.NotFoundError(None, None, "gone")) is None
+    assert file_io.output_write_error(ValueError("No space left on device")) is None
 
 
 def test_full_disk_leaves_no_file(tmp_path):
@@ -385,7 +386,7 @@ def test_full_disk_leaves_no_file(tmp_path):
     file: neither the final name nor a temporary file is left."""
     path = str(tmp_path / "predictions.json")
     with pytest.raises(InputError) as e:
-        with run_common.atomic_output(path) as writer:
+        with file_io.atomic_output(path) as writer:
             writer.write("{\"partial\": ")
             writer.flush()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -986,7 +987,7 @@ def test_casing_that_contradicts_the_vocabulary_is_named(tmp_path, caplog):
     def warnings(vocab, do_lower_case):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="tensorflow"):
-            run_common.load_tokenizer(vocab, do_lower_case)
+            checkpoints.load_tokenizer(vocab, do_lower_case)
         return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
     assert warnings(uncased, False) == [

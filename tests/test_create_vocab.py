@@ -11,7 +11,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import create_vocab
-import run_common
+import errors
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -161,6 +161,6 @@ def test_bad_input_gives_clear_errors_and_no_output(corpus, tmp_path):
     for overrides, message in cases:
         values = {"input_file": corpus["a"], "output_file": output, "vocab_size": 100}
         values.update(overrides)
-        with pytest.raises(run_common.InputError, match=message):
+        with pytest.raises(errors.InputError, match=message):
             run_main(**values)
         assert not os.listdir(tmp_path) or not os.path.exists(output)

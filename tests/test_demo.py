@@ -153,8 +153,8 @@ def test_swag_data_in_the_release_layout(name):
 
 def _script_flag_names(script):
     """Flags a script defines, read from its source: its flags.DEFINE_* calls
-    and the shared flags it requests with run_common.define_flags."""
-    import run_common
+    and the shared flags it requests with shared_flags.define_flags."""
+    import shared_flags
     with open(os.path.join(REPO, script), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     names = set()
@@ -168,7 +168,7 @@ def _script_flag_names(script):
                 if isinstance(arg, ast.Constant):
                     names.add(arg.value)
                 else:
-                    names.update(getattr(run_common, arg.attr))
+                    names.update(getattr(shared_flags, arg.attr))
             names.update(k.arg for k in node.keywords)
     return names
 
@@ -268,17 +268,17 @@ def test_a_failing_step_shows_the_end_of_its_log(tmp_path, capsys):
 
 @pytest.mark.parametrize("raw, shown", [
     # absl's C++-style prefix and tf.logging's, as the scripts' logs hold them.
-    ("I1204 13:47:16.343602 140022938340224 run_common.py:1253] step 1 of 20: loss = 6.7146, "
+    ("I1204 13:47:16.343602 140022938340224 training_progress.py:211] step 1 of 20: loss = 6.7146, "
      "29.12 examples/s, 932 tokens/s\n", True),
     ("INFO:tensorflow:step 57 of 400: loss = 4.1022, 301.20 examples/s, 9638 tokens/s, "
      "ETA 1 min 05 s\n", True),
-    ("I1204 13:48:35.979725 140289261882240 run_common.py:1646] ***** Test results *****\n",
+    ("I1204 13:48:35.979725 140289261882240 fine_tuning.py:287] ***** Test results *****\n",
      True),
-    ("I1204 13:49:00.981814 140572780645248 run_common.py:933] ***** Running prediction "
+    ("I1204 13:49:00.981814 140572780645248 training_progress.py:28] ***** Running prediction "
      "*****\n", True),
-    ("I1204 13:49:00.975898 140572780645248 run_common.py:1649]   eval_accuracy = 0.35833332\n",
+    ("I1204 13:49:00.975898 140572780645248 fine_tuning.py:290]   eval_accuracy = 0.35833332\n",
      True),
-    ("I1204 13:49:00.977731 140572780645248 run_common.py:907] *** Example ***\n", False),
+    ("I1204 13:49:00.977731 140572780645248 input_pipeline.py:242] *** Example ***\n", False),
     ("I1204 13:48:49.076300 140572780645248 monitored_session.py:240] Graph was finalized.\n",
      False),
 ])

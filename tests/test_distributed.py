@@ -1,4 +1,4 @@
-"""tf.distribute through run_common.make_estimator: MirroredStrategy over two
+"""tf.distribute through training.make_estimator: MirroredStrategy over two
 logical CPU devices in one process (both runtimes), and, with the Estimator,
 MultiWorkerMirroredStrategy with two worker processes on localhost; each must
 end with the same variables as one process training on the combined batch,

@@ -24,13 +24,13 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import convert_checkpoint
+import file_io
 import predict
-import run_base
 import serving
 import test_predict
 import test_real_model
 import test_serving
-from run_common import InputError
+from errors import InputError
 from test_extract_features import (  # noqa: F401  (model: a fixture of the tests here)
     EXPECTED_TOKENS, LINES, MAX_SEQ_LENGTH, model, run_extract)
 
@@ -188,9 +188,9 @@ def tiny_export(model, tmp_path_factory):  # noqa: F811
     logger = logging.getLogger("tensorflow")
     logger.addHandler(handler)
     try:
-        del run_base._OUTPUTS[:]  # The outputs of earlier runs in this process.
+        del file_io._OUTPUTS[:]  # The outputs of earlier runs in this process.
         run_extract(model, "", input_file="", export_dir=str(tmp / "export"))
-        run_base.log_outputs()  # The script's last lines, as run_script logs them.
+        file_io.log_outputs()  # The script's last lines, as run_script logs them.
     finally:
         logger.removeHandler(handler)
     (version,) = os.listdir(tmp / "export")

@@ -23,7 +23,7 @@ import extract_features
 import modeling
 import reference
 import tiny
-from run_common import InputError
+from errors import InputError
 
 FLAGS = flags.FLAGS
 

@@ -28,11 +28,13 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import convert_checkpoint
+import fine_tuning
 import modeling
-import run_common
 import tokenization
-from run_common import InputError
+import training
+from errors import InputError
 from test_convert_checkpoint import LAYER_DENSES, LAYER_NORMS, hf_model_dir, read_checkpoint
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -130,7 +132,7 @@ def case_weights(case):
     """The seeded weights of `case`: variable name -> float32 array."""
     _, head, _, _, _ = CASES[case]
     rng = np.random.RandomState(sorted(CASES).index(case) + 10)
-    shapes = dict(run_common.bert_variable_shapes(modeling.BertConfig.from_dict(CONFIG)))
+    shapes = dict(checkpoints.bert_variable_shapes(modeling.BertConfig.from_dict(CONFIG)))
     shapes.update(head)
     values = {}
     for name, shape in sorted(shapes.items()):
@@ -168,7 +170,7 @@ def make_checkpoint(case, folder):
         record_flags.update(RECORDED.get(script, {}))
         record = {"script": script, "problem_type": problem_type, "labels": labels,
                   "flags": record_flags, "bert_config": CONFIG}
-        with open(os.path.join(folder, run_common.RUN_RECORD_FILE), "w") as f:
+        with open(os.path.join(folder, fine_tuning.RUN_RECORD_FILE), "w") as f:
             json.dump(record, f)
     return folder
 
@@ -246,7 +248,7 @@ def expected_hf_tensors(case):
 
 def checkpoint_of(folder):
     """The one checkpoint in `folder` (a prefix)."""
-    return run_common.resolve_checkpoint("init_checkpoint", folder)
+    return checkpoints.resolve_checkpoint("init_checkpoint", folder)
 
 
 def read_safetensors(folder):
@@ -290,7 +292,7 @@ def export_tokenizer(vocab_file, do_lower_case, folder):
     config = dict(CONFIG, vocab_size=vocab_size, max_position_embeddings=512)
     run = os.path.join(str(folder), "run")
     os.makedirs(run)
-    shapes = run_common.bert_variable_shapes(modeling.BertConfig.from_dict(config))
+    shapes = checkpoints.bert_variable_shapes(modeling.BertConfig.from_dict(config))
     convert_checkpoint.write_tf_checkpoint(
         {name: np.zeros(shape, np.float32) for name, shape in dict(shapes).items()},
         os.path.join(run, "bert_model.ckpt"))
@@ -435,14 +437,14 @@ def test_the_runs_input_length_is_logged_and_written(case, says, tmp_path, caplo
         return
     assert written == MAX_SEQ_LENGTH
     (note,) = notes
-    record = os.path.join(folder, run_common.RUN_RECORD_FILE)
+    record = os.path.join(folder, fine_tuning.RUN_RECORD_FILE)
     assert note.startswith("%s (%s) " % (CASES[case][4], record)), note
     assert says in note and note.endswith("(docs/conversion.md)"), note
 
 
 def test_a_run_as_long_as_the_model_is_written_silently(tmp_path, caplog):
     folder = make_checkpoint("classifier", tmp_path / "run")
-    path = os.path.join(folder, run_common.RUN_RECORD_FILE)
+    path = os.path.join(folder, fine_tuning.RUN_RECORD_FILE)
     with open(path) as f:
         record = json.load(f)
     record["flags"]["max_seq_length"] = CONFIG["max_position_embeddings"]
@@ -801,7 +803,7 @@ def test_architecture_without_its_head_is_refused(exported, tmp_path):
 
 def test_labels_that_do_not_fit_the_head_are_refused(tmp_path):
     folder = make_checkpoint("classifier", tmp_path / "run")
-    path = os.path.join(folder, run_common.RUN_RECORD_FILE)
+    path = os.path.join(folder, fine_tuning.RUN_RECORD_FILE)
     with open(path) as f:
         record = json.load(f)
     record["labels"] = ["a", "b", "c"]
@@ -820,7 +822,7 @@ def test_output_dir_with_other_weights_is_refused(exported, tmp_path):
 
 def test_labels_file_of_own_data_and_missing_labels(tmp_path):
     folder = make_checkpoint("multi_label", tmp_path / "run")
-    os.remove(os.path.join(folder, run_common.RUN_RECORD_FILE))
+    os.remove(os.path.join(folder, fine_tuning.RUN_RECORD_FILE))
     shutil.copy(os.path.join(folder, "vocab.txt"), str(tmp_path / "vocab.txt"))
     config_file = str(tmp_path / "bert_config.json")
     with open(config_file, "w") as f:
@@ -868,7 +870,7 @@ def test_training_state_of_a_real_run_is_left_out(tmp_path, options):
 
     model_fn = run_classifier.model_fn_builder(
         config, 2, None, 1e-3, 10, 1, False, False,
-        options=run_common.TrainingOptions(**options))
+        options=training.TrainingOptions(**options))
     tiny.run_spec(model_fn, features, runtime.ModeKeys.TRAIN, {"batch_size": 2},
                   train_steps=2, save_to=str(folder / "model.ckpt-2"))
     stored = dict(tf.train.list_variables(str(folder / "model.ckpt-2")))

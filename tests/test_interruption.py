@@ -18,12 +18,18 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import checkpoints
+import errors
+import file_io
+import input_pipeline
+import interrupts
 import mixed_precision
 import optimization
-import run_base
+import output_lock
 import run_classifier
-import run_common
 import tiny
+import training
+import training_progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["good", "bad", "the", "a", "film", "plot", "was", "is", "very", "not", "fine",
@@ -133,12 +139,12 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
     and the same command finishes with the uninterrupted run's
     variables."""
     output_dir = str(task["tmp"] / "interrupted")
-    hooks = run_common.training_hooks
-    monkeypatch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+    hooks = training_progress.training_hooks
+    monkeypatch.setattr(training_progress, "training_hooks", lambda *args, **kwargs: (
         hooks(*args, **kwargs) + [tiny.signal_during_run(5, signal.SIGTERM)]))
-    with pytest.raises(run_common.TrainingInterrupted) as stopped:
+    with pytest.raises(training.TrainingInterrupted) as stopped:
         tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
-    monkeypatch.setattr(run_common, "training_hooks", hooks)
+    monkeypatch.setattr(training_progress, "training_hooks", hooks)
     assert stopped.value.code == 128 + signal.SIGTERM
     checkpoint = tf.train.latest_checkpoint(output_dir)
     assert checkpoint.endswith("model.ckpt-2")
@@ -148,9 +154,9 @@ def test_sigterm_mid_cycle_saves_and_resume_ends_like_an_uninterrupted_run(
         "resumes from it" % checkpoint]
     # The run's lock on the folder is released, and the handlers are the
     # test process's own again.
-    assert not os.path.exists(os.path.join(output_dir, run_base.LOCK_FILE))
+    assert not os.path.exists(os.path.join(output_dir, output_lock.LOCK_FILE))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    assert run_base.interrupted() is None
+    assert interrupts.interrupted() is None
 
     tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
     final = tf.train.latest_checkpoint(output_dir)
@@ -184,11 +190,11 @@ def test_fp16_resume_after_skipped_steps_ends_like_an_uninterrupted_run(
         optimization.BATCHES_READ_VARIABLE] == "a training counter"
 
     output_dir = str(tmp_path / "interrupted")
-    hooks = run_common.training_hooks
+    hooks = training_progress.training_hooks
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+        patch.setattr(training_progress, "training_hooks", lambda *args, **kwargs: (
             hooks(*args, **kwargs) + [tiny.signal_during_run(7, signal.SIGTERM)]))
-        with pytest.raises(run_common.TrainingInterrupted):
+        with pytest.raises(training.TrainingInterrupted):
             tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **values))
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
     assert reader.get_tensor(optimization.BATCHES_READ_VARIABLE) == 7
@@ -208,7 +214,7 @@ def test_fp16_resume_after_skipped_steps_ends_like_an_uninterrupted_run(
         with tf.Session() as session:
             session.run(tf.global_variables_initializer())
             tf.train.Saver(saved).save(session, final)
-    assert run_common.consumed_batches(output_dir) == 12
+    assert checkpoints.consumed_batches(output_dir) == 12
     tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir, **dict(
         values, num_train_epochs=2.5)))
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
@@ -224,12 +230,12 @@ def test_resume_without_a_seed_reads_on_after_the_trained_records(task, tmp_path
     with tf.io.TFRecordWriter(record_file) as writer:
         for i in range(20):
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "x": run_common.int64_feature([i])})).SerializeToString())
+                "x": input_pipeline.int64_feature([i])})).SerializeToString())
     features = {"x": tf.io.FixedLenFeature([], tf.int64)}
 
     def first_batch(**params):
-        input_fn = run_common.tfrecord_input_fn(record_file, features, is_training=True,
-                                                drop_remainder=True, shuffle_buffer=1)
+        input_fn = input_pipeline.tfrecord_input_fn(record_file, features, is_training=True,
+                                                    drop_remainder=True, shuffle_buffer=1)
         dataset = input_fn(dict(batch_size=4, **params))
         return tf.data.experimental.get_single_element(dataset.take(1))["x"]
 
@@ -254,14 +260,14 @@ def test_seeded_pooled_input_resumes_at_the_same_batch(tmp_path):
         for i in range(150):
             length = rng.randint(1, 8)
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": run_common.int64_feature([i + 1] * length + [0] * (8 - length)),
-                "input_mask": run_common.int64_feature([1] * length + [0] * (8 - length)),
+                "input_ids": input_pipeline.int64_feature([i + 1] * length + [0] * (8 - length)),
+                "input_mask": input_pipeline.int64_feature([1] * length + [0] * (8 - length)),
             })).SerializeToString())
     features = {name: tf.io.FixedLenFeature([8], tf.int64)
                 for name in ("input_ids", "input_mask")}
-    input_fn = run_common.tfrecord_input_fn(record_file, features, is_training=True,
-                                            drop_remainder=True, length_buckets=(4, 8))
-    batch, pool = 2, run_common.LENGTH_POOL_BATCHES
+    input_fn = input_pipeline.tfrecord_input_fn(record_file, features, is_training=True,
+                                                drop_remainder=True, length_buckets=(4, 8))
+    batch, pool = 2, input_pipeline.LENGTH_POOL_BATCHES
 
     def batches(start_batch, count):
         dataset = input_fn(dict(batch_size=batch, start_record=start_batch * batch,
@@ -312,10 +318,10 @@ def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact(
         # The same function, before training, as the run above calls it;
         # here with the folder given relative to the working directory.
         monkeypatch.chdir(tmp_path)
-        intact = run_common.use_intact_checkpoint("run")
+        intact = checkpoints.use_intact_checkpoint("run")
         assert intact == os.path.join("run", "model.ckpt-4")
         assert tf.train.latest_checkpoint("run") == intact
-        assert run_common.consumed_batches("run", 2) == 8
+        assert checkpoints.consumed_batches("run", 2) == 8
         monkeypatch.undo()
     warnings = [line for line in messages if "the newest intact checkpoint" in line]
     named = damaged if damage == "data" else os.path.relpath(damaged, tmp_path)
@@ -384,11 +390,11 @@ def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
         tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
         _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
     else:
-        assert run_common.use_intact_checkpoint(output_dir, rewrite=False) == newest
+        assert checkpoints.use_intact_checkpoint(output_dir, rewrite=False) == newest
         assert _tensorflow_sees_no_checkpoint(output_dir)  # Left as it was.
-        assert run_common.use_intact_checkpoint(output_dir) == newest
+        assert checkpoints.use_intact_checkpoint(output_dir) == newest
         assert tf.train.latest_checkpoint(output_dir) == newest
-        assert run_common.consumed_batches(output_dir, 2) == 8
+        assert checkpoints.consumed_batches(output_dir, 2) == 8
     warnings = [line for line in messages if "the newest intact checkpoint" in line]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("%s %s" % (state_path, fault)), warnings
@@ -406,10 +412,10 @@ def test_no_intact_checkpoint_is_one_line(tmp_path, state_file, fault):
     output_dir.mkdir()
     (output_dir / "model.ckpt-5.index").write_bytes(b"not a checkpoint")
     (output_dir / "checkpoint").write_bytes(state_file)
-    with pytest.raises(run_common.InputError, match=(
+    with pytest.raises(errors.InputError, match=(
             r"^--output_dir .*run: cannot resume, %s and no checkpoint there is intact; "
             r"move the damaged files away to start over$" % fault)):
-        run_common.use_intact_checkpoint(str(output_dir))
+        checkpoints.use_intact_checkpoint(str(output_dir))
 
 
 def _interrupt_when(command, ready, timeout=300, **popen_args):
@@ -477,12 +483,12 @@ def test_interrupted_commit_puts_nothing_in_place(tmp_path):
 
     class _Finalized:
         def __del__(self):
-            run_base._on_interrupt(signal.SIGINT, None)
+            interrupts._on_interrupt(signal.SIGINT, None)
 
     try:
-        with run_base.interrupts_caught():
+        with interrupts.interrupts_caught():
             _Finalized()  # The KeyboardInterrupt is printed and dropped here.
-            assert run_base.interrupted() == signal.SIGINT
+            assert interrupts.interrupted() == signal.SIGINT
             with pytest.raises(KeyboardInterrupt):
                 writer.commit()
     finally:
@@ -501,7 +507,7 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
     writer = create_pretraining_data._AtomicRecordFiles(paths)
     writer.write([b"one", b"two"])
     commits = []
-    original = run_base.AtomicFile.commit
+    original = file_io.AtomicFile.commit
 
     def commit_then_signal(target):
         original(target)
@@ -511,9 +517,9 @@ def test_commit_of_several_files_finishes_whole_before_a_signal_acts(tmp_path):
             # Recorded; a second signal would end the process at once.
             assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
-    with run_base.interrupts_caught():
+    with interrupts.interrupts_caught():
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(run_base.AtomicFile, "commit", commit_then_signal)
+            patch.setattr(file_io.AtomicFile, "commit", commit_then_signal)
             with pytest.raises(KeyboardInterrupt):
                 writer.commit()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -531,7 +537,7 @@ import os, signal, sys
 sys.path.insert(0, %r)
 ready_file = sys.argv.pop(1)
 import create_pretraining_data as script
-import run_base
+import script_runner
 process_shard = script._process_shard
 
 
@@ -549,7 +555,7 @@ def main(argv):  # The program's own main: it ends by the signal, as the script 
 
 
 script._process_shard = held_shard
-run_base.run_script(main)
+script_runner.run_script(main)
 """ % ROOT
 
 
@@ -625,7 +631,7 @@ def test_a_save_that_runs_out_of_room_leaves_the_previous_checkpoint_usable(
     assert "File too large" in result.stderr.splitlines()[-1]
     assert "Traceback" not in result.stderr
     assert tf.train.latest_checkpoint(output_dir) == latest
-    assert run_common._checkpoint_fault(latest) is None
+    assert checkpoints._checkpoint_fault(latest) is None
     failed = [name for name in os.listdir(output_dir) if "_temp" in name]
     assert failed
 

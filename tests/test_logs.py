@@ -11,10 +11,13 @@ from absl import flags
 from absl.testing import flagsaver
 
 import bert_ops
+import fine_tuning
+import input_pipeline
 import run_classifier
-import run_common
 import tiny
 import tokenization
+import training
+import training_progress
 
 FLAGS = flags.FLAGS
 
@@ -56,7 +59,7 @@ def _run_hooked(hooks, num_runs, runs_per_update):
 def test_training_lines_count_optimizer_steps_with_accumulation(log_lines):
     """With two micro-batches per update, 6 runs make steps 1, 2, 3 of 3:
     a line after each completed update, never "step 0"."""
-    _run_hooked(lambda loss: [run_common.ThroughputHook(
+    _run_hooked(lambda loss: [training_progress.ThroughputHook(
         loss, examples_per_step=4, num_train_steps=3, every_seconds=0, runs_per_step=2)],
         num_runs=6, runs_per_update=2)
     steps = [line.split(":")[0] for line in log_lines if line.startswith("step ")]
@@ -64,20 +67,20 @@ def test_training_lines_count_optimizer_steps_with_accumulation(log_lines):
 
 
 def test_evaluation_progress_ends_with_the_count(log_lines):
-    _run_hooked(lambda loss: [run_common.ProgressHook("Predicting", run_common.num_batches(
-        10, 4))], num_runs=3, runs_per_update=1)
-    assert run_common.num_batches(10, 4) == 3
+    _run_hooked(lambda loss: [training_progress.ProgressHook(
+        "Predicting", training_progress.num_batches(10, 4))], num_runs=3, runs_per_update=1)
+    assert training_progress.num_batches(10, 4) == 3
     assert log_lines[-1].startswith("Predicting: 3 batches (")
     assert log_lines[-1].endswith(" in all)")
 
 
 def test_training_headline_gives_the_effective_batch_and_options(log_lines):
-    options = run_common.TrainingOptions(gradient_accumulation_steps=2, recompute_grad=True,
-                                         fused_ops=bert_ops.FusedOps(layer_norm=True, dropout=True))
+    options = training.TrainingOptions(gradient_accumulation_steps=2, recompute_grad=True,
+                                       fused_ops=bert_ops.FusedOps(layer_norm=True, dropout=True))
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(train_batch_size=16):
-        run_common.log_training(options, [("Num examples", 100)], num_train_steps=7)
+        training_progress.log_training(options, [("Num examples", 100)], num_train_steps=7)
     assert log_lines == ["***** Running training *****", "  Num examples = 100",
                          "  Batch size = 16 × 2 accumulated = 32", "  Num steps = 7",
                          "  Options = precision fp32, recompute_grad, fused "
@@ -133,13 +136,13 @@ def test_tfrecord_readers_give_their_buffer_size(tmp_path):
     tf.io.TFRecordWriter(path).close()
     features = {"input_ids": tf.io.FixedLenFeature([4], tf.int64)}
     fns = [
-        run_common.tfrecord_input_fn(path, features, is_training=True, drop_remainder=True),
+        input_pipeline.tfrecord_input_fn(path, features, is_training=True, drop_remainder=True),
         run_pretraining.input_fn_builder([path], 8, 2, is_training=False),
         run_pretraining.input_fn_builder([path], 8, 2, is_training=True, seed=3),
         extract_features.file_based_input_fn_builder(path, 4)]
     for input_fn in fns:
         sizes = _tfrecord_buffer_sizes(input_fn, {"batch_size": 2})
-        assert sizes and set(sizes) == {run_common.TFRECORD_BUFFER_BYTES}
+        assert sizes and set(sizes) == {input_pipeline.TFRECORD_BUFFER_BYTES}
 
 
 def test_windowed_run_gives_one_step_total(tmp_path, log_lines):
@@ -183,7 +186,7 @@ def test_run_record_knows_the_vocabulary_by_its_file(tmp_path, monkeypatch, log_
         del log_lines[:]
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False,
                                  init_checkpoint=None, vocab_file=given):
-            run_common.use_run_record()
+            fine_tuning.use_run_record()
         warned[given] = [line for line in log_lines if "differs" in line]
     assert warned == {"vocab.txt": [], "./vocab.txt": [], copy: [], other: [
         "--vocab_file=%s differs from the training run's %s in %s; using %s"
@@ -236,7 +239,7 @@ def test_restore_lines_name_the_checkpoint_the_weights_come_from(tmp_path, log_l
 
 
 class _FakeTime:
-    """A clock for run_common that only moves when told (seconds)."""
+    """A clock for training_progress that only moves when told (seconds)."""
 
     def __init__(self):
         self.now = 1000.0
@@ -279,13 +282,13 @@ def test_rate_and_eta_leave_out_start_up_and_count_evaluations(log_lines, monkey
     1 s runs only; before any evaluation was timed the ETA says how many
     come; after the first (50 s, plus the 7 s restart) it includes them."""
     clock = _FakeTime()
-    monkeypatch.setattr(run_common, "time", clock)
-    training = run_common.TrainingClock(evaluation_steps=[3, 6, 9])
-    monkeypatch.setitem(run_common._TRAINING_CLOCK, "current", training)
+    monkeypatch.setattr(training_progress, "time", clock)
+    training = training_progress.TrainingClock(evaluation_steps=[3, 6, 9])
+    monkeypatch.setitem(training_progress._TRAINING_CLOCK, "current", training)
 
     def hook(loss):
-        return run_common.ThroughputHook(loss, examples_per_step=4, num_train_steps=10,
-                                         every_seconds=0, runs_per_step=2)
+        return training_progress.ThroughputHook(loss, examples_per_step=4, num_train_steps=10,
+                                                every_seconds=0, runs_per_step=2)
 
     _train_segment(hook, clock, 0, 6, 2, lambda run: [100.0, 2.0][run] if run < 2 else 1.0)
     clock.now += 50.0  # The evaluation at step 3.
@@ -307,8 +310,8 @@ def test_rate_and_eta_leave_out_start_up_and_count_evaluations(log_lines, monkey
 
 def test_a_first_line_without_timed_runs_gives_the_start_up(log_lines, monkeypatch):
     clock = _FakeTime()
-    monkeypatch.setattr(run_common, "time", clock)
-    _train_segment(lambda loss: run_common.ThroughputHook(
+    monkeypatch.setattr(training_progress, "time", clock)
+    _train_segment(lambda loss: training_progress.ThroughputHook(
         loss, examples_per_step=4, num_train_steps=10, every_seconds=30), clock, 0, 3, 1,
         lambda run: 100.0 if run == 0 else 1.0)
     assert [line for line in log_lines if line.startswith("step ")] == [

@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import errors
+import input_packing
+import input_pipeline
 import modeling
 import run_classifier
-import run_common
 import serving
 import test_run_classifier
 import tiny
 import tokenization
+import training
 
 FILLER = ["w%d" % i for i in range(40)]
 SIGNALS = ["alpha", "beta"]
@@ -27,11 +30,11 @@ SIGNALS = ["alpha", "beta"]
 # Window arithmetic and the combination of window outputs, hand-worked.
 
 def test_window_spans_hand_worked():
-    assert run_common.window_spans(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
-    assert run_common.window_spans(10, 4, 2, max_windows=2) == [(0, 4), (2, 4)]
-    assert run_common.window_spans(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]
-    assert run_common.window_spans(4, 4, 2) == [(0, 4)]
-    assert run_common.window_spans(0, 4, 2) == []
+    assert input_packing.window_spans(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
+    assert input_packing.window_spans(10, 4, 2, max_windows=2) == [(0, 4), (2, 4)]
+    assert input_packing.window_spans(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]
+    assert input_packing.window_spans(4, 4, 2) == [(0, 4)]
+    assert input_packing.window_spans(0, 4, 2) == []
 
 
 def test_first_text_windows_keep_the_second_text_whole():
@@ -434,10 +437,10 @@ def _write_records(path, lengths, seq_length):
             ids = [100 * i + p + 1 for p in range(length)] + [0] * (seq_length - length)
             mask = [1] * length + [0] * (seq_length - length)
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": run_common.int64_feature(ids),
-                "input_mask": run_common.int64_feature(mask),
-                "segment_ids": run_common.int64_feature([0] * seq_length),
-                "label_ids": run_common.int64_feature([i]),
+                "input_ids": input_pipeline.int64_feature(ids),
+                "input_mask": input_pipeline.int64_feature(mask),
+                "segment_ids": input_pipeline.int64_feature([0] * seq_length),
+                "label_ids": input_pipeline.int64_feature([i]),
             })).SerializeToString())
 
 
@@ -461,7 +464,7 @@ def test_default_length_buckets():
         from absl.testing import flagsaver
         with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=max_seq_length,
                                  use_tpu=False, **values):
-            return run_common.length_buckets_from_flags()
+            return input_pipeline.length_buckets_from_flags()
 
     run_classifier  # noqa: B018  (defines the flags)
     assert buckets(128) == (16, 32, 48, 64, 80, 96, 112, 128)
@@ -469,22 +472,22 @@ def test_default_length_buckets():
     assert buckets(100) == (16, 32, 40, 56, 64, 80, 88, 100)
     assert buckets(128, length_buckets=["32", "64"]) == (32, 64, 128)
     for bad in (["64", "32"], ["0"], ["200"], ["x"]):
-        with pytest.raises(run_common.InputError, match="--length_buckets"):
+        with pytest.raises(errors.InputError, match="--length_buckets"):
             buckets(128, length_buckets=bad)
-    with pytest.raises(run_common.InputError, match="--length_buckets"):
+    with pytest.raises(errors.InputError, match="--length_buckets"):
         from absl.testing import flagsaver
         with flagsaver.flagsaver(dynamic_padding=False, length_buckets=["32"]):
-            run_common.length_buckets_from_flags()
+            input_pipeline.length_buckets_from_flags()
     from absl.testing import flagsaver
     with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=128, use_tpu=True,
                              length_buckets=None):
-        assert run_common.length_buckets_from_flags() is None
+        assert input_pipeline.length_buckets_from_flags() is None
 
 
 def test_dynamic_batches_read_the_same_inputs_cut_to_a_bucket(tmp_path):
     rng = random.Random(3)
     seq_length, batch_size = 32, 4
-    pool = batch_size * run_common.LENGTH_POOL_BATCHES
+    pool = batch_size * input_pipeline.LENGTH_POOL_BATCHES
     lengths = [rng.choice([3, 5, 9, 14, 20, 31, 32]) for _ in range(pool + 50)]
     path = str(tmp_path / "records")
     _write_records(path, lengths, seq_length)
@@ -494,17 +497,17 @@ def test_dynamic_batches_read_the_same_inputs_cut_to_a_bucket(tmp_path):
     buckets = (8, 16, 24, 32)
 
     def input_fn(is_training, length_buckets):
-        return run_common.tfrecord_input_fn(path, names, is_training,
-                                            drop_remainder=is_training,
-                                            length_buckets=length_buckets)
+        return input_pipeline.tfrecord_input_fn(path, names, is_training,
+                                                drop_remainder=is_training,
+                                                length_buckets=length_buckets)
 
     # Training: the first pool of batches holds the same inputs as the padded
     # batches, each batch cut to the first bucket that holds its longest.
-    count = 2 * run_common.LENGTH_POOL_BATCHES
+    count = 2 * input_pipeline.LENGTH_POOL_BATCHES
     padded = _batches(input_fn(True, None), batch_size, count)
     dynamic = _batches(input_fn(True, buckets), batch_size, count)
-    for first in (0, run_common.LENGTH_POOL_BATCHES):
-        window = slice(first, first + run_common.LENGTH_POOL_BATCHES)
+    for first in (0, input_pipeline.LENGTH_POOL_BATCHES):
+        window = slice(first, first + input_pipeline.LENGTH_POOL_BATCHES)
         assert sorted(i for b in padded[window] for i in b["label_ids"]) == \
             sorted(i for b in dynamic[window] for i in b["label_ids"])
     spread = []
@@ -566,7 +569,7 @@ def test_padding_is_inert_in_loss_gradients_and_outputs(precision, tolerance):
             inputs = [tf.constant(x[:, :width]) for x in (ids, mask, segments)]
             loss, _, _, probabilities = run_classifier.create_model(
                 config, False, *inputs, tf.constant(labels), 2, False,
-                options=run_common.TrainingOptions(precision=precision))
+                options=training.TrainingOptions(precision=precision))
             variables = tf.trainable_variables()
             grads = [tf.convert_to_tensor(g) for g in tf.gradients(loss, variables)]
             with tf.Session() as sess:

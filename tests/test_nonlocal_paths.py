@@ -26,9 +26,10 @@ from absl import flags
 
 from absl.testing import flagsaver
 
-import run_base
+import errors
+import file_io
 import modeling
-import run_common
+import output_lock
 import tiny
 
 FLAGS = flags.FLAGS
@@ -128,10 +129,10 @@ def assert_no_partial_files(directory):
 def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_part():
     directory = ram_dir("out")
     path = os.path.join(directory, "results.txt")
-    with run_base.atomic_output(path) as f:
+    with file_io.atomic_output(path) as f:
         f.write("complete\n")
     with pytest.raises(RuntimeError):
-        with run_base.atomic_output(path) as f:
+        with file_io.atomic_output(path) as f:
             f.write("half")
             raise RuntimeError("interrupted")
     assert read_ram(path) == "complete\n"
@@ -141,17 +142,17 @@ def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_part():
 def test_missing_inputs_on_ram_are_named():
     directory = ram_dir("data")
     gfile.makedirs(directory)
-    with pytest.raises(run_base.InputError,
+    with pytest.raises(errors.InputError,
                        match="^--vocab_file: file not found: %s/vocab.txt$" % directory):
-        run_base.require_file("vocab_file", directory + "/vocab.txt")
-    with pytest.raises(run_base.InputError,
+        file_io.require_file("vocab_file", directory + "/vocab.txt")
+    with pytest.raises(errors.InputError,
                        match=r"^--input_file: no file matches %s/\*\.tfrecord$" % directory):
-        run_base.expand_file_patterns("input_file", directory + "/*.tfrecord")
+        file_io.expand_file_patterns("input_file", directory + "/*.tfrecord")
     with gfile.GFile(directory + "/bad.txt", "wb") as f:
         f.write(b"fine\nnot \xff utf-8\n")
-    with pytest.raises(run_base.InputError, match=r"^--input_file %s/bad.txt, line 2: not "
+    with pytest.raises(errors.InputError, match=r"^--input_file %s/bad.txt, line 2: not "
                        r"valid UTF-8" % directory):
-        run_base.read_text(directory + "/bad.txt", "input_file")
+        file_io.read_text(directory + "/bad.txt", "input_file")
 
 
 # ---------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def test_missing_inputs_on_ram_are_named():
 def write_lock(output_dir, **content):
     """Puts a lock of another run into `output_dir`."""
     gfile.makedirs(output_dir)
-    with run_base.atomic_output(os.path.join(output_dir, run_base.LOCK_FILE)) as f:
+    with file_io.atomic_output(os.path.join(output_dir, output_lock.LOCK_FILE)) as f:
         f.write(json.dumps(content))
 
 
@@ -168,9 +169,9 @@ def live_holder():
     """A lock's content naming a live process of this host (the parent of
     the test process)."""
     pid = os.getppid()
-    return dict(host=socket.gethostname(), boot_id=run_base._boot_id(),
-                pid_namespace=run_base._pid_namespace(), pid=pid,
-                process_start=run_base._process_start(pid),
+    return dict(host=socket.gethostname(), boot_id=output_lock._boot_id(),
+                pid_namespace=output_lock._pid_namespace(), pid=pid,
+                process_start=output_lock._process_start(pid),
                 started_at="2026-01-02 03:04:05 UTC", refreshed=time.time(), token="other")
 
 
@@ -180,32 +181,32 @@ def lock_dir(request, tmp_path):
 
 
 def lock_path(output_dir):
-    return os.path.join(output_dir, run_base.LOCK_FILE)
+    return os.path.join(output_dir, output_lock.LOCK_FILE)
 
 
 def test_lock_is_held_during_the_run_and_released_however_it_ends(lock_dir):
-    @run_base.releases_output_lock
+    @output_lock.releases_output_lock
     def main():
-        run_base.lock_output_dir(lock_dir)
-        holder = json.loads(run_base.read_file_bytes(lock_path(lock_dir)))
+        output_lock.lock_output_dir(lock_dir)
+        holder = json.loads(file_io.read_file_bytes(lock_path(lock_dir)))
         assert (holder["host"], holder["pid"]) == (socket.gethostname(), os.getpid())
-        assert run_base._lock_is_live(holder)
+        assert output_lock._lock_is_live(holder)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         main()
-    assert not run_base.exists(lock_path(lock_dir))
-    assert not run_base._HELD_LOCKS
+    assert not file_io.exists(lock_path(lock_dir))
+    assert not output_lock._HELD_LOCKS
     assert_no_partial_files(lock_dir)
 
 
 def test_a_create_fails_where_the_lock_exists(lock_dir):
     gfile.makedirs(lock_dir)
     path = lock_path(lock_dir)
-    assert run_base._create_exclusively(path, b"first")
-    assert not run_base._create_exclusively(path, b"second")
-    assert run_base.read_file_bytes(path) == b"first"
-    assert gfile.listdir(lock_dir) == [run_base.LOCK_FILE]
+    assert output_lock._create_exclusively(path, b"first")
+    assert not output_lock._create_exclusively(path, b"second")
+    assert file_io.read_file_bytes(path) == b"first"
+    assert gfile.listdir(lock_dir) == [output_lock.LOCK_FILE]
 
 
 def test_of_racing_creates_on_a_local_disk_exactly_one_wins(tmp_path):
@@ -232,22 +233,22 @@ def test_of_racing_creates_on_a_local_disk_exactly_one_wins(tmp_path):
     for round_index, path in enumerate(paths):
         winners = [index for r, index, created in outcomes if r == round_index and created]
         assert len(winners) == 1, (round_index, winners)
-        assert run_base.read_file_bytes(path) == b"%d" % winners[0]
-        assert os.listdir(os.path.dirname(path)) == [run_base.LOCK_FILE]
+        assert file_io.read_file_bytes(path) == b"%d" % winners[0]
+        assert os.listdir(os.path.dirname(path)) == [output_lock.LOCK_FILE]
 
 
 def test_a_live_run_is_named_in_one_line(lock_dir):
     write_lock(lock_dir, **live_holder())
-    before = run_base.read_file_bytes(lock_path(lock_dir))
-    with pytest.raises(run_base.InputError) as e:
-        run_base.lock_output_dir(lock_dir)
+    before = file_io.read_file_bytes(lock_path(lock_dir))
+    with pytest.raises(errors.InputError) as e:
+        output_lock.lock_output_dir(lock_dir)
     message = str(e.value)
     assert "\n" not in message
     assert ("--output_dir %s is in use by another training run (pid %d on host %s, started "
             "2026-01-02 03:04:05 UTC)" % (lock_dir, os.getppid(), socket.gethostname())
             in message)
-    assert run_base.read_file_bytes(lock_path(lock_dir)) == before
-    assert not run_base._HELD_LOCKS
+    assert file_io.read_file_bytes(lock_path(lock_dir)) == before
+    assert not output_lock._HELD_LOCKS
 
 
 def _dead_pid():
@@ -261,7 +262,7 @@ def _dead_pid():
 @pytest.mark.parametrize("change", [
     dict(pid="dead"),  # the process has ended
     dict(process_start=-1),  # the pid now belongs to a later process
-    dict(host="elsewhere", refreshed=time.time() - run_base.LOCK_STALE_SECONDS - 5),
+    dict(host="elsewhere", refreshed=time.time() - output_lock.LOCK_STALE_SECONDS - 5),
 ])
 def test_a_stale_lock_is_taken_over_with_a_log_line(lock_dir, change, caplog):
     holder = dict(live_holder(), **change)
@@ -269,15 +270,15 @@ def test_a_stale_lock_is_taken_over_with_a_log_line(lock_dir, change, caplog):
         holder["pid"] = _dead_pid()
     write_lock(lock_dir, **holder)
     with caplog.at_level("WARNING"):
-        run_base.lock_output_dir(lock_dir)
+        output_lock.lock_output_dir(lock_dir)
     try:
-        assert json.loads(run_base.read_file_bytes(lock_path(lock_dir)))["pid"] == os.getpid()
+        assert json.loads(file_io.read_file_bytes(lock_path(lock_dir)))["pid"] == os.getpid()
     finally:
-        run_base.release_output_locks()
+        output_lock.release_output_locks()
     assert ("Taking over --output_dir %s from a training run that has ended without "
             "releasing it (pid %d on host %s, started 2026-01-02 03:04:05 UTC)"
             % (lock_dir, holder["pid"], holder["host"])) in caplog.text
-    assert not run_base.exists(lock_path(lock_dir))
+    assert not file_io.exists(lock_path(lock_dir))
 
 
 @pytest.mark.parametrize("other", [
@@ -293,27 +294,27 @@ def test_a_lock_of_the_same_host_name_elsewhere_goes_by_its_heartbeat(lock_dir, 
     holder = {name: value for name, value in dict(live_holder(), pid=_dead_pid(),
                                                    **other).items() if value is not None}
     write_lock(lock_dir, **holder)
-    with pytest.raises(run_base.InputError, match=r"is in use by another training run \(pid "
+    with pytest.raises(errors.InputError, match=r"is in use by another training run \(pid "
                        r"%d on host %s, " % (holder["pid"], socket.gethostname())):
-        run_base.lock_output_dir(lock_dir)
+        output_lock.lock_output_dir(lock_dir)
     stale_dir = os.path.join(lock_dir, "stale")
-    write_lock(stale_dir, **dict(holder, refreshed=time.time() - run_base.LOCK_STALE_SECONDS
+    write_lock(stale_dir, **dict(holder, refreshed=time.time() - output_lock.LOCK_STALE_SECONDS
                                  - 5))
     with caplog.at_level("WARNING"):
-        run_base.lock_output_dir(stale_dir)
-    run_base.release_output_locks()
+        output_lock.lock_output_dir(stale_dir)
+    output_lock.release_output_locks()
     assert "Taking over --output_dir %s from a training run that has ended" % stale_dir in (
         caplog.text)
 
 
 def test_the_lock_names_its_boot_and_pid_namespace(tmp_path):
-    run_base.lock_output_dir(str(tmp_path))
+    output_lock.lock_output_dir(str(tmp_path))
     try:
-        holder = json.loads(run_base.read_file_bytes(lock_path(str(tmp_path))))
+        holder = json.loads(file_io.read_file_bytes(lock_path(str(tmp_path))))
     finally:
-        run_base.release_output_locks()
-    assert holder["boot_id"] == run_base._boot_id()
-    assert holder["pid_namespace"] == run_base._pid_namespace()
+        output_lock.release_output_locks()
+    assert holder["boot_id"] == output_lock._boot_id()
+    assert holder["pid_namespace"] == output_lock._pid_namespace()
     if sys.platform == "linux":
         with open("/proc/sys/kernel/random/boot_id") as f:
             assert holder["boot_id"] == f.read().strip()
@@ -324,37 +325,37 @@ def test_the_lock_names_its_boot_and_pid_namespace(tmp_path):
 def test_a_recent_lock_of_another_host_is_live(lock_dir):
     write_lock(lock_dir, **dict(live_holder(), host="elsewhere", pid=1,
                                 refreshed=time.time() - 30))
-    with pytest.raises(run_base.InputError, match=r"\(pid 1 on host elsewhere, started"):
-        run_base.lock_output_dir(lock_dir)
+    with pytest.raises(errors.InputError, match=r"\(pid 1 on host elsewhere, started"):
+        output_lock.lock_output_dir(lock_dir)
 
 
 def test_the_heartbeat_refreshes_the_lock(lock_dir, monkeypatch):
-    monkeypatch.setattr(run_base, "LOCK_HEARTBEAT_SECONDS", 0.05)
-    run_base.lock_output_dir(lock_dir)
+    monkeypatch.setattr(output_lock, "LOCK_HEARTBEAT_SECONDS", 0.05)
+    output_lock.lock_output_dir(lock_dir)
     try:
-        first = json.loads(run_base.read_file_bytes(lock_path(lock_dir)))["refreshed"]
+        first = json.loads(file_io.read_file_bytes(lock_path(lock_dir)))["refreshed"]
         deadline = time.time() + 10
         while time.time() < deadline:
             time.sleep(0.1)
-            holder = json.loads(run_base.read_file_bytes(lock_path(lock_dir)))
+            holder = json.loads(file_io.read_file_bytes(lock_path(lock_dir)))
             if holder["refreshed"] > first:
                 break
         assert holder["refreshed"] > first
     finally:
-        run_base.release_output_locks()
+        output_lock.release_output_locks()
 
 
 def test_only_the_chief_of_a_cluster_takes_the_lock(tmp_path, monkeypatch):
     cluster = {"worker": ["localhost:1", "localhost:2"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps(
         {"cluster": cluster, "task": {"type": "worker", "index": 1}}))
-    run_base.lock_output_dir(str(tmp_path))
+    output_lock.lock_output_dir(str(tmp_path))
     assert not os.path.exists(lock_path(str(tmp_path)))
     monkeypatch.setenv("TF_CONFIG", json.dumps(
         {"cluster": cluster, "task": {"type": "worker", "index": 0}}))
-    run_base.lock_output_dir(str(tmp_path))
+    output_lock.lock_output_dir(str(tmp_path))
     assert os.path.exists(lock_path(str(tmp_path)))
-    run_base.release_output_locks()
+    output_lock.release_output_locks()
 
 
 # ---------------------------------------------------------------------------
@@ -385,7 +386,7 @@ def test_run_classifier_and_predict(tmp_path):
     for name in ("model.ckpt-2.index", "checkpoint", "run_config.json", "train.tf_record",
                  "test_results.tsv"):
         assert name in names
-    assert run_base.LOCK_FILE not in names
+    assert output_lock.LOCK_FILE not in names
     assert len(read_ram(os.path.join(output_dir, "test_results.tsv")).splitlines()) == 2
     assert json.loads(read_ram(os.path.join(output_dir, "run_config.json")))["script"]
     assert_no_partial_files(output_dir)
@@ -394,7 +395,7 @@ def test_run_classifier_and_predict(tmp_path):
     classifier.run_main(**inputs, output_dir=output_dir, do_eval=True)
     assert "eval_accuracy = " in read_ram(os.path.join(output_dir, "eval_results.txt"))
     before = ram_listing(output_dir)
-    with pytest.raises(run_common.InputError, match=r"^--output_dir ram://.* is in use by "
+    with pytest.raises(errors.InputError, match=r"^--output_dir ram://.* is in use by "
                        r"another training run \(pid %d on host " % os.getppid()):
         classifier.run_main(**inputs, output_dir=output_dir, do_train=True)
     assert ram_listing(output_dir) == before
@@ -404,7 +405,7 @@ def test_run_classifier_and_predict(tmp_path):
     with gfile.GFile(dev, "w") as f:
         f.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta\tb\n2\t1\t2\ta\tb\n")
     fresh = ram_dir("output")
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"^%s, line 3: label '2' is not one of" % dev):
         classifier.run_main(**inputs, output_dir=fresh, do_train=True, do_eval=True)
     assert not gfile.exists(fresh)
@@ -459,7 +460,7 @@ def test_create_pretraining_data_then_run_pretraining(tmp_path):
         save_checkpoints_steps=1000, iterations_per_loop=1000)
     assert run_pretraining  # (imported for its flags)
     names = ram_listing(output_dir)
-    assert "model.ckpt-2.index" in names and run_base.LOCK_FILE not in names
+    assert "model.ckpt-2.index" in names and output_lock.LOCK_FILE not in names
     results = read_ram(os.path.join(output_dir, "eval_results.txt"))
     assert "global_step = 2" in results and "masked_lm_accuracy" in results
     assert_no_partial_files(output_dir)
@@ -483,7 +484,7 @@ def test_run_ner(tmp_path):
                  "eval_results.txt", "eval_predictions.txt"):
         assert name in names
     assert "eval_f1 = " in read_ram(os.path.join(output_dir, "eval_results.txt"))
-    assert run_base.LOCK_FILE not in names
+    assert output_lock.LOCK_FILE not in names
     assert_no_partial_files(output_dir)
 
 

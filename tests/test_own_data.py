@@ -17,10 +17,11 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
+import errors
 import modeling
 import own_data
 import run_classifier
-import run_common
+import script_runner
 import test_run_classifier
 import tiny
 import tokenization
@@ -97,12 +98,12 @@ def test_without_header_columns_by_number(tmp_path, extension, separator):
         ("train-7", "first a", "first b", "1"), ("train-8", "second a", "second b", "0")]
     # Names are not column numbers without a header.
     processor = _processor(data_dir=str(tmp_path), has_header=False, do_train=True)
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"--label_column=label: without a header row .* numbers"):
         processor.get_train_examples(str(tmp_path))
     processor = _processor(data_dir=str(tmp_path), has_header=False, text_column="1",
                            label_column="4", do_train=True)
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"--label_column=4: .*train\%s has only 4 columns" % extension):
         processor.get_train_examples(str(tmp_path))
 
@@ -126,7 +127,7 @@ def test_format_from_extension_or_flag(tmp_path):
     assert own_data.detect_format("train.tsv") == "tsv"
     assert own_data.detect_format("train.ndjson") == "jsonl"
     assert own_data.detect_format("train.txt", "tsv") == "tsv"
-    with pytest.raises(run_common.InputError, match=r"train\.txt: cannot tell the format.*"
+    with pytest.raises(errors.InputError, match=r"train\.txt: cannot tell the format.*"
                                                     r"--data_format"):
         own_data.detect_format("train.txt")
     path = _write(tmp_path / "reviews.txt", "text\tlabel\na\tx\nb\ty\n")
@@ -144,10 +145,10 @@ def test_data_files_found_in_data_dir(tmp_path):
     # Test files need no label column; their examples get a placeholder.
     assert _triples(processor.get_test_examples(d)) == [("test-0", "d", None, "x")]
     _write(tmp_path / "test.csv", "text\ne\n")
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"several test files \(test\.csv, test\.tsv\).*--test_file"):
         processor.get_test_examples(d)
-    with pytest.raises(run_common.InputError, match=r"No dev file in --data_dir=.*empty.*dev / "
+    with pytest.raises(errors.InputError, match=r"No dev file in --data_dir=.*empty.*dev / "
                                                     r"val.*--dev_file"):
         processor.get_dev_examples(str(tmp_path / "empty"))
 
@@ -182,7 +183,7 @@ def test_labels_inferred_sorted_and_saved(tmp_path):
     assert processor.get_labels() == ["pos", "neg", "neu"]
     # Nothing to go by.
     processor = _processor(output_dir=str(tmp_path / "new"), test_file="t.csv")
-    with pytest.raises(run_common.InputError, match=r"No labels: give them with --labels"):
+    with pytest.raises(errors.InputError, match=r"No labels: give them with --labels"):
         processor.get_labels()
 
 
@@ -196,7 +197,7 @@ def test_labels_must_match_the_model_in_output_dir(tmp_path):
                       do_train=True).get_labels() == ["x", "y", "z"]
     _write(os.path.join(output_dir, "checkpoint"), 'model_checkpoint_path: "model.ckpt-1"\n')
     _write(os.path.join(output_dir, "model.ckpt-1.index"), "")
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"trained with the labels x, y .* are x, y, z.*new --output_dir"):
         _processor(data_dir=str(tmp_path), output_dir=output_dir, do_train=True).get_labels()
 
@@ -214,7 +215,7 @@ def test_multi_label_parsing(tmp_path):
         ("sport", "news"), ("news", "weather"), (), ("news",)]
     assert processor.main_metric == "eval_micro_f1"
     # A label list without --multi_label is an error.
-    with pytest.raises(run_common.InputError, match=r"train\.jsonl, line 1: the label is a "
+    with pytest.raises(errors.InputError, match=r"train\.jsonl, line 1: the label is a "
                                                     r"list; .*--multi_label"):
         _processor(data_dir=str(tmp_path), do_train=True).get_labels()
     # Multi-hot label ids, and the all-zero padding example.
@@ -619,18 +620,18 @@ def test_bad_jsonl_and_regression_rows(good_inputs, tmp_path):
            '{"text": "a", "label": 1.5}\n{"text": "b", "label": "high"}\n')
     good_inputs.update(data_dir=data_dir, do_eval=False, do_predict=False, id_column=None,
                        regression=True)
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"train\.jsonl, line 2: label 'high' is not a number "
                              r"\(--regression\)"):
         run_main(**good_inputs)
     _write(os.path.join(data_dir, "train.jsonl"), '{"text": "a", "label": 1.5}\n{"label": 2}\n')
-    with pytest.raises(run_common.InputError, match=r"train\.jsonl, line 2: no field 'text'"):
+    with pytest.raises(errors.InputError, match=r"train\.jsonl, line 2: no field 'text'"):
         run_main(**good_inputs)
     _write(os.path.join(data_dir, "train.jsonl"), '{"text": "a", "label": 1.5}\n{"text": \n')
-    with pytest.raises(run_common.InputError, match=r"train\.jsonl, line 2: not valid JSON"):
+    with pytest.raises(errors.InputError, match=r"train\.jsonl, line 2: not valid JSON"):
         run_main(**good_inputs)
     _write(os.path.join(data_dir, "train.jsonl"), '[1, 2]\n')
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"train\.jsonl, line 1: expected one JSON object"):
         run_main(**good_inputs)
     assert not os.path.exists(good_inputs["output_dir"])
@@ -656,7 +657,7 @@ def test_bad_flags(good_inputs, change, message):
 
 def test_one_label_in_training_file(good_inputs):
     _write(os.path.join(good_inputs["data_dir"], "train.csv"), "id,text,label\n1,a,yes\n")
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"train\.csv has only one label \(yes\).*--labels"):
         run_main(**good_inputs)
 
@@ -668,7 +669,7 @@ def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
                                       "--max_seq_length=16"] + args)
     with flagsaver.flagsaver():
         with pytest.raises(SystemExit) as e:
-            run_common.run_script(run_classifier.main)
+            script_runner.run_script(run_classifier.main)
     assert e.value.code == 1
     err = capsys.readouterr().err
     assert "ERROR: " in err and "dev.csv, line 6: label 'great'" in err

@@ -19,9 +19,9 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+import errors
 import modeling
 import predict
-import run_base
 import run_classifier
 import run_ner
 import run_swag
@@ -101,7 +101,7 @@ def test_find_saved_model(exports, tmp_path):
         assert predict.find_saved_model(base)[0] == exports["pair"]  # No saved_model.pb.
     finally:
         os.rmdir(newer)
-    with pytest.raises(run_base.InputError, match="--model_dir: no SavedModel in"):
+    with pytest.raises(errors.InputError, match="--model_dir: no SavedModel in"):
         predict.find_saved_model(str(tmp_path))
 
 
@@ -193,7 +193,7 @@ def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
                      b'{"text_a": "caf\xe9", "text_b": ""}\n'
                      b'{"text_a": "the film", "text_b": "is good"}\n')
     output = str(tmp_path / "out.jsonl")
-    with pytest.raises(run_base.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"in\.jsonl, line 2: input text_a: expected text, got 5"):
         _predict(exports["pair"], input_file=str(path), output_file=output)
     assert not os.path.exists(output)  # Nothing written half.
@@ -203,16 +203,16 @@ def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
     # A first line that is not UTF-8: named, then skipped once.
     first_bad = tmp_path / "first_bad.jsonl"
     first_bad.write_bytes(b'\xff{"text_a": "x"}\n{"text_a": "good", "text_b": "film"}\n')
-    with pytest.raises(run_base.InputError, match=r"first_bad\.jsonl, line 1: not valid UTF-8"):
+    with pytest.raises(errors.InputError, match=r"first_bad\.jsonl, line 1: not valid UTF-8"):
         _predict(exports["pair"], input_file=str(first_bad), output_file=output)
     assert len(_predict(exports["pair"], input_file=str(first_bad), output_file=output,
                         skip_malformed_rows=True)) == 1
-    with pytest.raises(run_base.InputError, match=r"one text per line fits a model with one "
+    with pytest.raises(errors.InputError, match=r"one text per line fits a model with one "
                                                   r"text input; signature serving_default "
                                                   r"takes text_a, text_b"):
         (tmp_path / "plain.txt").write_text("just a line\n")
         _predict(exports["pair"], input_file=str(tmp_path / "plain.txt"), output_file=output)
-    with pytest.raises(run_base.InputError, match=r"--signature_name: no signature 'nope'"):
+    with pytest.raises(errors.InputError, match=r"--signature_name: no signature 'nope'"):
         _predict(exports["pair"], input_file=str(path), output_file=output,
                  signature_name="nope")
 
@@ -235,7 +235,7 @@ def test_a_header_naming_no_input_is_refused_or_mapped(exports, tmp_path):
     output = str(tmp_path / "out.jsonl")
     for name, content in files.items():
         (tmp_path / name).write_text(content, encoding="utf-8")
-        with pytest.raises(run_base.InputError, match=re.escape(
+        with pytest.raises(errors.InputError, match=re.escape(
                 "%s, line 1: the header names no column for the model's input text_a (it "
                 "takes text_a; columns found: 'sentence', 'label'): map one with "
                 "--input_columns=COLUMN:text_a" % (tmp_path / name))):
@@ -251,12 +251,12 @@ def test_a_header_naming_no_input_is_refused_or_mapped(exports, tmp_path):
     out = _predict(exports["single"], input_file=str(tmp_path / "dev.jsonl"),
                    output_file=output, input_columns=" sentence : text_a ")
     np.testing.assert_allclose([o["probabilities"] for o in out], expected, atol=1e-5)
-    with pytest.raises(run_base.InputError, match=r"--input_columns: the signature "
+    with pytest.raises(errors.InputError, match=r"--input_columns: the signature "
                                                   r"serving_default has no input text_b "
                                                   r"\(it takes text_a\)"):
         _predict(exports["single"], input_file=str(tmp_path / "dev.jsonl"),
                  output_file=output, input_columns="sentence:text_b")
-    with pytest.raises(run_base.InputError, match=r"header has no column sentence "
+    with pytest.raises(errors.InputError, match=r"header has no column sentence "
                                                   r"\(--input_columns\); columns found: "
                                                   r"'text', 'label'"):
         (tmp_path / "other.tsv").write_text("text\tlabel\na\t1\n")
@@ -280,7 +280,7 @@ def _refused_before_loading(exports, monkeypatch, message, **flag_values):
 
     with monkeypatch.context() as patch:
         patch.setattr(predict, "Model", no_loading)
-        with pytest.raises(run_base.InputError, match=message):
+        with pytest.raises(errors.InputError, match=message):
             _predict(exports["single"], cached=False, **flag_values)
 
 
@@ -331,8 +331,8 @@ def test_every_malformed_line_is_named_and_skipped(exports, tmp_path):
     output = str(tmp_path / "out.jsonl")
     for number, (line, message) in enumerate(bad, 2):
         path.write_bytes(b"\r".join([good] * (number - 1) + [line, good]))
-        with pytest.raises(run_base.InputError, match=re.escape("in.jsonl, line %d: %s"
-                                                                % (number, message))):
+        with pytest.raises(errors.InputError, match=re.escape("in.jsonl, line %d: %s"
+                                                              % (number, message))):
             _predict(exports["pair"], input_file=str(path), output_file=output)
     path.write_bytes(b"\r".join([good] + [line for line, _ in bad] + [good]))
     out = _predict(exports["pair"], input_file=str(path), output_file=output,
@@ -350,7 +350,7 @@ def test_every_malformed_line_is_named_and_skipped(exports, tmp_path):
     ids.write_text("".join(json.dumps({"input_ids": [2, i, 3], "input_mask": [1, 1, 1],
                                        "segment_ids": [0, 0, 0]}) + "\n"
                            for i in (5, 10 ** 6, 6)))
-    with pytest.raises(run_base.InputError, match=r"ids\.jsonl, line 2: .*1000000"):
+    with pytest.raises(errors.InputError, match=r"ids\.jsonl, line 2: .*1000000"):
         _predict(exports["pair"], input_file=str(ids), output_file=output,
                  signature_name="serving_ids")
     out = _predict(exports["pair"], input_file=str(ids), output_file=output,

@@ -339,8 +339,8 @@ def test_file_cut_inside_a_header(tmp_path):
     """TensorFlow's reader takes a file that ends inside a record header as
     ending before that record, without an error; the check of the input
     files catches it."""
-    import run_base
+    import errors
     path, examples = damaged_file(str(tmp_path / "records.tfrecord"), "truncated_header")
     assert read_with_tensorflow(path) == examples[:1]
-    with pytest.raises(run_base.InputError, match="truncated"):
+    with pytest.raises(errors.InputError, match="truncated"):
         records.check_tfrecord_file("input_file", path)

@@ -246,12 +246,12 @@ def test_a_late_import_leaves_the_run_s_signal_handling_alone():
     SIGINT still stops the work."""
     import signal
 
-    import run_base
-    with run_base.interrupts_caught():
-        run_base.hold_interrupts_until_run()
+    import interrupts
+    with interrupts.interrupts_caught():
+        interrupts.hold_interrupts_until_run()
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
-    assert not run_base._INTERRUPT["early"]
+    assert not interrupts._INTERRUPT["early"]
 
 
 @pytest.mark.parametrize("main_name, in_worker, held", [
@@ -267,19 +267,19 @@ def test_only_a_script_s_own_process_holds_early_signals(monkeypatch, main_name,
     import signal
     import types
 
-    import run_base
+    import interrupts
     main = types.ModuleType(main_name)
     main.__file__ = os.path.join(ROOT, "create_pretraining_data.py")
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(multiprocessing, "parent_process",
                         lambda: object() if in_worker else None)
-    handlers = {signum: signal.getsignal(signum) for signum in run_base.INTERRUPT_SIGNALS}
-    state = dict(run_base._INTERRUPT)
+    handlers = {signum: signal.getsignal(signum) for signum in interrupts.INTERRUPT_SIGNALS}
+    state = dict(interrupts._INTERRUPT)
     try:
         quiet_tf._hold_early_interrupts()
-        assert run_base._INTERRUPT["early"] is held
+        assert interrupts._INTERRUPT["early"] is held
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-        run_base._INTERRUPT.clear()
-        run_base._INTERRUPT.update(state)
+        interrupts._INTERRUPT.clear()
+        interrupts._INTERRUPT.update(state)

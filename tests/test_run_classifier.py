@@ -18,8 +18,9 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
+import errors
+import fine_tuning
 import run_classifier
-import run_common
 import tiny
 import tokenization
 
@@ -179,7 +180,7 @@ def test_task_names_are_case_insensitive_and_unknown_lists_known():
     assert isinstance(run_classifier.get_processor("MnLi"), run_classifier.MnliProcessor)
     assert isinstance(run_classifier.get_processor("STS-B"), run_classifier.StsbProcessor)
     assert isinstance(run_classifier.get_processor("sst2"), run_classifier.Sst2Processor)
-    with pytest.raises(run_common.InputError) as e:
+    with pytest.raises(errors.InputError) as e:
         run_classifier.get_processor("paraphrase")
     message = str(e.value)
     assert "paraphrase" in message
@@ -234,7 +235,7 @@ def test_xnli_language_flag(tmp_path):
         ("Wir sind.", "Ihr seid.", "entailment")]
     assert len(processor.get_test_examples(str(tmp_path))) == 1
     assert run_classifier.get_processor("xnli").language == "zh"
-    with pytest.raises(run_common.InputError, match="no examples in language 'fr'.*de, en"):
+    with pytest.raises(errors.InputError, match="no examples in language 'fr'.*de, en"):
         run_classifier.get_processor("xnli", "fr").get_dev_examples(str(tmp_path))
 
 
@@ -315,7 +316,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
     with open(path, "a") as f:
         f.write("1\t12\t13\tonly four columns\n")
     processor = run_classifier.get_processor("MRPC")
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"train\.tsv, line 4: expected 5 tab-separated columns, found 4"):
         processor.get_train_examples(str(tmp_path))
     # The escape hatch skips such rows.
@@ -324,23 +325,23 @@ def test_bad_rows_name_file_and_line(tmp_path):
 
     _write_tsv(path, [["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
                       ["1", "1", "2", "a", "b"], ["yes", "1", "2", "a", "b"]])
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"train\.tsv, line 3: label 'yes' is not one of the task's "
                              r"labels 0, 1"):
         processor.get_train_examples(str(tmp_path))
 
-    with pytest.raises(run_common.InputError, match=r"file not found: .*missing.*dev\.tsv"):
+    with pytest.raises(errors.InputError, match=r"file not found: .*missing.*dev\.tsv"):
         processor.get_dev_examples(str(tmp_path / "missing"))
 
     # CoLA train has no header: a short row is line 1.
     _write_tsv(str(tmp_path / "cola" / "train.tsv"), [["gj04", "1", "A sentence."]])
-    with pytest.raises(run_common.InputError, match=r"train\.tsv, line 1: expected 4"):
+    with pytest.raises(errors.InputError, match=r"train\.tsv, line 1: expected 4"):
         run_classifier.get_processor("cola").get_train_examples(str(tmp_path / "cola"))
 
     _write_glue(str(tmp_path / "stsb"), "STS-B")
     with open(str(tmp_path / "stsb" / "dev.tsv"), "a") as f:
         f.write("\t".join(["1", "g", "f", "y", "o", "s", "s", "A.", "B.", "high"]) + "\n")
-    with pytest.raises(run_common.InputError, match=r"dev\.tsv, line 3: label 'high' is not "
+    with pytest.raises(errors.InputError, match=r"dev\.tsv, line 3: label 'high' is not "
                                                     r"a number"):
         run_classifier.get_processor("sts-b").get_dev_examples(str(tmp_path / "stsb"))
 
@@ -900,11 +901,11 @@ def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
     try:
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False, task_name="sst-2",
                                  init_checkpoint=None):
-            read = run_common.use_run_record()
+            read = fine_tuning.use_run_record()
             values = (FLAGS.task_name, FLAGS.max_seq_length, FLAGS.do_lower_case,
                       FLAGS.vocab_file)
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=True):
-            assert run_common.use_run_record() is None
+            assert fine_tuning.use_run_record() is None
     finally:
         tf.logging.set_verbosity(verbosity)
         logging.getLogger("tensorflow").removeHandler(collector)
@@ -1016,7 +1017,7 @@ def good_inputs(tmp_path):
 ])
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)
-    with pytest.raises(run_common.InputError, match=message):
+    with pytest.raises(errors.InputError, match=message):
         run_main(**good_inputs)
     assert not os.path.exists(os.path.join(good_inputs["output_dir"], "train.tf_record"))
 
@@ -1068,7 +1069,7 @@ def test_max_train_steps_cuts_the_run_short(good_inputs):
 
 
 def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
-    """From the shell (`run_common.run_script`), bad input gives one ERROR
+    """From the shell (`script_runner.run_script`), bad input gives one ERROR
     line and exit status 1, no traceback."""
     inputs = {k: v for k, v in good_inputs.items() if k != "task_name"}
     err = tiny.shell_error(run_classifier.main, ["run_classifier.py", "--task_name=nope"],

@@ -15,7 +15,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import run_common
+import errors
 import run_ner
 import tiny
 import tokenization
@@ -393,15 +393,15 @@ def test_word_predictions_from_max_context_window(tokenizer):
 def test_check_tags_names_file_and_line(tmp_path):
     path = _write(tmp_path / "dev.txt", "a B-PER\nb I-PER\n\nc B-FOO\n")
     f = run_ner.read_conll_file(path)
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match=r"dev\.txt, line 4: label 'B-FOO' is not one of the model's "
                              r"labels \(IOB2 tags of the types PER\)"):
         run_ner.check_tags(f, ["PER"], "iob2")
     path = _write(tmp_path / "dev2.txt", "a B-PER\nb PER\n")
-    with pytest.raises(run_common.InputError, match=r"dev2\.txt, line 2: malformed tag 'PER'"):
+    with pytest.raises(errors.InputError, match=r"dev2\.txt, line 2: malformed tag 'PER'"):
         run_ner.check_tags(run_ner.read_conll_file(path), ["PER"], "iob2")
     path = _write(tmp_path / "dev3.txt", "a S-PER\n")
-    with pytest.raises(run_common.InputError, match=r"dev3\.txt, line 1: label 'S-PER'"):
+    with pytest.raises(errors.InputError, match=r"dev3\.txt, line 1: label 'S-PER'"):
         run_ner.check_tags(run_ner.read_conll_file(path), ["PER"], "iob1")
 
 
@@ -523,7 +523,7 @@ def ner_run(tmp_path_factory):
     output_dir = str(tmp / "output")
     export_dir = str(tmp / "export")
     # About 1000 steps of 8 windows of 24 pieces, stopped by a SIGTERM at
-    # step 300 and resumed (run_common.ResumableTrainer).
+    # step 300 and resumed (training.ResumableTrainer).
     stopped = tiny.run_main_interrupted(run_ner.main, _flag_values(
         data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
         output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
@@ -793,9 +793,9 @@ def test_bad_flags(good_inputs, change, message):
 
 def test_no_label_set_and_nothing_to_export(good_inputs):
     os.remove(os.path.join(good_inputs["data_dir"], "train.txt"))
-    with pytest.raises(run_common.InputError, match=r"No label set: give --labels"):
+    with pytest.raises(errors.InputError, match=r"No label set: give --labels"):
         run_main(**dict(good_inputs, do_train=False))
-    with pytest.raises(run_common.InputError, match=r"--export_dir: no fine-tuned checkpoint"):
+    with pytest.raises(errors.InputError, match=r"--export_dir: no fine-tuned checkpoint"):
         run_main(**dict(good_inputs, do_train=False, do_eval=False, do_predict=False,
                         labels="PER,LOC", export_dir=good_inputs["output_dir"] + "_export"))
     assert not os.path.exists(good_inputs["output_dir"])

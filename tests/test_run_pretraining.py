@@ -14,11 +14,12 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
+import checkpoints
 import dynamic_masking
+import errors
 import modeling
 import optimization
 import pretraining_records
-import run_common
 import run_pretraining
 import runtime
 import tiny
@@ -422,7 +423,7 @@ def test_bad_flags_raise_input_error(setup, tmp_path, overrides, message):
     values.update(overrides)
     if values.get("eval_file") == "DATA":
         values["eval_file"] = setup["data"]
-    with pytest.raises(run_common.InputError, match=message):
+    with pytest.raises(errors.InputError, match=message):
         run_main(**values)
     assert not os.path.exists(tmp_path / "out" / "checkpoint")
 
@@ -442,7 +443,7 @@ def test_bad_records_raise_input_error(setup, tmp_path):
     for name, (make, message) in cases.items():
         path = str(tmp_path / name)
         make(path)
-        with pytest.raises(run_common.InputError, match=message) as info:
+        with pytest.raises(errors.InputError, match=message) as info:
             run_main(**base_flags(setup, str(tmp_path / "out"), input_file=path,
                                   do_train=True))
         assert path in str(info.value)
@@ -450,7 +451,7 @@ def test_bad_records_raise_input_error(setup, tmp_path):
 
 def test_eval_file_records_are_checked_naming_the_flag(setup, tmp_path):
     short = write_records(str(tmp_path / "short.tfrecord"), make_instances(2, seq=16))
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match="--eval_file: feature 'input_ids' of .* has length 16"):
         run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True, eval_file=short))
 
@@ -810,12 +811,12 @@ def test_two_workers_draw_the_masks_of_one_process(unmasked):
 
 
 def test_input_files_of_both_kinds_are_refused(setup, unmasked, tmp_path):
-    with pytest.raises(run_common.InputError,
+    with pytest.raises(errors.InputError,
                        match="--input_file mixes records with masks .*data.tfrecord.* and "
                              "records written with --dynamic_masking .*unmasked-0"):
         run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True,
                               input_file=setup["data"] + "," + unmasked["files"][0]))
-    with pytest.raises(run_common.InputError, match="--vocab_file is needed"):
+    with pytest.raises(errors.InputError, match="--vocab_file is needed"):
         run_main(**base_flags(setup, str(tmp_path / "out"), do_train=True,
                               input_file=unmasked["files"][0]))
     assert not os.path.exists(tmp_path / "out" / "checkpoint")
@@ -867,6 +868,6 @@ def test_consumed_batches_counts_the_saved_micro_step(tmp_path):
         sess.run(tf.global_variables_initializer())
         sess.run(step.assign(7))
         tf.train.Saver([step, micro]).save(sess, str(tmp_path / "model.ckpt"), global_step=7)
-    assert run_common.consumed_batches(str(tmp_path), 4) == 7 * 4 + 3
-    assert run_common.consumed_batches(str(tmp_path), 1) == 7
-    assert run_common.consumed_batches(str(tmp_path / "none"), 4) == 0
+    assert checkpoints.consumed_batches(str(tmp_path), 4) == 7 * 4 + 3
+    assert checkpoints.consumed_batches(str(tmp_path), 1) == 7
+    assert checkpoints.consumed_batches(str(tmp_path / "none"), 4) == 0

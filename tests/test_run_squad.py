@@ -22,9 +22,9 @@ from absl.testing import flagsaver
 
 import run_squad
 import squad_evaluate
-import tokenization
-from run_common import InputError
 import tiny
+import tokenization
+from errors import InputError
 from tiny import write_config, write_vocab
 
 FLAGS = flags.FLAGS
@@ -473,12 +473,12 @@ def test_written_results_name_the_metric_as_the_log_and_file_do(tmp_path, versio
     """eval_results.json, its log lines and its "Wrote" line use the official
     scripts' name of the exact-match score: exact_match (SQuAD 1.1), exact
     (2.0)."""
-    import run_base
+    import file_io
     if version_2:
         dataset, predictions = _dataset(V2_QAS), V2_PREDS
     else:
         dataset, predictions = _dataset(V2_QAS[:2]), {"h1": "red dog", "h2": "cat"}
-    del run_base._OUTPUTS[:]
+    del file_io._OUTPUTS[:]
     result = squad_evaluate.run_evaluation(dataset, str(tmp_path), "the test set",
                                            all_predictions=predictions,
                                            version_2_with_negative=version_2)
@@ -486,8 +486,8 @@ def test_written_results_name_the_metric_as_the_log_and_file_do(tmp_path, versio
     assert list(result)[:2] == [name, "f1"]
     written = json.loads((tmp_path / "eval_results.json").read_text())
     assert list(written)[:2] == [name, "f1"]
-    ((path, what),) = run_base._OUTPUTS
-    del run_base._OUTPUTS[:]
+    ((path, what),) = file_io._OUTPUTS
+    del file_io._OUTPUTS[:]
     assert path == str(tmp_path / "eval_results.json")
     assert what == "%s = %s, f1 = %s" % (name, written[name], written["f1"])
 
@@ -1040,7 +1040,7 @@ def _check_common_outputs(out, dev, values):
 @pytest.mark.slow
 def test_main_squad_v1_train_predict_evaluate(tmp_path):
     values, dev = _main_flags(tmp_path, version_2=False)
-    # Stopped by a SIGTERM at step 2 and resumed (run_common.ResumableTrainer).
+    # Stopped by a SIGTERM at step 2 and resumed (training.ResumableTrainer).
     assert tiny.run_main_interrupted(run_squad.main, values, at=2).endswith("model.ckpt-2")
     out = values["output_dir"]
     assert os.path.exists(os.path.join(out, "train.tf_record"))

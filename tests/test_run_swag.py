@@ -16,7 +16,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import run_common
+import errors
 import run_swag
 import tiny
 import tokenization
@@ -121,7 +121,7 @@ def test_jsonl_any_number_of_choices(tmp_path):
 ])
 def test_bad_files_name_file_and_line(tmp_path, name, text, message):
     path = _write(tmp_path / name, text)
-    with pytest.raises(run_common.InputError, match=message):
+    with pytest.raises(errors.InputError, match=message):
         run_swag.read_examples(path)
 
 
@@ -222,7 +222,7 @@ def swag_run(tmp_path_factory):
     vocab, config = _model_files(tmp)
     output_dir = str(tmp / "output")
     export_dir = str(tmp / "export")
-    # Stopped by a SIGTERM at step 100 and resumed (run_common.ResumableTrainer).
+    # Stopped by a SIGTERM at step 100 and resumed (training.ResumableTrainer).
     stopped = tiny.run_main_interrupted(run_swag.main, _flag_values(
         data_dir=data_dir, vocab_file=vocab, bert_config_file=config, output_dir=output_dir,
         do_train=True, do_eval=True, do_predict=True, export_dir=export_dir), at=100)

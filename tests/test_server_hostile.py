@@ -27,8 +27,8 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+import errors
 import predict
-import run_base
 import run_classifier
 import serving
 import test_serving
@@ -735,7 +735,7 @@ def _main(**flag_values):
 ])
 def test_bad_address_and_limits_are_one_line_before_the_model_loads(flag_values, message):
     # The model folder does not exist: its error would come if the model loaded first.
-    with pytest.raises(run_base.InputError) as error:
+    with pytest.raises(errors.InputError) as error:
         _main(**flag_values)
     assert message in str(error.value) and "\n" not in str(error.value)
 
@@ -745,7 +745,7 @@ def test_a_busy_port_is_one_line_before_the_model_loads():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(run_base.InputError, match=r"^--port=%d: another program listens "
+        with pytest.raises(errors.InputError, match=r"^--port=%d: another program listens "
                                                       r"there" % port):
             _main(port=port)
 

@@ -17,9 +17,9 @@ import tensorflow.compat.v1 as tf
 from absl import logging as absl_logging
 from tensorflow.python.framework import ops as tf_ops
 
+import input_packing
 import modeling
 import run_classifier
-import run_common
 import run_ner
 import run_swag
 import runtime
@@ -45,7 +45,7 @@ def test_pair_lengths_are_those_of_truncate_seq_pair():
                                             tf.constant([b for _, b in rows]), limit)
         for (a, b), cut_a, cut_b in zip(rows, got_a.numpy(), got_b.numpy()):
             tokens_a, tokens_b = list(range(a)), list(range(b))
-            run_common.truncate_seq_pair(tokens_a, tokens_b, limit)
+            input_packing.truncate_seq_pair(tokens_a, tokens_b, limit)
             assert (cut_a, cut_b) == (len(tokens_a), len(tokens_b)), (a, b, limit)
 
 
@@ -67,8 +67,8 @@ def test_pack_lays_out_as_pack_sequence_pair_and_pads_to_the_longest():
         features = serving.pack(_ragged(rows_a), _ragged(rows_b) if with_b else None,
                                 max_seq_length, 2, 3)
         features = {name: t.numpy() for name, t in features.items()}
-        expected = [run_common.pack_sequence_pair(list(a), list(b) if with_b else None,
-                                                  max_seq_length, _Ids)[1:]
+        expected = [input_packing.pack_sequence_pair(list(a), list(b) if with_b else None,
+                                                     max_seq_length, _Ids)[1:]
                     for a, b in zip(rows_a, rows_b)]
         longest = max(sum(mask) for _, mask, _ in expected)
         assert features["input_ids"].shape == (40, longest)

@@ -311,18 +311,18 @@ def test_accumulation_resumes_exactly_from_a_mid_cycle_checkpoint(tmp_path):
 
 # Prints the bytes glibc has mapped with mmap after three runs that each
 # create and free a 64 MiB tensor, less those before the first run; with
-# "flag", after run_base.limit_memory_fragmentation().
+# "flag", after script_runner.limit_memory_fragmentation().
 _FRAGMENTATION_CHILD = """
 import sys
 sys.path[:0] = [%r, %r]
 import quiet_tf
-import run_base
+import script_runner
 import tensorflow.compat.v1 as tf
 from malloc_stats import mmapped_bytes
 tf.disable_eager_execution()
 
 if sys.argv[1] == "flag":
-    assert run_base.limit_memory_fragmentation()
+    assert script_runner.limit_memory_fragmentation()
 with tf.Graph().as_default(), tf.Session() as sess:
     total = tf.reduce_sum(tf.random.normal([4096, 4096]) * 2.0)
     before = mmapped_bytes()

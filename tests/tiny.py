@@ -52,21 +52,21 @@ def run_main_seeded(main, flag_values, seed=1234):
     from absl import flags
     from absl.testing import flagsaver
 
-    import run_base
-    import run_common
+    import file_io
+    import training
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-    make_run_config = run_common.make_run_config
+    make_run_config = training.make_run_config
 
     def seeded_run_config(*args, **kwargs):
         return make_run_config(*args, **kwargs).replace(tf_random_seed=seed)
 
     with flagsaver.flagsaver(**flag_values):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(run_common, "make_run_config", seeded_run_config)
-            del run_base._OUTPUTS[:]
+            patch.setattr(training, "make_run_config", seeded_run_config)
+            del file_io._OUTPUTS[:]
             main([])
-            run_base.log_outputs()
+            file_io.log_outputs()
 
 
 def signal_during_run(at, signum):
@@ -88,7 +88,7 @@ def signal_during_run(at, signum):
 
 def run_main_interrupted(main, flag_values, at, seed=1234):
     """`run_main_seeded`, with a SIGTERM during the `at`-th training session
-    run: expects the run to stop with run_common.TrainingInterrupted (exit
+    run: expects the run to stop with training.TrainingInterrupted (exit
     status 128 + 15) after saving a checkpoint, then runs the same again,
     which resumes from it. Returns the interrupted run's checkpoint."""
     import signal
@@ -96,12 +96,13 @@ def run_main_interrupted(main, flag_values, at, seed=1234):
     import pytest
     import tensorflow.compat.v1 as tf
 
-    import run_common
-    hooks = run_common.training_hooks
+    import training
+    import training_progress
+    hooks = training_progress.training_hooks
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_common, "training_hooks", lambda *args, **kwargs: (
+        patch.setattr(training_progress, "training_hooks", lambda *args, **kwargs: (
             hooks(*args, **kwargs) + [signal_during_run(at, signal.SIGTERM)]))
-        with pytest.raises(run_common.TrainingInterrupted) as stopped:
+        with pytest.raises(training.TrainingInterrupted) as stopped:
             run_main_seeded(main, flag_values, seed=seed)
     assert stopped.value.code == 128 + signal.SIGTERM
     checkpoint = tf.train.latest_checkpoint(flag_values["output_dir"])
@@ -130,18 +131,18 @@ def fine_tuning_flags(**values):
 
 
 def shell_error(main, argv, flag_values, monkeypatch, capsys):
-    """Runs a script's main as the shell does (`run_common.run_script`),
+    """Runs a script's main as the shell does (`script_runner.run_script`),
     with sys.argv `argv` followed by `flag_values` as --name=value; expects
     exit status 1, no traceback and no --output_dir written, and returns
     what it printed to standard error."""
     import pytest
     from absl.testing import flagsaver
 
-    import run_common
+    import script_runner
     monkeypatch.setattr("sys.argv", argv + ["--%s=%s" % item for item in flag_values.items()])
     with flagsaver.flagsaver():
         with pytest.raises(SystemExit) as e:
-            run_common.run_script(main)
+            script_runner.run_script(main)
     assert e.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -154,8 +155,8 @@ def assert_input_error(run_main, flag_values, message):
     `message`, before it writes anything (no --output_dir)."""
     import pytest
 
-    import run_common
-    with pytest.raises(run_common.InputError, match=message):
+    import errors
+    with pytest.raises(errors.InputError, match=message):
         run_main(**flag_values)
     assert not os.path.exists(flag_values["output_dir"])
 
@@ -276,11 +277,11 @@ def run_spec(model_fn, make_features, mode, params, train_steps=1, save_to=None)
 def race_to_create(barrier, paths, index, results):
     """A process of the output-lock race (test_nonlocal_paths): for each of
     `paths` in turn, waits at `barrier` until every racing process is there,
-    then tries run_base._create_exclusively(path, b"<index>") and puts
+    then tries output_lock._create_exclusively(path, b"<index>") and puts
     (round, index, created) on the queue `results`. Imports no TensorFlow, so
     that a spawned process starts in a fraction of a second."""
-    import run_base
+    import output_lock
     for round_index, path in enumerate(paths):
         barrier.wait(timeout=120)
-        created = run_base._create_exclusively(path, b"%d" % index)
+        created = output_lock._create_exclusively(path, b"%d" % index)
         results.put((round_index, index, created))

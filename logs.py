@@ -1,0 +1,108 @@
+"""The scripts' log lines: INFO and WARNING messages (through tf.logging
+once TensorFlow is loaded, else absl's logging), durations in words, and
+the progress lines of long loops every --log_every_seconds (`Progress`).
+
+In: messages and counts. Out: log lines. Needs no TensorFlow.
+"""
+
+import sys
+import time
+
+from absl import flags
+from absl import logging as absl_logging
+
+import shared_flags  # noqa: F401  (defines --log_every_seconds, which log_every_seconds reads)
+
+FLAGS = flags.FLAGS
+
+
+def format_duration(seconds):
+    """"42 s", "3 min 05 s", "2 h 07 min"."""
+    seconds = int(round(max(0.0, seconds)))
+    if seconds < 60:
+        return "%d s" % seconds
+    if seconds < 3600:
+        return "%d min %02d s" % divmod(seconds, 60)
+    return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def _logger():
+    """Where this module's messages go: tf.logging once TensorFlow is loaded
+    (with the scripts' other messages), else absl's logging (scripts that
+    never load TensorFlow set its verbosity)."""
+    if "tensorflow" in sys.modules:
+        import tensorflow.compat.v1 as tf
+        return tf.logging
+    return absl_logging
+
+
+def log_info(message, *args):
+    """Logs at INFO level (see `_logger`)."""
+    _logger().info(message, *args)
+
+
+def log_warning(message, *args):
+    """Logs at WARNING level (see `_logger`)."""
+    _logger().warning(message, *args)
+
+
+def log_every_seconds():
+    """--log_every_seconds (its default, 30, where the flags are not parsed,
+    as in a library call)."""
+    return FLAGS["log_every_seconds"].value
+
+
+class Progress:
+    """Logs the progress of a long loop about every --log_every_seconds:
+    "<what>: <count> of <total> <unit> (<rate> <unit>/s, ETA <time>)".
+
+        progress = Progress("Converting examples", len(examples))
+        for example in examples:
+            ...
+            progress.update()
+        progress.done()
+
+    Args:
+      what: what the loop does.
+      total: how many items it will do, or None (no ETA then).
+      unit: what it counts.
+      every_seconds: the interval (default: `log_every_seconds()`).
+    """
+
+    def __init__(self, what, total=None, unit="examples", every_seconds=None):
+        self.what = what
+        self.total = total
+        self.unit = unit
+        self.count = 0
+        self._every = log_every_seconds() if every_seconds is None else every_seconds
+        self._start = time.time()
+        self._last_log = self._start
+
+    def update(self, increment=1, count=None):
+        """Counts `increment` more items (or sets the count), logging if the
+        interval has passed."""
+        self.count = self.count + increment if count is None else count
+        now = time.time()
+        if now - self._last_log >= self._every:
+            self._last_log = now
+            log_info("%s", self._message(now))
+
+    def _message(self, now, final=False):
+        elapsed = max(now - self._start, 1e-9)
+        rate = self.count / elapsed
+        if self.total is not None and not final:
+            message = "%s: %d of %d %s" % (self.what, self.count, self.total, self.unit)
+        else:
+            message = "%s: %d %s" % (self.what, self.count, self.unit)
+        message += " (%.1f %s/s" % (rate, self.unit)
+        if final:
+            message += ", %s in all)" % format_duration(elapsed)
+        elif self.total is not None and rate > 0:
+            message += ", ETA %s)" % format_duration((self.total - self.count) / rate)
+        else:
+            message += ")"
+        return message
+
+    def done(self):
+        """Logs the final count, rate and time."""
+        log_info("%s", self._message(time.time(), final=True))
