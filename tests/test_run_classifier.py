@@ -883,6 +883,26 @@ def test_predict_only_run_follows_the_run_record(mrpc_run, tmp_path):
     np.testing.assert_allclose(followed, trained, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_evaluate_and_predict_under_a_distribution_strategy(mrpc_run, tmp_path):
+    """Evaluation and prediction through MirroredStrategy (one CPU device)
+    read the run's checkpoint and write what the run without one wrote."""
+    output_dir = str(tmp_path / "mirrored")
+    os.makedirs(output_dir)
+    _copy_best_checkpoint(mrpc_run, output_dir)
+    shutil.copy(os.path.join(mrpc_run["output_dir"], "run_config.json"), output_dir)
+    tiny.run_main_seeded(run_classifier.main, dict(
+        output_dir=output_dir, data_dir=mrpc_run["data_dir"], do_eval=True, do_predict=True,
+        distribution_strategy="mirrored"))
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+        mirrored = np.array([[float(x) for x in line.split("\t")] for line in f])
+    with open(os.path.join(mrpc_run["output_dir"], "test_results.tsv")) as f:
+        trained = np.array([[float(x) for x in line.split("\t")] for line in f])
+    np.testing.assert_allclose(mirrored, trained, atol=1e-6)
+    result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
+    assert result["eval_accuracy"] > 0.9, result
+
+
 def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
     """Without --do_train, flags the command line leaves unset take the
     record's values; a given flag keeps its value, with one warning line;
