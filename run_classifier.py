@@ -67,10 +67,12 @@ shared_flags.define_flags(
         "data_dir": "Directory with the task's data files (train.tsv, dev.tsv, test.tsv "
                     "for GLUE tasks, as the GLUE download lays them out).",
         "export_dir": "If set, export a SavedModel for serving under this directory (in a "
-                      "timestamped subdirectory). Its serving_default signature takes "
-                      "int32 input_ids, input_mask and segment_ids of shape [batch, "
-                      "max_seq_length] and returns `probabilities` [batch, num_labels] "
-                      "(`scores` [batch] for regression).",
+                      "timestamped subdirectory). Its serving_default signature takes raw "
+                      "text, tf.string text_a [batch] (and text_b [batch] for pair tasks), "
+                      "and returns probabilities [batch, num_labels], label_ids and labels "
+                      "(scores [batch] for regression); serving_ids takes int32 input_ids, "
+                      "input_mask and segment_ids [batch, max_seq_length] instead. See "
+                      "docs/serving.md.",
         "train_file": "--task_name=generic: the training file (instead of "
                       "train.csv/.tsv/.jsonl in --data_dir).",
         "dev_file": "--task_name=generic: the dev (evaluation) file (instead of dev.* or "
