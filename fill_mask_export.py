@@ -325,12 +325,16 @@ def export_fill_mask(bert_config, init_checkpoint, export_dir, vocab_file, do_lo
 def check_flags(flag_values):
     """run_pretraining.py's checks of --export_dir, before any work: the
     flags it needs (--vocab_file and --bert_config_file; without --do_train
-    the --init_checkpoint it exports, which must hold the masked-LM head),
-    a writable folder, a vocabulary with [MASK] and --top_k.
+    the --init_checkpoint it exports, which must hold the masked-LM head;
+    with --do_train or --do_eval the run's --input_file and --output_dir,
+    so that no export is written before the run's error), a writable
+    folder, a vocabulary with [MASK] and --top_k.
     `flag_values`: absl's FLAGS. Raises errors.InputError."""
     names = ["vocab_file", "bert_config_file"]
     if not flag_values.do_train:
         names.append("init_checkpoint")
+    if flag_values.do_train or flag_values.do_eval:  # The run's own inputs, checked first.
+        names += ["input_file", "output_dir"]
     shared_flags.require_flags(*names)
     check_export_flags(flag_values.vocab_file, flag_values.export_dir, flag_values.top_k)
     if not flag_values.do_train:

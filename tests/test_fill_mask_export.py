@@ -357,6 +357,7 @@ def _write_checkpoint_without_head(model, path):
     (dict(vocab_file="NO_MASK"), "has no \\[MASK\\]"),
     (dict(init_checkpoint="NO_HEAD"), "--init_checkpoint .* has no masked-LM head"),
     (dict(export_dir="FILE"), "--export_dir"),
+    (dict(do_eval=True), "--input_file"),
 ])
 def test_bad_flags_are_refused_before_anything_is_written(model, tmp_path, overrides,
                                                           message):
