@@ -311,14 +311,15 @@ class Model:
 def split_outputs(outputs):
     """Batch outputs (name -> array [batch, ...]) -> one dict per example.
     A tagger's per-word outputs (beside its num_words) are cut to each
-    text's words."""
-    num_words = outputs.get("num_words")
+    text's words, fill-mask's per-mask outputs to its num_masks."""
+    count_name = "num_masks" if "num_masks" in outputs else "num_words"
+    num_words = outputs.get(count_name)
     examples = []
     for i in range(len(next(iter(outputs.values())))):
         example = {}
         for name, array in outputs.items():
             value = array[i]
-            if num_words is not None and name != "num_words" and value.ndim >= 1:
+            if num_words is not None and name != count_name and np.ndim(value) >= 1:
                 value = value[:num_words[i]]
             example[name] = json_value(name, value)
         examples.append(example)

