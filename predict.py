@@ -58,6 +58,7 @@ import script_runner
 import shared_flags
 from errors import InputError
 from exported_model import RequestError
+from rest_api import DEFAULT_LIMITS
 
 FLAGS = flags.FLAGS
 
@@ -100,27 +101,27 @@ flags.DEFINE_string("host", "127.0.0.1",
 flags.DEFINE_string("model_name", "default", "The model's name in the server's URLs.")
 
 
-flags.DEFINE_integer("max_request_bytes", rest_api.DEFAULT_LIMITS.max_request_bytes,
+flags.DEFINE_integer("max_request_bytes", DEFAULT_LIMITS.max_request_bytes,
                      "Server: requests with a larger body are refused (413).")
 flags.DEFINE_integer(
-    "max_instances", rest_api.DEFAULT_LIMITS.max_instances,
+    "max_instances", DEFAULT_LIMITS.max_instances,
     "Server: the most instances a request may hold (each ending of a multiple-choice "
     "instance counts, and each sequence of an id input); more: 400.")
 flags.DEFINE_integer(
-    "max_text_chars", rest_api.DEFAULT_LIMITS.max_text_chars,
+    "max_text_chars", DEFAULT_LIMITS.max_text_chars,
     "Server: the most characters of text a request may give the model to read, all its "
     "texts together. Each text is cut where the model stops reading (max_seq_length "
     "pieces, or --max_windows windows, of the export); the rest is not tokenized. More: "
     "400.")
 flags.DEFINE_integer(
-    "max_requests_in_flight", rest_api.DEFAULT_LIMITS.max_requests_in_flight,
+    "max_requests_in_flight", DEFAULT_LIMITS.max_requests_in_flight,
     "Server: :predict requests decoded and run at once; further ones wait for a place "
     "(each holding its connection).")
 flags.DEFINE_integer(
-    "max_connections", rest_api.DEFAULT_LIMITS.max_connections,
+    "max_connections", DEFAULT_LIMITS.max_connections,
     "Server: open connections (a thread each); one more is answered 503 and closed.")
 flags.DEFINE_float(
-    "client_timeout_seconds", rest_api.DEFAULT_LIMITS.timeout_seconds,
+    "client_timeout_seconds", DEFAULT_LIMITS.timeout_seconds,
     "Server: a request (its line, headers and body) must arrive within this many seconds, "
     "and its answer must be taken as long; an idle kept-alive connection is closed after "
     "as long.")

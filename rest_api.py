@@ -25,7 +25,8 @@ import tokenization
 from exported_model import RequestError
 
 # What one request and the server may take: the defaults of the server's
-# flags (timeout_seconds is --client_timeout_seconds) and of make_server.
+# flags (timeout_seconds is --client_timeout_seconds) and of
+# rest_server.make_server.
 ServerLimits = collections.namedtuple("ServerLimits", [
     "max_request_bytes", "max_instances", "max_text_chars", "max_requests_in_flight",
     "max_connections", "timeout_seconds"])
@@ -48,9 +49,6 @@ MAX_JSON_DEPTH = 16
 # The most characters a number of a request may have: int64 has 19 digits
 # and a sign. Longer ones are refused before Python converts them.
 _MAX_NUMBER_CHARS = 40
-
-
-
 
 # A JSON string, or the rest of the document after an opening quote that
 # is never closed: always matched whole (possessive), so removing every

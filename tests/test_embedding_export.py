@@ -206,7 +206,7 @@ def test_export_alone_pools_by_mean_and_says_so(model, tiny_export):  # noqa: F8
     assert said == ["Exporting sentence embeddings: mean pooling (the export's default for "
                     "--pooling=none) of layer -1, not normalised (--normalize_embeddings to "
                     "normalise); input text"], messages
-    # The log names the weights' checkpoint, not the export's scratch copy.
+    # The log names the checkpoint the weights come from.
     wrote = [m for m in messages if m.startswith("Wrote %s: SavedModel" % export_dir)]
     assert len(wrote) == 1 and wrote[0].endswith(
         "with the weights of %s" % model["init_checkpoint"]), messages
