@@ -431,31 +431,6 @@ def embedding_model_fn_builder(bert_config, layer_index, pooling, normalize, opt
     return model_fn
 
 
-def _serving_checkpoint(bert_config, init_checkpoint, path, with_pooler):
-    """Writes to `path` a checkpoint of exactly the variables an export's
-    graph holds: the encoder (and pooler) from `init_checkpoint`, and a
-    global step, which checkpoints converted or pre-trained elsewhere lack
-    and the export's restore needs. A pooler the checkpoint lacks (only
-    where `with_pooler` is False) keeps its random start: no output reads
-    it. Returns `path`.
-
-    Raises:
-      InputError: the checkpoint lacks a variable the export reads.
-    """
-    with tf.Graph().as_default():
-        tf.train.get_or_create_global_step()
-        ids = tf.zeros([1, 2], tf.int32)
-        training.bert_model(bert_config, False, ids, ids, ids, False)
-        _check_checkpoint_covers_model(init_checkpoint, with_pooler=with_pooler)
-        assignment_map, _ = modeling.get_assignment_map_from_checkpoint(
-            tf.trainable_variables(), init_checkpoint)
-        tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, path, write_meta_graph=False)
-    return path
-
-
 def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_lower_case,
                       max_seq_length=128, layer_index=-1, pooling="mean", normalize=False,
                       text_pairs=False, options=None):
@@ -497,12 +472,8 @@ def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_l
 
     settings = {"max_seq_length": max_seq_length, "pooling": pooling, "layer": layer_index,
                 "normalize_embeddings": bool(normalize)}
-    with tempfile.TemporaryDirectory(prefix="extract_features_export_") as tmp:
-        checkpoint = _serving_checkpoint(bert_config, init_checkpoint,
-                                         os.path.join(tmp, "model.ckpt"),
-                                         with_pooler=pooling == "pooler")
-        return serving.export(model_fn, export_dir, checkpoint, vocab_file, do_lower_case,
-                              text_signature, settings=settings, weights=init_checkpoint)
+    return serving.export(model_fn, export_dir, init_checkpoint, vocab_file, do_lower_case,
+                          text_signature, settings=settings)
 
 
 # ---------------------------------------------------------------------------

@@ -38,15 +38,12 @@ The k, the vocabulary's [MASK] id and max_seq_length are recorded in
 assets/tokenizer_config.json.
 """
 
-import os
-import tempfile
 
 import tensorflow.compat.v1 as tf
 
 import checkpoints
 import errors
 import graph_tokenization
-import modeling
 import runtime
 import serving
 import shared_flags
@@ -243,32 +240,6 @@ def fill(parts, tokens, num_masks):
     return tf.strings.reduce_join(joined, axis=1)
 
 
-def _serving_checkpoint(bert_config, init_checkpoint, path, masked_lm_output):
-    """Writes to `path` a checkpoint of exactly the variables a fill-mask
-    export's graph holds (the encoder and the masked-LM head, from
-    `init_checkpoint`) and a global step, which converted checkpoints lack
-    and the export's restore needs. Returns `path`."""
-    with tf.Graph().as_default():
-        tf.train.get_or_create_global_step()
-        ids = tf.zeros([1, 2], tf.int32)
-        model = training.bert_model(bert_config, False, ids, ids, ids, False)
-        masked_lm_output(bert_config, model.get_sequence_output(),
-                         model.get_embedding_table(), ids, ids, tf.zeros([1, 2]))
-        assignment_map, _ = modeling.get_assignment_map_from_checkpoint(
-            tf.trainable_variables(), init_checkpoint)
-        missing = [v.op.name for v in tf.trainable_variables()
-                   if v.op.name not in assignment_map]
-        if missing:
-            raise errors.InputError(
-                "--init_checkpoint %s lacks %d variable(s) of the model, e.g. %s"
-                % (init_checkpoint, len(missing), ", ".join(missing[:3])))
-        tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, path, write_meta_graph=False)
-    return path
-
-
 def export_fill_mask(bert_config, init_checkpoint, export_dir, vocab_file, do_lower_case,
                      masked_lm_output, max_seq_length=128, top_k=5, options=None):
     """Exports a fill-mask SavedModel (tag "serve", see the module
@@ -312,11 +283,8 @@ def export_fill_mask(bert_config, init_checkpoint, export_dir, vocab_file, do_lo
 
     settings = {"max_seq_length": max_seq_length, "top_k": top_k, "mask_token": MASK_TOKEN,
                 "mask_id": mask_id}
-    with tempfile.TemporaryDirectory(prefix="fill_mask_export_") as tmp:
-        checkpoint = _serving_checkpoint(bert_config, init_checkpoint,
-                                         os.path.join(tmp, "model.ckpt"), masked_lm_output)
-        return serving.export(model_fn, export_dir, checkpoint, vocab_file, do_lower_case,
-                              text_signature, settings=settings, weights=init_checkpoint)
+    return serving.export(model_fn, export_dir, init_checkpoint, vocab_file, do_lower_case,
+                          text_signature, settings=settings)
 
 
 # ---------------------------------------------------------------------------

@@ -26,10 +26,11 @@ Scripts import the mode keys, the spec and the export helpers from here
 
 import collections
 import os
-import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
+
+import saved_model_writer
 
 
 class ConfigError(ValueError):
@@ -728,9 +729,10 @@ class _FinalValuesHook(tf.train.SessionRunHook):
 
 def _export_saved_model(model_fn, params, export_dir_base, serving_input_receiver_fn,
                         checkpoint_path, session_config=None):
-    """Writes a SavedModel (see `write_saved_model`) of model_fn's PREDICT
-    graph: the spec's `export_outputs` (name -> PredictOutput) become the
-    signatures; without them, its `predictions` become "serving_default"."""
+    """Writes a SavedModel (see `saved_model_writer.write_saved_model`) of
+    model_fn's PREDICT graph: the spec's `export_outputs` (name ->
+    PredictOutput) become the signatures; without them, its `predictions`
+    become "serving_default"."""
     def build_signatures():
         receiver = serving_input_receiver_fn()
         spec = model_fn(receiver.features, None, ModeKeys.PREDICT, dict(params))
@@ -741,78 +743,8 @@ def _export_saved_model(model_fn, params, export_dir_base, serving_input_receive
         return {key: output.as_signature_def(receiver.receiver_tensors)
                 for key, output in outputs.items()}
 
-    return write_saved_model(build_signatures, checkpoint_path, export_dir_base, session_config)
-
-
-def write_saved_model(build_signatures, checkpoint_path, export_dir_base, session_config=None,
-                      assets_extra=()):
-    """Writes a SavedModel (tag "serve") with the weights of `checkpoint_path`.
-
-    Args:
-      build_signatures: () -> {signature name: SignatureDef}, called in a new
-        graph (with a global step) to build the model. Files in the graph's
-        ASSET_FILEPATHS collection (a lookup table's vocabulary, say) are
-        copied into the SavedModel's assets/, and its tables are initialised
-        when it loads.
-      checkpoint_path: the checkpoint whose variables are saved.
-      export_dir_base: the SavedModel goes into export_dir_base/<unix time>;
-        it is written to a temporary directory and renamed, so a failure
-        leaves no half-written export.
-      session_config: the tf.ConfigProto of the session that restores it.
-      assets_extra: files copied into the SavedModel's assets.extra/ (for
-        its users; the graph does not read them).
-
-    Returns:
-      The SavedModel's directory.
-    """
-    if not checkpoint_path:
-        raise ConfigError("no checkpoint to export (checkpoint_path is empty)")
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.train.get_or_create_global_step()
-        signatures = build_signatures()
-        tf.io.gfile.makedirs(export_dir_base)
-        stamp = int(time.time())
-        while tf.io.gfile.exists(os.path.join(export_dir_base, str(stamp))):
-            stamp += 1
-        export_dir = os.path.join(export_dir_base, str(stamp))
-        temp_dir = os.path.join(export_dir_base, "temp-%d" % stamp)
-        # Built before the session runs the graph: tf.group marks the ops it
-        # waits for (an attribute), and TensorFlow warns of ops changed
-        # after a session ran them.
-        main_op = tf.group(tf.local_variables_initializer(), tf.tables_initializer())
-        saver = tf.train.Saver(sharded=True)
-        with tf.Session(config=session_config) as session:
-            saver.restore(session, checkpoint_path)
-            builder = tf.saved_model.Builder(temp_dir)
-            builder.add_meta_graph_and_variables(
-                session, [tf.saved_model.tag_constants.SERVING],
-                signature_def_map=signatures, strip_default_attrs=True,
-                assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
-                main_op=main_op)
-            builder.save()
-    for path in assets_extra:
-        extra = os.path.join(temp_dir, "assets.extra")
-        tf.io.gfile.makedirs(extra)
-        tf.io.gfile.copy(path, os.path.join(extra, os.path.basename(path)), overwrite=True)
-    _write_fingerprint(temp_dir)
-    tf.io.gfile.rename(temp_dir, export_dir)
-    return export_dir
-
-
-def _write_fingerprint(saved_model_dir):
-    """Writes the SavedModel's fingerprint.pb (hashes of its graph,
-    signatures and weights), as tf.saved_model.save does and TensorFlow's
-    TF1 SavedModel builder does not: without it, each load logs
-    "Fingerprint not found" (and a second line). TensorFlow has no public
-    function for it; a TensorFlow without this one writes none."""
-    try:
-        from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
-        fingerprint = fingerprinting.CreateFingerprintDef(saved_model_dir)
-    except (ImportError, AttributeError):
-        return
-    with tf.io.gfile.GFile(os.path.join(saved_model_dir, "fingerprint.pb"), "wb") as f:
-        f.write(fingerprint)
+    return saved_model_writer.write_saved_model(build_signatures, checkpoint_path,
+                                                export_dir_base, session_config)
 
 
 # ---------------------------------------------------------------------------

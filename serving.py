@@ -30,6 +30,7 @@ import errors
 import file_io
 import graph_tokenization
 import runtime
+import saved_model_writer
 
 TEXT_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 IDS_SIGNATURE = "serving_ids"
@@ -196,7 +197,7 @@ def string_input(name, rank=1):
 
 
 def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, text_signature,
-           id_rank=2, settings=None, assets_extra=(), weights=None):
+           id_rank=2, settings=None, assets_extra=()):
     """Writes a SavedModel with a text signature and an id signature over
     one model (see the module docstring).
 
@@ -216,8 +217,6 @@ def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, tex
         [batch, choices, seq]: 3); serving_ids takes any length.
       settings: more entries of tokenizer_config.json (max_seq_length, ...).
       assets_extra: files copied into the SavedModel's assets.extra/.
-      weights: the checkpoint the log names as the weights' source, where
-        `checkpoint_path` is a copy of it (default: checkpoint_path).
 
     Returns:
       The SavedModel's directory.
@@ -250,9 +249,9 @@ def export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case, tex
                 IDS_SIGNATURE: tf.saved_model.predict_signature_def(
                     id_inputs, id_spec.export_outputs[TEXT_SIGNATURE].outputs)}
 
-        path = runtime.write_saved_model(build_signatures, checkpoint_path, export_dir,
-                                         assets_extra=assets_extra)
+        path = saved_model_writer.write_saved_model(build_signatures, checkpoint_path,
+                                                    export_dir, assets_extra=assets_extra)
     file_io.report_output(path, "SavedModel for serving (text in: %s; ids in: %s), with "
                           "the weights of %s" % (TEXT_SIGNATURE, IDS_SIGNATURE,
-                                                 weights or checkpoint_path))
+                                                 checkpoint_path))
     return path

@@ -207,20 +207,21 @@ def _text_call(variant, export_dir):
 
     import tensorflow as tf
 
-    import predict
+    import exported_model
+    import rest_server
     if variant == "text":
         signature = tf.saved_model.load(export_dir).signatures["serving_default"]
         return lambda text: signature(text_a=tf.constant([text]))["probabilities"].numpy()
-    model = predict.Model(export_dir)
+    model = exported_model.Model(export_dir)
     if variant == "line":
         signature = model.signature("serving_default")
 
         def label_line(text):
             row = json.loads(json.dumps({"text_a": text}))
             outputs = signature({"text_a": [row["text_a"]]})
-            return json.dumps(predict.split_outputs(outputs)[0], sort_keys=True)
+            return json.dumps(exported_model.split_outputs(outputs)[0], sort_keys=True)
         return label_line
-    server = predict.make_server(model, "127.0.0.1", 0, "default", 1 << 26)
+    server = rest_server.make_server(model, "127.0.0.1", 0, "default", 1 << 26)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1])
 

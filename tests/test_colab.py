@@ -15,7 +15,10 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+import serving_exports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTALL = os.path.join(ROOT, "scripts", "install_into.sh")
@@ -278,3 +281,56 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert len(predictions) == 3
     assert any(os.path.isfile(os.path.join(out, "export", v, "saved_model.pb"))
                for v in os.listdir(out / "export"))
+
+
+# The newest supported TensorFlow's environment: the other leg's (where
+# .ci/run names it), else the latest leg's in the checkout.
+NEWEST_PYTHON = next((p for p in (os.environ.get("BERT_OTHER_PYTHON"),
+                                  os.path.join(ROOT, ".venv-ci-latest", "bin", "python"))
+                      if p and os.access(p, os.X_OK)), None)
+
+
+@pytest.fixture(scope="module")
+def newest_exports(tmp_path_factory):
+    """serving_exports.py's exports and answers, made by NEWEST_PYTHON."""
+    if NEWEST_PYTHON is None:
+        pytest.skip("no environment of the newest TensorFlow to export with "
+                    "(.venv-ci-latest, or BERT_OTHER_PYTHON)")
+    out = tmp_path_factory.mktemp("newest_exports")
+    made = subprocess.run([NEWEST_PYTHON, os.path.join(ROOT, "tests", "serving_exports.py"),
+                           str(out)], capture_output=True, text=True, timeout=1200)
+    assert made.returncode == 0, made.stderr[-3000:]
+    with open(out / "answers.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _minor(version):
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
+@colab_leg_only
+@pytest.mark.slow
+@pytest.mark.parametrize("task", sorted(serving_exports.EXPORTS))
+def test_newest_exports_answer_alike_on_tf_serving_tensorflow(newest_exports, task):
+    """Each task's export, written by the newest TensorFlow (2.21), loads in
+    this leg's TensorFlow 2.20 and TensorFlow Text 2.20 (those of TF
+    Serving's current release) as TF Serving loads it (a TF1 session, tag
+    "serve") and answers serving_default as the newest TensorFlow did."""
+    import tensorflow.compat.v1 as tf
+    import tensorflow_text  # noqa: F401  (registers the WordPiece op)
+    assert _minor(newest_exports["tensorflow"]) > _minor(tf.__version__), (
+        newest_exports["tensorflow"], tf.__version__)
+    made = newest_exports["tasks"][task]
+    with tf.Graph().as_default(), tf.Session() as session:
+        meta_graph = tf.saved_model.loader.load(session, ["serve"], made["export"])
+        signature = meta_graph.signature_def["serving_default"]
+        outputs = session.run(
+            {name: info.name for name, info in signature.outputs.items()},
+            {signature.inputs[name].name: value for name, value in made["inputs"].items()})
+    assert sorted(outputs) == sorted(made["outputs"])
+    for name, value in outputs.items():
+        value, expected = serving_exports.as_json(np.asarray(value)), made["outputs"][name]
+        if np.asarray(value).dtype.kind == "f":
+            np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=name)
+        else:
+            assert value == expected, name

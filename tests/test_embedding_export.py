@@ -24,8 +24,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import convert_checkpoint
+import exported_model
 import file_io
-import predict
+import rest_api
+import rest_server
 import serving
 import test_predict
 import test_real_model
@@ -204,7 +206,7 @@ def test_export_alone_pools_by_mean_and_says_so(model, tiny_export):  # noqa: F8
     assert said == ["Exporting sentence embeddings: mean pooling (the export's default for "
                     "--pooling=none) of layer -1, not normalised (--normalize_embeddings to "
                     "normalise); input text"], messages
-    # The log names the weights' checkpoint, not the export's scratch copy.
+    # The log names the checkpoint the weights come from.
     wrote = [m for m in messages if m.startswith("Wrote %s: SavedModel" % export_dir)]
     assert len(wrote) == 1 and wrote[0].endswith(
         "with the weights of %s" % model["init_checkpoint"]), messages
@@ -274,9 +276,9 @@ def test_predict_writes_embeddings_for_a_file(tiny_export, tmp_path):
 @pytest.fixture(scope="module")
 def embedding_server(tiny_export):
     export_dir, _ = tiny_export
-    served = predict.Model(os.path.dirname(export_dir))
-    limits = predict.DEFAULT_LIMITS._replace(max_text_chars=2000)
-    http = predict.make_server(served, "127.0.0.1", 0, "embed", limits=limits)
+    served = exported_model.Model(os.path.dirname(export_dir))
+    limits = rest_api.DEFAULT_LIMITS._replace(max_text_chars=2000)
+    http = rest_server.make_server(served, "127.0.0.1", 0, "embed", limits=limits)
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
     yield "http://127.0.0.1:%d/v1/models/embed:predict" % http.server_address[1], export_dir

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import exported_model
 import fill_mask_export
 import fill_mask_model
-import predict
+import rest_server
 import serving
 import test_predict
 import test_serving
@@ -285,8 +286,8 @@ def _documented_request():
 
 @pytest.mark.slow
 def test_server_answers_the_documented_request(exported):
-    served = predict.Model(os.path.dirname(exported))
-    http = predict.make_server(served, "127.0.0.1", 0, "fillmask")
+    served = exported_model.Model(os.path.dirname(exported))
+    http = rest_server.make_server(served, "127.0.0.1", 0, "fillmask")
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
     try:

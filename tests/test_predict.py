@@ -20,8 +20,11 @@ from absl import flags
 from absl.testing import flagsaver
 
 import errors
+import exported_model
 import modeling
 import predict
+import rest_api
+import rest_server
 import run_classifier
 import run_ner
 import run_swag
@@ -76,14 +79,14 @@ def _predict(export_dir, cached=True, **flag_values):
     values.update(flag_values)
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
-    load = predict.Model
+    load = exported_model.Model
 
     def loaded(model_dir):
         if model_dir not in _LOADED:
             _LOADED[model_dir] = load(model_dir)
         return _LOADED[model_dir]
 
-    with flagsaver.flagsaver(**values), mock.patch.object(predict, "Model",
+    with flagsaver.flagsaver(**values), mock.patch.object(exported_model, "Model",
                                                           loaded if cached else load):
         predict.main([])
     with open(values["output_file"], encoding="utf-8") as f:
@@ -92,17 +95,17 @@ def _predict(export_dir, cached=True, **flag_values):
 
 def test_find_saved_model(exports, tmp_path):
     base = os.path.dirname(exports["pair"])
-    assert predict.find_saved_model(base) == (exports["pair"],
+    assert exported_model.find_saved_model(base) == (exports["pair"],
                                               os.path.basename(exports["pair"]))
-    assert predict.find_saved_model(exports["pair"])[0] == exports["pair"]
+    assert exported_model.find_saved_model(exports["pair"])[0] == exports["pair"]
     newer = os.path.join(base, str(int(os.path.basename(exports["pair"])) + 10))
     os.makedirs(newer)
     try:
-        assert predict.find_saved_model(base)[0] == exports["pair"]  # No saved_model.pb.
+        assert exported_model.find_saved_model(base)[0] == exports["pair"]  # No saved_model.pb.
     finally:
         os.rmdir(newer)
     with pytest.raises(errors.InputError, match="--model_dir: no SavedModel in"):
-        predict.find_saved_model(str(tmp_path))
+        exported_model.find_saved_model(str(tmp_path))
 
 
 @pytest.mark.slow
@@ -279,7 +282,7 @@ def _refused_before_loading(exports, monkeypatch, message, **flag_values):
         raise AssertionError("the model was loaded")
 
     with monkeypatch.context() as patch:
-        patch.setattr(predict, "Model", no_loading)
+        patch.setattr(exported_model, "Model", no_loading)
         with pytest.raises(errors.InputError, match=message):
             _predict(exports["single"], cached=False, **flag_values)
 
@@ -383,8 +386,8 @@ def test_a_closed_pipe_ends_the_script_as_other_unix_tools(exports, tmp_path):
 
 @pytest.fixture(scope="module")
 def server(exports):
-    model = predict.Model(os.path.dirname(exports["pair"]))
-    http = predict.make_server(model, "127.0.0.1", 0, "mrpc", max_request_bytes=20000)
+    model = exported_model.Model(os.path.dirname(exports["pair"]))
+    http = rest_server.make_server(model, "127.0.0.1", 0, "mrpc", max_request_bytes=20000)
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
     yield "http://127.0.0.1:%d" % http.server_address[1], model
@@ -474,14 +477,14 @@ def test_concurrent_clients_get_their_own_answers(server, monkeypatch):
     # Requests run in groups that must be in flight together to go on (as
     # many as the server runs at once): a server that answered one request
     # at a time would never pass the barrier.
-    barrier = threading.Barrier(predict.DEFAULT_LIMITS.max_requests_in_flight, timeout=60)
-    original = predict.predict_response
+    barrier = threading.Barrier(rest_api.DEFAULT_LIMITS.max_requests_in_flight, timeout=60)
+    original = rest_api.predict_response
 
     def together_with_others(*args):
         barrier.wait()
         return original(*args)
 
-    monkeypatch.setattr(predict, "predict_response", together_with_others)
+    monkeypatch.setattr(rest_api, "predict_response", together_with_others)
 
     def client(i):
         together[i] = _call(url + "/v1/models/mrpc:predict", requests[i])[1]

@@ -28,7 +28,10 @@ from absl import flags
 from absl.testing import flagsaver
 
 import errors
+import exported_model
 import predict
+import rest_api
+import rest_server
 import run_classifier
 import serving
 import test_serving
@@ -40,7 +43,7 @@ FLAGS = flags.FLAGS
 PREDICT = "/v1/models/m:predict"
 GOOD = {"instances": [{"text_a": "the film is good", "text_b": "what ends well"}]}
 # Limits small enough to reach in a test.
-LIMITS = predict.ServerLimits(max_request_bytes=300000, max_instances=16,
+LIMITS = rest_api.ServerLimits(max_request_bytes=300000, max_instances=16,
                               max_text_chars=20000, max_requests_in_flight=4,
                               max_connections=16, timeout_seconds=30)
 
@@ -50,12 +53,12 @@ class _Servers:
     the end of the module."""
 
     def __init__(self, export_dirs):
-        self.models = {name: predict.Model(os.path.dirname(path))
+        self.models = {name: exported_model.Model(os.path.dirname(path))
                        for name, path in export_dirs.items() if name in ("pair", "ner", "swag")}
         self._running = []
 
     def start(self, name="pair", **limits):
-        server = predict.make_server(self.models[name], "127.0.0.1", 0, "m",
+        server = rest_server.make_server(self.models[name], "127.0.0.1", 0, "m",
                                      limits=LIMITS._replace(**limits), log_every_seconds=30)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self._running.append(server)
@@ -262,16 +265,16 @@ def test_single_input_models_name_missing_and_unknown_inputs(servers):
 
 
 def test_json_depth_counts_brackets_outside_strings_in_one_pass():
-    assert predict.json_depth(b'"[[["') == 0
-    assert predict.json_depth(b'{"a": ["[", "\\"[", {"b": "\\\\"}], "c": []}') == 3
-    assert predict.json_depth(b'{"a": "unterminated [[[') == 1
-    assert predict.json_depth(b"[[]][[[]]]") == 3
-    assert predict.json_depth(b"") == 0
+    assert rest_api.json_depth(b'"[[["') == 0
+    assert rest_api.json_depth(b'{"a": ["[", "\\"[", {"b": "\\\\"}], "c": []}') == 3
+    assert rest_api.json_depth(b'{"a": "unterminated [[[') == 1
+    assert rest_api.json_depth(b"[[]][[[]]]") == 3
+    assert rest_api.json_depth(b"") == 0
     # Quotes and backslashes that would make a backtracking pattern
     # quadratic: megabytes of them, at once.
     for data, depth in ((b'"' + b'\\"' * 1000000 + b'\\', 0), (b'["' * 1000000, 500000),
                         (b"[" * 3000000, 3000000)):
-        assert predict.json_depth(data) == depth
+        assert rest_api.json_depth(data) == depth
 
 
 HTTP_ERRORS = [
@@ -366,7 +369,7 @@ def test_an_internal_error_is_a_500_without_details(pair, monkeypatch, caplog):
     def broken(*args):
         raise KeyError(os.path.join(sys.prefix, "secret"))
 
-    monkeypatch.setattr(predict, "predict_response", broken)
+    monkeypatch.setattr(rest_api, "predict_response", broken)
     with caplog.at_level(logging.WARNING, logger="tensorflow"):
         status, answer = _post(server, GOOD)
         _logged(caplog, 1)
@@ -474,14 +477,14 @@ def test_a_cut_text_gives_the_first_tokens_of_the_whole(do_lower_case, tmp_path)
     for _ in range(3000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         words = rng.randint(1, 8)
-        end = predict.read_length(text, words, 10 ** 6)
+        end = rest_api.read_length(text, words, 10 ** 6)
         whole, cut = tokenizer.tokenize(text), tokenizer.tokenize(text[:end])
         assert len(cut) >= min(words, len(whole)), (text, end)
         assert whole[:len(cut)] == cut, (text, end)
-    assert predict.read_length("a " * 50, 3, 10 ** 6) == 5
-    assert predict.read_length("a " * 50, None, 10 ** 6) == 100
-    assert predict.read_length("a " * 50, None, 99) is None
-    assert predict.read_length("x" * 10 ** 6 + " a", 1, 1000) is None
+    assert rest_api.read_length("a " * 50, 3, 10 ** 6) == 5
+    assert rest_api.read_length("a " * 50, None, 10 ** 6) == 100
+    assert rest_api.read_length("a " * 50, None, 99) is None
+    assert rest_api.read_length("x" * 10 ** 6 + " a", 1, 1000) is None
 
 
 def test_a_word_character_is_always_a_word():
@@ -506,15 +509,15 @@ def test_cut_pairs_give_the_features_of_the_whole(config, tmp_path):
     --do_predict makes of the whole pair (run_classifier.convert_example):
     the pair cut to fit, or a windowed first text's windows."""
     tokenizer = _tokenizer(tmp_path, True)
-    words_a, words_b = (predict.words_read(config, name) for name in ("text_a", "text_b"))
+    words_a, words_b = (rest_api.words_read(config, name) for name in ("text_a", "text_b"))
     assert words_b == 10 and words_a == (10 if len(config) == 1 else 3 * 3 + 10)
     rng = random.Random(3)
     for _ in range(300):
         text_a, text_b = (" ".join(rng.choice(["film", "ab" * 5, "中文", "good.", "x", "is"])
                                    for _ in range(rng.randint(0, most)))
                           for most in (40, 16))
-        cut_a = text_a[:predict.read_length(text_a, words_a, 10 ** 6)]
-        cut_b = text_b[:predict.read_length(text_b, words_b, 10 ** 6)]
+        cut_a = text_a[:rest_api.read_length(text_a, words_a, 10 ** 6)]
+        cut_b = text_b[:rest_api.read_length(text_b, words_b, 10 ** 6)]
         features = [[f.input_ids for f in run_classifier.convert_example(
             0, run_classifier.InputExample("x", a, b or None, "0"), ["0"], 12, tokenizer,
             doc_stride=config.get("doc_stride"), max_windows=config.get("max_windows", 0))[0]]
@@ -524,10 +527,10 @@ def test_cut_pairs_give_the_features_of_the_whole(config, tmp_path):
 
 def test_what_the_exports_read():
     windows = {"max_seq_length": 12, "doc_stride": 3, "max_windows": 4}
-    assert predict.words_read(dict(windows, max_windows=0), "text_a") is None
-    assert predict.words_read({"max_seq_length": 16, "doc_stride": 4}, "text") is None
-    assert predict.words_read({"max_seq_length": 80}, "endings") == 78
-    assert predict.words_read({}, "text_a") is None
+    assert rest_api.words_read(dict(windows, max_windows=0), "text_a") is None
+    assert rest_api.words_read({"max_seq_length": 16, "doc_stride": 4}, "text") is None
+    assert rest_api.words_read({"max_seq_length": 80}, "endings") == 78
+    assert rest_api.words_read({}, "text_a") is None
 
 
 def test_pairs_are_cut_alike_whatever_the_length_past_the_cut():
@@ -564,7 +567,7 @@ def test_requests_beyond_the_limit_in_flight_wait_for_a_place(servers, monkeypat
     answer = _post(server, GOOD)
     release, lock = threading.Event(), threading.Lock()
     running = [0, 0]  # now, most
-    original = predict.predict_response
+    original = rest_api.predict_response
 
     def held(*args):
         with lock:
@@ -575,7 +578,7 @@ def test_requests_beyond_the_limit_in_flight_wait_for_a_place(servers, monkeypat
             running[0] -= 1
         return original(*args)
 
-    monkeypatch.setattr(predict, "predict_response", held)
+    monkeypatch.setattr(rest_api, "predict_response", held)
     answers = [None] * 5
 
     def client(i):
@@ -646,14 +649,14 @@ def test_slow_and_idle_clients_are_cut_off(servers):
 def test_a_client_that_leaves_early_is_one_log_line(servers, monkeypatch, caplog):
     server = servers.start()
     entered, left = threading.Event(), threading.Event()
-    original = predict.predict_response
+    original = rest_api.predict_response
 
     def after_the_client_left(*args):
         entered.set()
         left.wait(60)
         return original(*args)
 
-    monkeypatch.setattr(predict, "predict_response", after_the_client_left)
+    monkeypatch.setattr(rest_api, "predict_response", after_the_client_left)
     with caplog.at_level(logging.INFO, logger="tensorflow"):
         with socket.create_connection(("127.0.0.1", server.server_address[1])) as sock:
             # Closing sends a reset: the server's answer then fails at once.
@@ -675,13 +678,13 @@ def test_a_client_that_leaves_early_is_one_log_line(servers, monkeypatch, caplog
 
 def test_the_log_has_a_line_per_request_at_a_human_pace_else_a_summary(caplog):
     now = [100.0]
-    log = predict._RequestLog(30, clock=lambda: now[0])
-    held = predict.RequestHeld(2, {"text_a": (1, 500)})
+    log = rest_server._RequestLog(30, clock=lambda: now[0])
+    held = rest_api.RequestHeld(2, {"text_a": (1, 500)})
     with caplog.at_level(logging.INFO, logger="tensorflow"):
         log.answered("POST /p from a: 200 in 5 ms", held)
         for step in range(10):  # Ten more within a second of each other.
             now[0] += 0.1
-            log.answered("POST /p from a: 200 in 5 ms", predict.RequestHeld(1, {}))
+            log.answered("POST /p from a: 200 in 5 ms", rest_api.RequestHeld(1, {}))
         log.flush()  # Not due yet.
         now[0] += 31
         log.flush()
@@ -756,7 +759,7 @@ def test_serves_on_ipv6(servers):
             probe.bind(("::1", 0))
     except OSError as e:
         pytest.skip("no IPv6 loopback here: %s" % e)
-    server = predict.make_server(servers.models["pair"], "::1", 0, "m", limits=LIMITS,
+    server = rest_server.make_server(servers.models["pair"], "::1", 0, "m", limits=LIMITS,
                                  log_every_seconds=30)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

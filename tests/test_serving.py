@@ -22,7 +22,7 @@ import modeling
 import run_classifier
 import run_ner
 import run_swag
-import runtime
+import saved_model_writer
 import serving
 import test_run_classifier
 import test_run_ner
@@ -291,7 +291,7 @@ def test_swag_text_signature_equals_do_predict(model_files, tmp_path):
 
 
 def test_export_changes_no_op_a_session_ran_and_writes_a_fingerprint(tmp_path, monkeypatch):
-    """runtime.write_saved_model (under serving.export) builds everything
+    """saved_model_writer.write_saved_model (under serving.export) builds everything
     before its session runs the graph: TensorFlow warns of an op changed
     after a session ran it ("... will trigger an error in the future"), as
     the tables' initialiser was when the main op was built after the
@@ -330,7 +330,8 @@ def test_export_changes_no_op_a_session_ran_and_writes_a_fingerprint(tmp_path, m
 
     monkeypatch.setattr(tf_ops.Operation, "_set_attr", spy_set_attr)
     monkeypatch.setattr(tf.Session, "run", spy_run)
-    path = runtime.write_saved_model(build_signatures, checkpoint, str(tmp_path / "export"))
+    path = saved_model_writer.write_saved_model(build_signatures, checkpoint,
+                                                str(tmp_path / "export"))
     monkeypatch.undo()
     assert ran and changed_after_a_run == []
     assert os.path.getsize(os.path.join(path, "fingerprint.pb")) > 0

@@ -23,8 +23,9 @@ import tensorflow.compat.v1 as tf
 from seqeval.metrics.sequence_labeling import get_entities
 from tensorflow.core.protobuf import meta_graph_pb2
 
+import exported_model
 import modeling
-import predict
+import rest_server
 import run_classifier
 import run_ner
 import test_serving
@@ -186,12 +187,12 @@ def test_page_escapes_what_it_names_and_allows_only_its_own_script():
 
 @pytest.fixture(scope="module")
 def servers(exports):
-    """name -> (URL, predict.Model) of predict.py's server of each export
+    """name -> (URL, exported_model.Model) of predict.py's server of each export
     (the classifier's refuses requests over 2000 bytes)."""
     urls, running = {}, []
     for name, limit in (("classifier", 2000), ("ner", 1 << 20)):
-        model = predict.Model(os.path.dirname(exports[name]))
-        http = predict.make_server(model, "127.0.0.1", 0, name, max_request_bytes=limit)
+        model = exported_model.Model(os.path.dirname(exports[name]))
+        http = rest_server.make_server(model, "127.0.0.1", 0, name, max_request_bytes=limit)
         threading.Thread(target=http.serve_forever, daemon=True).start()
         urls[name] = "http://127.0.0.1:%d/" % http.server_address[1], model
         running.append(http)

@@ -1,0 +1,196 @@
+"""An exported SavedModel loaded for labelling and serving (predict.py):
+finding the newest version in an export folder, calling a signature with
+Python values, and its outputs as JSON, as TensorFlow Serving writes them.
+
+Loading registers TensorFlow Text's ops (the exports tokenize in the graph).
+"""
+
+import base64
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the WordPiece op of the exports)
+from tensorflow.core.protobuf import saved_model_pb2
+
+import file_io
+import serving
+from errors import InputError
+
+# Signature inputs and outputs, as TensorFlow Serving names the string kind.
+BINARY_SUFFIX = "_bytes"
+
+
+def find_saved_model(model_dir):
+    """(SavedModel folder, version): `model_dir` itself if it holds a
+    saved_model.pb, else its numbered subfolder with the highest number
+    (an export's timestamps, TensorFlow Serving's versions). A SavedModel
+    folder whose name is no number has version "1".
+
+    Raises:
+      InputError: no SavedModel there.
+    """
+    if file_io.exists(os.path.join(model_dir, "saved_model.pb")):
+        name = os.path.basename(os.path.normpath(model_dir))
+        return model_dir, name if name.isdigit() else "1"
+    versions = []
+    if file_io.isdir(model_dir):
+        versions = [name.rstrip("/") for name in file_io.gfile().listdir(model_dir)
+                    if name.rstrip("/").isdigit()
+                    and file_io.exists(os.path.join(model_dir, name, "saved_model.pb"))]
+    if not versions:
+        raise InputError("--model_dir: no SavedModel in %s (a folder with saved_model.pb, or "
+                         "an export folder holding timestamped ones)" % model_dir)
+    version = max(versions, key=int)
+    return os.path.join(model_dir, version), version
+
+
+class RequestError(ValueError):
+    """A request (or an input row) the model cannot take; the message says
+    why."""
+
+
+class Signature:
+    """One signature of a loaded SavedModel, called with Python values.
+
+    Attributes:
+      name: the signature's name.
+      inputs: name -> tf.TensorSpec (the batch is the first dimension).
+      output_names: sorted.
+    """
+
+    def __init__(self, name, function):
+        self.name = name
+        self._function = function
+        self.inputs = dict(function.structured_input_signature[1])
+        self.output_names = sorted(function.structured_outputs)
+
+    def __call__(self, columns):
+        """The outputs (name -> NumPy array) for `columns`: input name ->
+        its value for the whole batch (nested lists; strings as str, or
+        {"b64": ...} for bytes). Raises RequestError for a missing or
+        unknown input, or a value of the wrong type or shape."""
+        unknown = sorted(set(columns) - set(self.inputs))
+        missing = sorted(set(self.inputs) - set(columns))
+        if unknown or missing:
+            raise RequestError("the signature %s takes %s; %s" % (
+                self.name, ", ".join(sorted(self.inputs)),
+                "; ".join(filter(None, ["missing: " + ", ".join(missing) if missing else "",
+                                        "unknown: " + ", ".join(unknown) if unknown else ""]))))
+        tensors = {name: _tensor(name, columns[name], spec)
+                   for name, spec in self.inputs.items()}
+        return {name: value.numpy() for name, value in self._function(**tensors).items()}
+
+    def run(self, arrays):
+        """The outputs (name -> NumPy array) for `arrays`: input name -> a
+        NumPy array of the input's dtype and rank (text as UTF-8 bytes),
+        checked beforehand (the server's `rest_api._checked_inputs`)."""
+        tensors = {name: tf.constant(arrays[name], dtype=spec.dtype)
+                   for name, spec in self.inputs.items()}
+        return {name: value.numpy() for name, value in self._function(**tensors).items()}
+
+
+def _tensor(name, value, spec):
+    """`value` (nested lists) as a tensor of `spec`'s type and rank."""
+    if spec.dtype == tf.string:
+        value = encode_strings(name, value)
+    try:
+        tensor = tf.constant(value, dtype=spec.dtype)
+    except (TypeError, ValueError) as e:
+        raise RequestError("input %s: expected %s of %s values (%s)"
+                           % (name, _shape_words(spec), spec.dtype.name, e))
+    if not spec.shape.is_compatible_with(tensor.shape):
+        raise RequestError("input %s: expected %s, got shape %s"
+                           % (name, _shape_words(spec), tensor.shape.as_list()))
+    return tensor
+
+
+def _shape_words(spec):
+    return "a list" if spec.shape.rank == 1 else "lists nested %d deep" % spec.shape.rank
+
+
+def encode_strings(name, value):
+    """Nested lists of str / {"b64": ...} -> the same of bytes."""
+    if isinstance(value, list):
+        return [encode_strings(name, item) for item in value]
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except ValueError as e:
+            raise RequestError("input %s: bad base64 (%s)" % (name, e))
+    raise RequestError("input %s: expected text, got %s" % (name, json.dumps(value)[:80]))
+
+
+def json_value(name, array):
+    """A NumPy output as JSON: bytes as text (UTF-8), or {"b64": ...} for
+    outputs named *_bytes and bytes that are not UTF-8, as TensorFlow
+    Serving writes them."""
+    if isinstance(array, bytes):
+        array = np.array(array, dtype=object)
+    if array.dtype != object:
+        return array.tolist()
+    if array.ndim:
+        return [json_value(name, item) for item in array]
+    if not name.endswith(BINARY_SUFFIX):
+        try:
+            return array.item().decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(array.item()).decode("ascii")}
+
+
+class Model:
+    """An exported SavedModel, loaded once (see `find_saved_model`).
+
+    Attributes:
+      path, version: the SavedModel folder and its version.
+      signature_defs: name -> SignatureDef (the protos, for metadata).
+      tokenizer_config: the export's settings (assets/tokenizer_config.json:
+        max_seq_length, ...; {} where there is none).
+      max_positions: the longest id sequence the model takes (its
+        max_position_embeddings), or None where unknown.
+    """
+
+    def __init__(self, model_dir):
+        self.path, self.version = find_saved_model(model_dir)
+        saved_model = saved_model_pb2.SavedModel()
+        saved_model.ParseFromString(file_io.read_file_bytes(
+            os.path.join(self.path, "saved_model.pb")))
+        self.signature_defs = dict(saved_model.meta_graphs[0].signature_def)
+        loaded = tf.saved_model.load(self.path)
+        self._signatures = {name: Signature(name, function)
+                            for name, function in loaded.signatures.items()}
+        self._loaded = loaded  # Keeps the functions' variables alive.
+        config = os.path.join(self.path, "assets", serving.CONFIG_ASSET)
+        self.tokenizer_config = (json.loads(file_io.read_file_bytes(config))
+                                 if file_io.exists(config) else {})
+        self.max_positions = next((int(v.shape[0]) for v in getattr(loaded, "variables", ())
+                                   if v.name.endswith("position_embeddings:0")), None)
+
+    def signature(self, name):
+        """The `Signature` `name`; RequestError if the model has none."""
+        if name not in self._signatures:
+            raise RequestError("no signature %r; the model has %s"
+                               % (name, ", ".join(sorted(self._signatures))))
+        return self._signatures[name]
+
+
+def split_outputs(outputs):
+    """Batch outputs (name -> array [batch, ...]) -> one dict per example.
+    A tagger's per-word outputs (beside its num_words) are cut to each
+    text's words, fill-mask's per-mask outputs to its num_masks."""
+    count_name = "num_masks" if "num_masks" in outputs else "num_words"
+    num_words = outputs.get(count_name)
+    examples = []
+    for i in range(len(next(iter(outputs.values())))):
+        example = {}
+        for name, array in outputs.items():
+            value = array[i]
+            if num_words is not None and name != count_name and np.ndim(value) >= 1:
+                value = value[:num_words[i]]
+            example[name] = json_value(name, value)
+        examples.append(example)
+    return examples

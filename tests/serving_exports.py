@@ -1,0 +1,131 @@
+"""Writes a tiny export of every task that has one, and what its
+serving_default answers, for tests that load the exports elsewhere.
+
+    python tests/serving_exports.py OUT_DIR
+
+runs in the environment that makes the exports (the newest TensorFlow) and
+writes OUT_DIR/<task>/ (a timestamped SavedModel) and OUT_DIR/answers.json:
+{"tensorflow": version, "tasks": {task: {"export": folder, "inputs": name ->
+list, "outputs": name -> list}}}. tests/test_colab.py loads them with the
+TensorFlow of TF Serving's current release and compares.
+
+A new export is one more entry of EXPORTS: a function (folder, model files)
+-> (SavedModel folder, serving_default's inputs).
+"""
+
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+
+def _classifier(processor_name, labels, checkpoint="classifier", windows=None,
+                multi_label=False):
+    """A run_classifier.py export of the processor `processor_name`."""
+    def export(folder, files):
+        import modeling
+        import run_classifier
+        import test_serving
+        processor = getattr(run_classifier, processor_name)()
+        processor.is_multi_label = multi_label
+        config = modeling.BertConfig.from_json_file(files["config"])
+        path = run_classifier.export_model(
+            config, processor, labels, files[checkpoint], str(folder), files["vocab"], True,
+            max_seq_length=test_serving.MAX_SEQ_LENGTH,
+            windows=windows and run_classifier.Windows(*windows))
+        texts = {"text_a": ["The film is good.", "中文 film", "the film " * 20],
+                 "text_b": ["Café Crème!", "", "good " * 20]}
+        return path, texts if processor.text_pairs else {"text_a": texts["text_a"]}
+    return export
+
+
+def _ner(folder, files):
+    import modeling
+    import run_ner
+    config = modeling.BertConfig.from_json_file(files["config"])
+    labels_path = str(folder) + "_" + run_ner.LABELS_FILE
+    run_ner.write_labels(labels_path, "iob2", ["PER", "LOC"])
+    path = run_ner.export_model(
+        config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2", files["ner"],
+        str(folder), labels_path, files["vocab"], True, max_seq_length=16, doc_stride=4)
+    return path, {"text": ["Jack went to Kingston!", "istanbul " * 12]}
+
+
+def _swag(folder, files):
+    import modeling
+    import run_swag
+    import test_serving
+    config = modeling.BertConfig.from_json_file(files["config"])
+    path = run_swag.export_model(config, files["swag"], str(folder), files["vocab"], True,
+                                 max_seq_length=test_serving.MAX_SEQ_LENGTH)
+    return path, {"context": ["The film", "Jack went"], "question": ["It", "to"],
+                  "endings": [["ends well.", "ends badly.", "is good.", "goes on."],
+                              ["Kingston.", "the film.", "中文.", "ab"]]}
+
+
+def _embeddings(folder, files):
+    import extract_features
+    import modeling
+    import test_serving
+    config = modeling.BertConfig.from_json_file(files["config"])
+    path = extract_features.export_embeddings(
+        config, files["classifier"], str(folder), files["vocab"], True,
+        max_seq_length=test_serving.MAX_SEQ_LENGTH, pooling="mean", normalize=True,
+        text_pairs=True)
+    return path, {"text": ["The film is good.", "中文 film", "the film " * 20],
+                  "text_b": ["Café Crème!", "", "good " * 20]}
+
+
+# task -> export function. Each runs in a graph of its own; the modules of
+# the project are imported there, so that this list is read without
+# TensorFlow.
+EXPORTS = {
+    "classifier": _classifier("MrpcProcessor", ["0", "1"]),
+    "classifier_windows": _classifier("MrpcProcessor", ["0", "1"], windows=(8, 3, "max")),
+    "multi_label": _classifier("ColaProcessor", ["sport", "news"], multi_label=True),
+    "regression": _classifier("StsbProcessor", None, checkpoint="regression"),
+    "ner": _ner,
+    "swag": _swag,
+    "sentence_embeddings": _embeddings,
+}
+
+
+def as_json(array):
+    """A signature's output (NumPy) as JSON: text decoded."""
+    if array.dtype == object:
+        return np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(array).tolist()
+    return array.tolist()
+
+
+def main(out_dir):
+    import tensorflow.compat.v1 as tf
+
+    import run_classifier
+    import test_serving
+    out = pathlib.Path(out_dir)
+    (out / "model").mkdir(parents=True)
+    files = test_serving.write_model_files(out / "model")
+    files["regression"] = test_serving._random_checkpoint(
+        str(out / "model" / "regression.ckpt"), files["config"],
+        lambda c: run_classifier.create_model(
+            c, False, *[tf.zeros([1, 8], tf.int32)] * 3, tf.zeros([1], tf.float32), 1, False,
+            is_regression=True))
+    tasks = {}
+    for task, export in EXPORTS.items():
+        with tf.Graph().as_default():
+            path, inputs = export(out / task, files)
+        outputs = test_serving._run_signature(path, "serving_default", inputs)
+        tasks[task] = {"export": path, "inputs": inputs,
+                       "outputs": {name: as_json(np.asarray(value))
+                                   for name, value in outputs.items()}}
+    with open(out / "answers.json", "w", encoding="utf-8") as f:
+        json.dump({"tensorflow": tf.__version__, "tasks": tasks}, f, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+    import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+    main(sys.argv[1])

@@ -1,0 +1,61 @@
+"""saved_model_writer.write_saved_model and the checkpoint it restores: a
+checkpoint without a global step (converted or pre-trained elsewhere)
+exports, a variable no signature reads may be absent (it keeps its initial
+value), and a variable a signature reads that the checkpoint lacks is one
+line of bad input, with nothing written."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import saved_model_writer
+from errors import InputError
+
+
+def _checkpoint(path, **values):
+    """A checkpoint holding exactly `values` (name -> float32 array), no
+    global step."""
+    with tf.Graph().as_default(), tf.Session() as session:
+        for name, value in values.items():
+            tf.get_variable(name, initializer=np.asarray(value, np.float32))
+        session.run(tf.global_variables_initializer())
+        return tf.train.Saver().save(session, path, write_meta_graph=False)
+
+
+def _build_signatures():
+    """y = x * w + b; an unused variable `pooler` stands for a layer that no
+    signature runs."""
+    x = tf.placeholder(tf.float32, [None, 2], name="x")
+    w = tf.get_variable("w", [2], initializer=tf.zeros_initializer())
+    b = tf.get_variable("b", [], initializer=tf.zeros_initializer())
+    tf.get_variable("pooler", [3], initializer=tf.constant_initializer(7.0))
+    return {"serving_default": tf.saved_model.predict_signature_def(
+        {"x": x}, {"y": x * w + b})}
+
+
+def test_checkpoint_without_global_step_or_unread_variables_exports(tmp_path):
+    checkpoint = _checkpoint(str(tmp_path / "model.ckpt"), w=[2.0, -1.0], b=0.5)
+    assert "global_step" not in dict(tf.train.list_variables(checkpoint))
+    path = saved_model_writer.write_saved_model(_build_signatures, checkpoint,
+                                                str(tmp_path / "export"))
+    with tf.Graph().as_default(), tf.Session() as session:
+        meta_graph = tf.saved_model.loader.load(session, ["serve"], path)
+        signature = meta_graph.signature_def["serving_default"]
+        y = session.run(signature.outputs["y"].name,
+                        {signature.inputs["x"].name: [[1.0, 1.0], [3.0, 2.0]]})
+        np.testing.assert_allclose(y, [[2.5, -0.5], [6.5, -1.5]])
+        values = {v.op.name: v for v in tf.global_variables()}
+        assert session.run(values["global_step"]) == 0
+        np.testing.assert_array_equal(session.run(values["pooler"]), [7.0] * 3)
+
+
+def test_a_read_variable_missing_fails_in_one_line(tmp_path):
+    checkpoint = _checkpoint(str(tmp_path / "model.ckpt"), w=[2.0, -1.0])
+    export_dir = str(tmp_path / "export")
+    with pytest.raises(InputError) as raised:
+        saved_model_writer.write_saved_model(_build_signatures, checkpoint, export_dir)
+    assert str(raised.value) == ("checkpoint %s lacks 1 variable(s) the export reads, e.g. b"
+                                 % checkpoint)
+    assert not os.path.exists(export_dir)
