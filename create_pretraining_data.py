@@ -181,8 +181,9 @@ class _AtomicRecordFiles:
 # ---------------------------------------------------------------------------
 # Reading and tokenizing documents.
 
-class _Vocab:
-    """The tokenizer plus the id tables instance creation needs."""
+class _Vocab(pretraining_records.VocabTables):
+    """The tokenizer plus the id tables instance creation needs
+    (`pretraining_records.VocabTables`)."""
 
     def __init__(self, vocab_file, do_lower_case):
         try:
@@ -193,23 +194,11 @@ class _Vocab:
         except ValueError as e:
             raise InputError("--vocab_file: %s" % e)
         vocab = self.tokenizer.vocab
-        missing = [t for t in ("[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
-        if missing:
-            raise InputError("--vocab_file %s lacks the special token(s) %s"
-                             % (vocab_file, " ".join(missing)))
+        super().__init__(vocab, vocab_file, specials=("[UNK]", "[CLS]", "[SEP]", "[MASK]"))
         self.vocab = vocab
         self.inv_vocab = self.tokenizer.inv_vocab
         # Tokenized text has no [CLS]/[SEP] (brackets are punctuation).
         self.specials_only_in_frame = True
-        self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
-                                                  vocab["[MASK]"])
-        # The original draws random words from list(vocab.keys()).
-        self.random_word_ids = [vocab[w] for w in vocab.keys()]
-        self.size = max(vocab.values()) + 1
-        self.is_continuation = [False] * self.size
-        for token, index in vocab.items():
-            if token.startswith("##"):
-                self.is_continuation[index] = True
 
     def ids(self, line):
         vocab = self.vocab
@@ -447,7 +436,7 @@ class InstanceMaker:
             return self.vocab.mask_id
         if random_value() < 0.5:
             return token
-        words = self.vocab.random_word_ids
+        words = self.vocab.word_ids
         return words[rng.randint(0, len(words) - 1)]
 
 
@@ -569,7 +558,7 @@ class _TokenStrings:
 
     def __init__(self, vocab_words):
         self.cls_id, self.sep_id, self.mask_id = "[CLS]", "[SEP]", "[MASK]"
-        self.random_word_ids = vocab_words
+        self.word_ids = vocab_words
         self.is_continuation = _StartsWithHashes()
         # Documents given to the library functions may hold "[CLS]"/"[SEP]".
         self.specials_only_in_frame = False

@@ -14,6 +14,9 @@ reads:
   reads them back.
 * `frame_records`: TFRecord framing (length, data, masked CRC-32C of both),
   and `check_tfrecord_file`, which walks the framing of a file.
+* `VocabTables`: the id tables that masking needs of the vocabulary, for
+  the masks written (create_pretraining_data.py) and those drawn as
+  records are read (dynamic_masking.py) alike.
 * `name_to_features`: the schema as tf.io.parse_single_example wants it.
   This is the only function that imports TensorFlow, so that the writer
   runs without it (~440 MB and seconds of import per process).
@@ -107,6 +110,50 @@ def name_to_features(max_seq_length, max_predictions_per_seq, kind=MASKED):
     return {spec.name: tf.io.FixedLenFeature(
         [spec.size(max_seq_length, max_predictions_per_seq)], dtypes[spec.kind])
         for spec in features_of(kind)}
+
+
+# ---------------------------------------------------------------------------
+# The vocabulary, as masking sees it.
+
+class VocabTables:
+    """The id tables of a vocabulary that masking needs, one definition for
+    create_pretraining_data.py's masks and dynamic_masking.py's.
+
+    Args:
+      vocab: dict token -> id, in the vocabulary file's order
+        (tokenization.load_vocab).
+      vocab_file: its path, and `flag_name` the flag that named it, for
+        the error.
+      specials: the special tokens it must hold, in the order the error
+        lists the missing ones.
+
+    Attributes:
+      cls_id, sep_id, mask_id: ids of [CLS], [SEP], [MASK].
+      word_ids: the ids random replacements are drawn from, one per entry
+        of the vocabulary in its order (the original draws a random entry
+        of list(vocab.keys())).
+      is_continuation: list of bools by id: whether the token is a "##"
+        piece (continues the word before it).
+      size: largest id + 1.
+
+    Raises:
+      errors.InputError: a special token is missing.
+    """
+
+    def __init__(self, vocab, vocab_file, specials=("[CLS]", "[SEP]", "[MASK]"),
+                 flag_name="vocab_file"):
+        missing = [t for t in specials if t not in vocab]
+        if missing:
+            raise errors.InputError("--%s %s lacks the special token(s) %s"
+                                    % (flag_name, vocab_file, " ".join(missing)))
+        self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
+                                                  vocab["[MASK]"])
+        self.word_ids = [vocab[w] for w in vocab.keys()]
+        self.size = max(vocab.values()) + 1
+        self.is_continuation = [False] * self.size
+        for token, index in vocab.items():
+            if token.startswith("##"):
+                self.is_continuation[index] = True
 
 
 # ---------------------------------------------------------------------------
