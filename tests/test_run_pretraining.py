@@ -417,6 +417,34 @@ def test_seeded_training_segments_continue_where_the_checkpoint_stopped(setup, t
         "skipped by count, then 64 records skipped unread"]
 
 
+def test_resume_position_is_that_of_the_checkpoint_training_starts_from(setup, tmp_path):
+    """A latest checkpoint cut short is set aside by the trainer for the one
+    before it, and the input goes on from that one's position (there is one
+    position, the trainer's), not from the damaged checkpoint's."""
+    output_dir = str(tmp_path / "run")
+    values = base_flags(setup, output_dir, do_train=True, num_train_steps=4,
+                        num_warmup_steps=0, save_checkpoints_steps=2, iterations_per_loop=2,
+                        input_seed=3)
+    run_main(**values)
+    damaged = os.path.join(output_dir, "model.ckpt-4.index")
+    with open(damaged, "rb") as f:
+        data = f.read()
+    with open(damaged, "wb") as f:
+        f.write(data[:len(data) // 2])
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        run_main(**dict(values, num_train_steps=6))
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert [m for m in messages if m.startswith("Resuming the training input")] == [
+        "Resuming the training input after 2 batches (32 records): 0 whole epochs "
+        "skipped by count, then 32 records skipped unread"]
+    assert tf.train.load_variable(output_dir, "global_step") == 6
+
+
 def test_max_seq_length_default_is_this_scripts(setup, tmp_path):
     """A process that defined --max_seq_length for another script first
     (run_squad.py: 384) still runs this one with its own default, 128."""
