@@ -68,9 +68,14 @@ from errors import InputError
 
 FLAGS = flags.FLAGS
 
+# This script's default of a shared flag that another script defines with
+# its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
+# whenever the flag is not given, whichever definition this process holds.
+DEFAULTS = {"max_seq_length": 128}
+
 shared_flags.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
-                        "max_seq_length", "max_predictions_per_seq", "log_every_seconds",
-                        "do_whole_word_mask", "random_seed", "masked_lm_prob")
+                          "max_seq_length", "max_predictions_per_seq", "log_every_seconds",
+                          "do_whole_word_mask", "random_seed", "masked_lm_prob", **DEFAULTS)
 
 flags.DEFINE_integer(
     "dupe_factor", 10,
@@ -181,8 +186,9 @@ class _AtomicRecordFiles:
 # ---------------------------------------------------------------------------
 # Reading and tokenizing documents.
 
-class _Vocab:
-    """The tokenizer plus the id tables instance creation needs."""
+class _Vocab(pretraining_records.VocabTables):
+    """The tokenizer plus the id tables instance creation needs
+    (`pretraining_records.VocabTables`)."""
 
     def __init__(self, vocab_file, do_lower_case):
         try:
@@ -193,23 +199,11 @@ class _Vocab:
         except ValueError as e:
             raise InputError("--vocab_file: %s" % e)
         vocab = self.tokenizer.vocab
-        missing = [t for t in ("[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
-        if missing:
-            raise InputError("--vocab_file %s lacks the special token(s) %s"
-                             % (vocab_file, " ".join(missing)))
+        super().__init__(vocab, vocab_file, specials=("[UNK]", "[CLS]", "[SEP]", "[MASK]"))
         self.vocab = vocab
         self.inv_vocab = self.tokenizer.inv_vocab
         # Tokenized text has no [CLS]/[SEP] (brackets are punctuation).
         self.specials_only_in_frame = True
-        self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
-                                                  vocab["[MASK]"])
-        # The original draws random words from list(vocab.keys()).
-        self.random_word_ids = [vocab[w] for w in vocab.keys()]
-        self.size = max(vocab.values()) + 1
-        self.is_continuation = [False] * self.size
-        for token, index in vocab.items():
-            if token.startswith("##"):
-                self.is_continuation[index] = True
 
     def ids(self, line):
         vocab = self.vocab
@@ -447,7 +441,7 @@ class InstanceMaker:
             return self.vocab.mask_id
         if random_value() < 0.5:
             return token
-        words = self.vocab.random_word_ids
+        words = self.vocab.word_ids
         return words[rng.randint(0, len(words) - 1)]
 
 
@@ -569,7 +563,7 @@ class _TokenStrings:
 
     def __init__(self, vocab_words):
         self.cls_id, self.sep_id, self.mask_id = "[CLS]", "[SEP]", "[MASK]"
-        self.random_word_ids = vocab_words
+        self.word_ids = vocab_words
         self.is_continuation = _StartsWithHashes()
         # Documents given to the library functions may hold "[CLS]"/"[SEP]".
         self.specials_only_in_frame = False
@@ -763,13 +757,13 @@ def _log_example(vocab, features):
             logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
 
 
-def _log_capped(num_capped, total):
+def _log_capped(num_capped, total, max_predictions_per_seq):
     if num_capped:
         logging.warning(
             "%d of %d instances wanted more masked-LM predictions than "
             "--max_predictions_per_seq=%d (about max_seq_length * masked_lm_prob is "
             "needed) and were capped at it, as in the original.",
-            num_capped, total, FLAGS.max_predictions_per_seq)
+            num_capped, total, max_predictions_per_seq)
 
 
 # ---------------------------------------------------------------------------
@@ -780,7 +774,10 @@ def _total_megabytes(input_files):
     return sum(file_io.file_size(path) for path in input_files) / 1e6
 
 
-def _run_original_mode(input_files, vocab, writer):
+def _run_original_mode(input_files, vocab, writer, settings):
+    """Makes the instances of `input_files` with the original's algorithm
+    and draws (the corpus in memory) and writes them to `writer`;
+    `settings`: a `Settings`."""
     start = time.time()
     documents = [[]]
     bytes_read = [0]
@@ -800,19 +797,19 @@ def _run_original_mode(input_files, vocab, writer):
     logging.info("Read %d documents, %.1f MB, in %.1f s", len(documents),
                  bytes_read[0] / 1e6, time.time() - start)
 
-    rng = random.Random(FLAGS.random_seed)
-    maker = InstanceMaker(vocab, FLAGS.max_seq_length, FLAGS.short_seq_prob,
-                          FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
-                          FLAGS.do_whole_word_mask, FLAGS.dynamic_masking)
+    rng = random.Random(settings.random_seed)
+    maker = InstanceMaker(vocab, settings.max_seq_length, settings.short_seq_prob,
+                          settings.masked_lm_prob, settings.max_predictions_per_seq,
+                          settings.do_whole_word_mask, settings.dynamic_masking)
 
-    making = logs.Progress("Making instances", len(documents) * _dupe_factor(),
-                                 "documents")
+    making = logs.Progress("Making instances", len(documents) * settings.dupe_factor,
+                           "documents")
 
     def from_document(documents, index, rng, output):
         maker.from_document(documents, index, rng, output)
         making.update()
 
-    instances = _make_instances(documents, from_document, _dupe_factor(), rng)
+    instances = _make_instances(documents, from_document, settings.dupe_factor, rng)
     making.done()
     del documents
     for data in instances[:_LOG_EXAMPLES]:
@@ -822,7 +819,7 @@ def _run_original_mode(input_files, vocab, writer):
         writer.write(pretraining_records.frame_records(instances[begin:begin + batch]))
         # Free what is written as we go.
         instances[begin:begin + batch] = [b""] * len(instances[begin:begin + batch])
-    _log_capped(maker.num_capped, writer.count)
+    _log_capped(maker.num_capped, writer.count, settings.max_predictions_per_seq)
 
 
 # ---------------------------------------------------------------------------
@@ -964,17 +961,18 @@ def _worker_count(requested, total_mb, shard_mb):
     return max(1, min(requested, _shard_estimate(total_mb, shard_mb), _cpu_count()))
 
 
-def _run_sharded_mode(input_files, vocab, writer, shard_mb):
-    config = {
-        "vocab_file": FLAGS.vocab_file, "do_lower_case": FLAGS.do_lower_case,
-        "random_seed": FLAGS.random_seed, "max_seq_length": FLAGS.max_seq_length,
-        "short_seq_prob": FLAGS.short_seq_prob, "masked_lm_prob": FLAGS.masked_lm_prob,
-        "max_predictions_per_seq": FLAGS.max_predictions_per_seq,
-        "do_whole_word_mask": FLAGS.do_whole_word_mask, "dupe_factor": _dupe_factor(),
-        "dynamic_masking": FLAGS.dynamic_masking,
-    }
-    buffer = _ShuffleBuffer(FLAGS.shuffle_buffer_size,
-                            _shard_seed(FLAGS.random_seed, -1), writer.write)
+def _run_sharded_mode(input_files, vocab, writer, settings):
+    """Makes the instances of `input_files` shard by shard, in a pool of
+    workers (see the module's docstring), and writes them to `writer`;
+    `settings`: a `Settings`."""
+    shard_mb = settings.shard_mb
+    # What a worker needs (`_init_worker`).
+    config = {name: getattr(settings, name) for name in (
+        "vocab_file", "do_lower_case", "random_seed", "max_seq_length", "short_seq_prob",
+        "masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask", "dupe_factor",
+        "dynamic_masking")}
+    buffer = _ShuffleBuffer(settings.shuffle_buffer_size,
+                            _shard_seed(settings.random_seed, -1), writer.write)
     shards = _shards(input_files, int(shard_mb * 1e6))
     progress = logs.Progress("Processing the input", _total_megabytes(input_files), "MB")
     totals = {"text": 0, "capped": 0, "shards": 0}
@@ -994,11 +992,12 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
         totals["shards"] += 1
         progress.update(count=totals["text"] / 1e6)
 
-    num_workers = _worker_count(FLAGS.num_workers, progress.total, shard_mb)
-    if num_workers != FLAGS.num_workers:
+    num_workers = _worker_count(settings.num_workers, progress.total, shard_mb)
+    if num_workers != settings.num_workers:
         logging.info("Using %d worker process(es) instead of --num_workers=%d: about %d "
                      "shard(s) of %g MB on %d CPU(s); the output is the same",
-                     num_workers, FLAGS.num_workers, _shard_estimate(progress.total, shard_mb),
+                     num_workers, settings.num_workers,
+                     _shard_estimate(progress.total, shard_mb),
                      shard_mb, _cpu_count())
     _init_worker(config, vocab)
     if num_workers <= 1:
@@ -1029,24 +1028,58 @@ def _run_sharded_mode(input_files, vocab, writer, shard_mb):
     progress.done()
     if totals["text"] == 0 or writer.count == 0:
         raise InputError("--input_file: no text found in %s" % ", ".join(input_files))
-    _log_capped(totals["capped"], writer.count)
+    _log_capped(totals["capped"], writer.count, settings.max_predictions_per_seq)
 
 
 # ---------------------------------------------------------------------------
 
-def _dupe_factor():
-    """--dupe_factor, whose default is 1 with --dynamic_masking (the masks
-    vary as the data is read, so a copy per pass would only vary the pairs)."""
-    if FLAGS.dynamic_masking and not FLAGS["dupe_factor"].present:
-        return 1
-    return FLAGS.dupe_factor
+@dataclasses.dataclass
+class Settings:
+    """A run's settings, from `prepare_run`.
+
+    Attributes:
+      output_files: the paths of --output_file.
+      dupe_factor: --dupe_factor, whose default is 1 with --dynamic_masking
+        (the masks vary as the data is read, so a copy per pass would only
+        vary the pairs).
+      shard_mb: MB of text per shard; 0: the original mode (--shard_size_mb,
+        or 0.5 when it is 0 and --num_workers is more than 1).
+      The others: the flags of the same names.
+    """
+
+    input_file: str
+    output_files: list
+    vocab_file: str
+    do_lower_case: bool
+    random_seed: int
+    max_seq_length: int
+    short_seq_prob: float
+    masked_lm_prob: float
+    max_predictions_per_seq: int
+    do_whole_word_mask: bool
+    dupe_factor: int
+    dynamic_masking: bool
+    num_workers: int
+    shard_mb: float
+    shuffle_buffer_size: int
 
 
-def _check_flags():
+def prepare_run():
+    """Reads and checks the flags, and that each output file can be
+    written, before the corpus is read.
+
+    Returns:
+      The `Settings`.
+
+    Raises:
+      InputError: one line naming the flag at fault.
+    """
     shared_flags.require_flags("input_file", "output_file", "vocab_file")
-    if FLAGS.max_seq_length < 5:
+    max_seq_length = (DEFAULTS["max_seq_length"] if FLAGS["max_seq_length"].using_default_value
+                      else FLAGS.max_seq_length)
+    if max_seq_length < 5:
         raise InputError("--max_seq_length=%d is too small: [CLS] A [SEP] B [SEP] needs "
-                         "at least 5" % FLAGS.max_seq_length)
+                         "at least 5" % max_seq_length)
     if FLAGS.max_predictions_per_seq < 1:
         raise InputError("--max_predictions_per_seq must be at least 1")
     if not 0.0 <= FLAGS.masked_lm_prob <= 1.0:
@@ -1066,30 +1099,40 @@ def _check_flags():
         # A directory, a missing or unwritable directory: found now rather
         # than after all the output was made.
         file_io.check_output_file(path, "output_file", create_dir=False)
-    return output_files
+    return Settings(
+        input_file=FLAGS.input_file, output_files=output_files, vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case, random_seed=FLAGS.random_seed,
+        max_seq_length=max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
+        masked_lm_prob=FLAGS.masked_lm_prob,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        do_whole_word_mask=FLAGS.do_whole_word_mask,
+        dupe_factor=(1 if FLAGS.dynamic_masking and not FLAGS["dupe_factor"].present
+                     else FLAGS.dupe_factor),
+        dynamic_masking=FLAGS.dynamic_masking, num_workers=FLAGS.num_workers,
+        shard_mb=FLAGS.shard_size_mb or (0.5 if FLAGS.num_workers > 1 else 0.0),
+        shuffle_buffer_size=FLAGS.shuffle_buffer_size)
 
 
 def main(_):
     logging.set_verbosity(logging.INFO)
-    output_files = _check_flags()
-    vocab = _Vocab(FLAGS.vocab_file, FLAGS.do_lower_case)
-    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
+    settings = prepare_run()
+    vocab = _Vocab(settings.vocab_file, settings.do_lower_case)
+    input_files = file_io.expand_file_patterns("input_file", settings.input_file)
 
     logging.info("*** Reading from input files ***")
     for input_file in input_files:
         logging.info("  %s", input_file)
     logging.info("*** Writing to output files ***")
-    for output_file in output_files:
+    for output_file in settings.output_files:
         logging.info("  %s", output_file)
 
-    shard_mb = FLAGS.shard_size_mb or (0.5 if FLAGS.num_workers > 1 else 0.0)
     start = time.time()
-    writer = _AtomicRecordFiles(output_files)
+    writer = _AtomicRecordFiles(settings.output_files)
     try:
-        if shard_mb:
-            _run_sharded_mode(input_files, vocab, writer, shard_mb)
+        if settings.shard_mb:
+            _run_sharded_mode(input_files, vocab, writer, settings)
         else:
-            _run_original_mode(input_files, vocab, writer)
+            _run_original_mode(input_files, vocab, writer, settings)
         writer.commit()
     except BaseException:
         writer.abort()

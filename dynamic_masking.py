@@ -25,8 +25,8 @@ masks made per batch (`mask_batch`), where the work is vectorized.
 import quiet_tf  # noqa: F401  (TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 
-import errors
 import file_io
+import pretraining_records
 import tokenization
 
 # Rows of the per-example random numbers (`draw`): the words' order, the
@@ -38,21 +38,14 @@ _ORDER, _MASK_DRAW, _KEEP_DRAW, _WORD_DRAW = range(4)
 NUM_DRAWS = 4
 
 
-class MaskingVocab:
-    """What masking needs of the vocabulary.
+class MaskingVocab(pretraining_records.VocabTables):
+    """What masking needs of the vocabulary (`pretraining_records.VocabTables`),
+    read from a file.
 
     Args:
       vocab_file: the WordPiece vocabulary (one token a line), the one the
         data was made with.
       flag_name: the flag that named it, for errors.
-
-    Attributes:
-      cls_id, sep_id, mask_id: ids of [CLS], [SEP], [MASK].
-      word_ids: the ids random replacements are drawn from, one per entry of
-        the vocabulary (as create_pretraining_data.py draws them).
-      is_continuation: list of bools by id: whether the token is a "##"
-        piece (continues the word before it).
-      size: largest id + 1.
 
     Raises:
       errors.InputError: the file cannot be read or lacks a special token.
@@ -64,18 +57,7 @@ class MaskingVocab:
             vocab = tokenization.load_vocab(vocab_file)
         except UnicodeDecodeError:
             raise file_io.non_utf8_error(flag_name, vocab_file)
-        missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in vocab]
-        if missing:
-            raise errors.InputError("--%s %s lacks the special token(s) %s"
-                                    % (flag_name, vocab_file, " ".join(missing)))
-        self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
-                                                  vocab["[MASK]"])
-        self.word_ids = [vocab[w] for w in vocab.keys()]
-        self.size = max(vocab.values()) + 1
-        self.is_continuation = [False] * self.size
-        for token, index in vocab.items():
-            if token.startswith("##"):
-                self.is_continuation[index] = True
+        super().__init__(vocab, vocab_file, flag_name=flag_name)
 
 
 class Masking:

@@ -39,6 +39,7 @@ import shutil
 import tempfile
 import time
 import zipfile
+from typing import Optional
 
 import numpy as np
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
@@ -61,10 +62,15 @@ from errors import InputError
 
 FLAGS = flags.FLAGS
 
+# This script's default of a shared flag that another script defines with
+# its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
+# whenever the flag is not given, whichever definition this process holds.
+DEFAULTS = {"max_seq_length": 128}
+
 shared_flags.define_flags(
     "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
     "vocab_file", "do_lower_case", "use_one_hot_embeddings", shared_flags.TPU_FLAGS,
-    "precision", "use_xla", "fused_ops", "batch_size", "export_dir", max_seq_length=128,
+    "precision", "use_xla", "fused_ops", "batch_size", "export_dir", **DEFAULTS,
     helps={"batch_size": "Input lines per prediction batch.",
            "export_dir": "If set, export a SavedModel of sentence embeddings under this "
                          "directory (in a timestamped subdirectory): serving_default takes "
@@ -681,29 +687,30 @@ def resolve_checkpoint(init_checkpoint):
 
 # ---------------------------------------------------------------------------
 
-def _check_run_flags():
-    """The checks of which outputs a run writes, on the flags alone (before
-    any file is read): --input_file with --output_file, --export_dir, or
-    both; --normalize_embeddings and --export_text_pairs where they apply.
+def _check_run_flags(input_file, output_file, export_dir, pooling, normalize_embeddings,
+                     export_text_pairs):
+    """The checks of which outputs a run writes, on the flags of the same
+    names alone (before any file is read): --input_file with
+    --output_file, --export_dir, or both; --normalize_embeddings and
+    --export_text_pairs where they apply.
 
     Raises:
       InputError: one line naming the flag.
     """
     model_flags = ("vocab_file", "bert_config_file", "init_checkpoint")
-    if not FLAGS.export_dir:
+    if not export_dir:
         shared_flags.require_flags("input_file", "output_file", *model_flags)
-    elif FLAGS.input_file:
+    elif input_file:
         shared_flags.require_flags("output_file", *model_flags)
     else:
         shared_flags.require_flags(*model_flags)
-        if FLAGS.output_file:
+        if output_file:
             raise InputError("--output_file=%s needs an --input_file to read (with "
-                             "--export_dir alone, only the export is written)"
-                             % FLAGS.output_file)
-    if FLAGS.normalize_embeddings and FLAGS.pooling == "none" and FLAGS.input_file:
+                             "--export_dir alone, only the export is written)" % output_file)
+    if normalize_embeddings and pooling == "none" and input_file:
         raise InputError("--normalize_embeddings normalises pooled vectors: give --pooling=cls, "
                          "mean or pooler (per-token vectors are written as they are)")
-    if FLAGS.export_text_pairs and not FLAGS.export_dir:
+    if export_text_pairs and not export_dir:
         raise InputError("--export_text_pairs shapes the export: give --export_dir too")
 
 
@@ -721,18 +728,65 @@ def _check_pooler(layers, layer_indexes, num_hidden_layers, init_checkpoint):
                          % init_checkpoint)
 
 
-def main(_):
-    tf.logging.set_verbosity(tf.logging.INFO)
+@dataclasses.dataclass
+class ExtractionRun:
+    """What the phases of `main` take, from `prepare_run`.
 
-    _check_run_flags()
+    Attributes:
+      tokenizer: the tokenization.FullTokenizer of --vocab_file.
+      bert_config: the model's modeling.BertConfig.
+      init_checkpoint: the checkpoint (resolved from --init_checkpoint).
+      layer_indexes: --layers, parsed (ints).
+      options: training.TrainingOptions (precision, XLA, fused ops).
+      tpu: training.make_run_config's TPU keywords, from the flags.
+      The others: the flags of the same names.
+    """
+
+    input_file: Optional[str]
+    output_file: Optional[str]
+    export_dir: Optional[str]
+    vocab_file: str
+    do_lower_case: bool
+    tokenizer: tokenization.FullTokenizer
+    bert_config: modeling.BertConfig
+    init_checkpoint: str
+    layer_indexes: list
+    pooling: str
+    normalize_embeddings: bool
+    export_text_pairs: bool
+    output_format: str
+    npz_dtype: str
+    max_seq_length: int
+    batch_size: int
+    trim_padding: bool
+    use_tpu: bool
+    use_one_hot_embeddings: bool
+    tpu: dict
+    options: training.TrainingOptions
+
+
+def prepare_run():
+    """Reads and checks the flags and the files they name, before any
+    output is written.
+
+    Returns:
+      An `ExtractionRun`.
+
+    Raises:
+      InputError: one line naming the flag (and file) at fault.
+    """
+    max_seq_length = (DEFAULTS["max_seq_length"] if FLAGS["max_seq_length"].using_default_value
+                      else FLAGS.max_seq_length)
+    _check_run_flags(FLAGS.input_file, FLAGS.output_file, FLAGS.export_dir, FLAGS.pooling,
+                     FLAGS.normalize_embeddings, FLAGS.export_text_pairs)
     if FLAGS.input_file:
         file_io.require_file("input_file", FLAGS.input_file)
     if FLAGS.export_dir:
         serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
     tokenizer = checkpoints.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                          FLAGS.init_checkpoint)
+                                           FLAGS.init_checkpoint)
     bert_config = checkpoints.load_bert_config(
-        FLAGS.bert_config_file, max_seq_length=FLAGS.max_seq_length,
+        FLAGS.bert_config_file, max_seq_length=max_seq_length,
         vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
     missing = [t for t in ("[CLS]", "[SEP]", "[UNK]") if t not in tokenizer.vocab]
     if missing:
@@ -742,13 +796,13 @@ def main(_):
                                  output_format=FLAGS.output_format)
     init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
     checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                     FLAGS.bert_config_file)
+                                      FLAGS.bert_config_file)
     if FLAGS.pooling == "pooler":
         _check_pooler(FLAGS.layers, layer_indexes, bert_config.num_hidden_layers,
                       init_checkpoint)
-    if FLAGS.max_seq_length < 3:
+    if max_seq_length < 3:
         raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
-                         % FLAGS.max_seq_length)
+                         % max_seq_length)
     if FLAGS.batch_size < 1:
         raise InputError("--batch_size must be positive")
     if FLAGS.trim_padding and FLAGS.use_tpu:
@@ -759,75 +813,65 @@ def main(_):
         fused_ops=training.choose_fused_ops(FLAGS.fused_ops))
     if FLAGS.input_file:
         file_io.check_output_file(FLAGS.output_file, "output_file")
+    return ExtractionRun(
+        input_file=FLAGS.input_file, output_file=FLAGS.output_file,
+        export_dir=FLAGS.export_dir, vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case, tokenizer=tokenizer, bert_config=bert_config,
+        init_checkpoint=init_checkpoint, layer_indexes=layer_indexes,
+        pooling=FLAGS.pooling, normalize_embeddings=FLAGS.normalize_embeddings,
+        export_text_pairs=FLAGS.export_text_pairs, output_format=FLAGS.output_format,
+        npz_dtype=FLAGS.npz_dtype, max_seq_length=max_seq_length,
+        batch_size=FLAGS.batch_size, trim_padding=FLAGS.trim_padding,
+        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
+        tpu=dict(tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
+                 gcp_project=FLAGS.gcp_project, master=FLAGS.master,
+                 num_tpu_cores=FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name),
+        options=options)
 
-    if FLAGS.export_dir:
-        # Per-token vectors (the file's default) make no sentence embedding.
-        pooling = "mean" if FLAGS.pooling == "none" else FLAGS.pooling
-        tf.logging.info(
-            "Exporting sentence embeddings: %s pooling%s of layer %d, %s%s", pooling,
-            " (the export's default for --pooling=none)" if FLAGS.pooling == "none" else "",
-            layer_indexes[0],
-            "L2-normalised" if FLAGS.normalize_embeddings else
-            "not normalised (--normalize_embeddings to normalise)",
-            "; inputs text and text_b" if FLAGS.export_text_pairs else "; input text")
-        export_embeddings(bert_config, init_checkpoint, FLAGS.export_dir, FLAGS.vocab_file,
-                          FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
-                          layer_index=layer_indexes[0], pooling=pooling,
-                          normalize=FLAGS.normalize_embeddings,
-                          text_pairs=FLAGS.export_text_pairs, options=options)
-        if not FLAGS.input_file:
-            return
 
-    output_dir = os.path.dirname(FLAGS.output_file)
-    if output_dir:
-        tf.io.gfile.makedirs(output_dir)
+def export_run(run):
+    """Writes the sentence-embedding SavedModel of `run` under
+    `run.export_dir` (`export_embeddings`), pooled by --pooling (none:
+    mean)."""
+    # Per-token vectors (the file's default) make no sentence embedding.
+    pooling = "mean" if run.pooling == "none" else run.pooling
+    tf.logging.info(
+        "Exporting sentence embeddings: %s pooling%s of layer %d, %s%s", pooling,
+        " (the export's default for --pooling=none)" if run.pooling == "none" else "",
+        run.layer_indexes[0],
+        "L2-normalised" if run.normalize_embeddings else
+        "not normalised (--normalize_embeddings to normalise)",
+        "; inputs text and text_b" if run.export_text_pairs else "; input text")
+    export_embeddings(run.bert_config, run.init_checkpoint, run.export_dir, run.vocab_file,
+                      run.do_lower_case, max_seq_length=run.max_seq_length,
+                      layer_index=run.layer_indexes[0], pooling=pooling,
+                      normalize=run.normalize_embeddings,
+                      text_pairs=run.export_text_pairs, options=run.options)
 
-    # Tokenize once, streaming, into a TFRecord file next to the output (so
-    # a TPU can read it from the same bucket).
-    features_file = "%s.features.tmp-%d" % (FLAGS.output_file, os.getpid())
-    model_dir = None if FLAGS.use_tpu else tempfile.mkdtemp(prefix="extract_features_")
-    writer = None
+
+def _feature_writer(run):
+    """The writer of `run.output_file` in --output_format."""
+    if run.output_format == "jsonl":
+        return JsonlWriter(run.output_file, run.layer_indexes)
+    if run.output_format == "tfrecord":
+        return TFRecordFeatureWriter(run.output_file, run.layer_indexes)
+    return NpzWriter(run.output_file, run.layer_indexes, dtype=run.npz_dtype)
+
+
+def write_features_file(run, estimator, input_fn, num_examples):
+    """Predicts the features of the `num_examples` examples of `input_fn`
+    and writes them to `run.output_file` as they come (the file appears,
+    complete, only at the end).
+
+    Raises:
+      RuntimeError: the estimator gave another number of predictions.
+    """
+    writer = _feature_writer(run)
     try:
-        num_examples = write_features(
-            (convert_example(i, example, FLAGS.max_seq_length, tokenizer)
-             for i, example in enumerate(iter_examples(FLAGS.input_file))),
-            features_file)
-        if num_examples == 0:
-            raise InputError("--input_file %s is empty: expected one text (or "
-                             "\"A ||| B\" pair) per line" % FLAGS.input_file)
-        tf.logging.info("Tokenized %d examples from %s", num_examples, FLAGS.input_file)
-
-        run_config = training.make_run_config(
-            output_dir=model_dir, save_checkpoints_steps=None,
-            use_tpu=FLAGS.use_tpu, tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
-            gcp_project=FLAGS.gcp_project, master=FLAGS.master,
-            num_tpu_cores=FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name,
-            options=options)
-        model_fn = model_fn_builder(
-            bert_config=bert_config,
-            init_checkpoint=init_checkpoint,
-            layer_indexes=layer_indexes,
-            use_tpu=FLAGS.use_tpu,
-            use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
-            pooling=FLAGS.pooling, options=options,
-            normalize=FLAGS.normalize_embeddings)
-        # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-        estimator = training.make_estimator(model_fn, run_config, FLAGS.use_tpu,
-                                              predict_batch_size=FLAGS.batch_size)
-        input_fn = file_based_input_fn_builder(features_file, FLAGS.max_seq_length,
-                                               trim_padding=FLAGS.trim_padding)
-
-        if FLAGS.output_format == "jsonl":
-            writer = JsonlWriter(FLAGS.output_file, layer_indexes)
-        elif FLAGS.output_format == "tfrecord":
-            writer = TFRecordFeatureWriter(FLAGS.output_file, layer_indexes)
-        else:
-            writer = NpzWriter(FLAGS.output_file, layer_indexes, dtype=FLAGS.npz_dtype)
-
         start = time.time()
         progress = None
         done = 0
-        tf.logging.info("Computing features with the weights of %s", init_checkpoint)
+        tf.logging.info("Computing features with the weights of %s", run.init_checkpoint)
         for result in estimator.predict(input_fn, yield_single_examples=True):
             if progress is None:
                 # The first result comes after building the graph and
@@ -836,11 +880,12 @@ def main(_):
                 progress = logs.Progress("Computing features", num_examples)
             num_tokens = int(np.sum(result["input_mask"]))
             # Every token came from the vocabulary, so ids map back to them.
-            tokens = tokenizer.convert_ids_to_tokens(result["input_ids"][:num_tokens].tolist())
+            tokens = run.tokenizer.convert_ids_to_tokens(
+                result["input_ids"][:num_tokens].tolist())
             layers = []
-            for j in range(len(layer_indexes)):
+            for j in range(len(run.layer_indexes)):
                 layer = result["layer_output_%d" % j]
-                layers.append(layer if FLAGS.pooling != "none" else layer[:num_tokens])
+                layers.append(layer if run.pooling != "none" else layer[:num_tokens])
             writer.write(int(result["unique_id"]), tokens, layers)
             done += 1
             progress.update()
@@ -848,12 +893,59 @@ def main(_):
             raise RuntimeError("Got %d predictions for %d examples" % (done, num_examples))
         writer.close()
         writer = None
-        elapsed = max(time.time() - start, 1e-9)
-        file_io.report_output(FLAGS.output_file, "%d examples in %.1f s (%.1f examples/s)"
-                                 % (done, elapsed, done / elapsed))
     finally:
         if writer is not None:
             writer.abort()
+    elapsed = max(time.time() - start, 1e-9)
+    file_io.report_output(run.output_file, "%d examples in %.1f s (%.1f examples/s)"
+                          % (done, elapsed, done / elapsed))
+
+
+def main(_):
+    tf.logging.set_verbosity(tf.logging.INFO)
+
+    run = prepare_run()
+    if run.export_dir:
+        export_run(run)
+        if not run.input_file:
+            return
+
+    output_dir = os.path.dirname(run.output_file)
+    if output_dir:
+        tf.io.gfile.makedirs(output_dir)
+
+    # Tokenize once, streaming, into a TFRecord file next to the output (so
+    # a TPU can read it from the same bucket).
+    features_file = "%s.features.tmp-%d" % (run.output_file, os.getpid())
+    model_dir = None if run.use_tpu else tempfile.mkdtemp(prefix="extract_features_")
+    try:
+        num_examples = write_features(
+            (convert_example(i, example, run.max_seq_length, run.tokenizer)
+             for i, example in enumerate(iter_examples(run.input_file))),
+            features_file)
+        if num_examples == 0:
+            raise InputError("--input_file %s is empty: expected one text (or "
+                             "\"A ||| B\" pair) per line" % run.input_file)
+        tf.logging.info("Tokenized %d examples from %s", num_examples, run.input_file)
+
+        run_config = training.make_run_config(
+            output_dir=model_dir, save_checkpoints_steps=None, use_tpu=run.use_tpu,
+            options=run.options, **run.tpu)
+        model_fn = model_fn_builder(
+            bert_config=run.bert_config,
+            init_checkpoint=run.init_checkpoint,
+            layer_indexes=run.layer_indexes,
+            use_tpu=run.use_tpu,
+            use_one_hot_embeddings=run.use_one_hot_embeddings,
+            pooling=run.pooling, options=run.options,
+            normalize=run.normalize_embeddings)
+        # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
+        estimator = training.make_estimator(model_fn, run_config, run.use_tpu,
+                                            predict_batch_size=run.batch_size)
+        input_fn = file_based_input_fn_builder(features_file, run.max_seq_length,
+                                               trim_padding=run.trim_padding)
+        write_features_file(run, estimator, input_fn, num_examples)
+    finally:
         if tf.io.gfile.exists(features_file):  # Scratch input, never an output.
             tf.io.gfile.remove(features_file)
         if model_dir:

@@ -9,11 +9,14 @@ reads:
   (create_pretraining_data.py --dynamic_masking): the token ids unmasked
   and no masked_lm_* features, which is how such records are recognised
   (`record_kind`).
-* `ExampleEncoder` (and the general `encode_example`): tf.train.Example
-  bytes written directly in the protobuf wire format, without TensorFlow or
-  protobuf; `decode_example` reads them back.
+* `ExampleEncoder`: tf.train.Example bytes written directly in the
+  protobuf wire format, without TensorFlow or protobuf; `decode_example`
+  reads them back.
 * `frame_records`: TFRecord framing (length, data, masked CRC-32C of both),
   and `check_tfrecord_file`, which walks the framing of a file.
+* `VocabTables`: the id tables that masking needs of the vocabulary, for
+  the masks written (create_pretraining_data.py) and those drawn as
+  records are read (dynamic_masking.py) alike.
 * `name_to_features`: the schema as tf.io.parse_single_example wants it.
   This is the only function that imports TensorFlow, so that the writer
   runs without it (~440 MB and seconds of import per process).
@@ -70,7 +73,6 @@ FEATURES = (
 )
 
 FEATURE_NAMES = tuple(spec.name for spec in FEATURES)
-_SPECS = {spec.name: spec for spec in FEATURES}
 
 # The records of dynamic masking: the masks are drawn as the records are
 # read (dynamic_masking.py), so the ids are the text's and nothing says
@@ -94,12 +96,6 @@ def features_of(kind):
     return FEATURES if kind == MASKED else UNMASKED_FEATURES
 
 
-def feature_lengths(max_seq_length, max_predictions_per_seq):
-    """Feature name -> number of values in a record (dict of ints)."""
-    return {spec.name: spec.size(max_seq_length, max_predictions_per_seq)
-            for spec in FEATURES}
-
-
 def name_to_features(max_seq_length, max_predictions_per_seq, kind=MASKED):
     """The schema for tf.io.parse_single_example of records of `kind`.
 
@@ -114,6 +110,50 @@ def name_to_features(max_seq_length, max_predictions_per_seq, kind=MASKED):
     return {spec.name: tf.io.FixedLenFeature(
         [spec.size(max_seq_length, max_predictions_per_seq)], dtypes[spec.kind])
         for spec in features_of(kind)}
+
+
+# ---------------------------------------------------------------------------
+# The vocabulary, as masking sees it.
+
+class VocabTables:
+    """The id tables of a vocabulary that masking needs, one definition for
+    create_pretraining_data.py's masks and dynamic_masking.py's.
+
+    Args:
+      vocab: dict token -> id, in the vocabulary file's order
+        (tokenization.load_vocab).
+      vocab_file: its path, and `flag_name` the flag that named it, for
+        the error.
+      specials: the special tokens it must hold, in the order the error
+        lists the missing ones.
+
+    Attributes:
+      cls_id, sep_id, mask_id: ids of [CLS], [SEP], [MASK].
+      word_ids: the ids random replacements are drawn from, one per entry
+        of the vocabulary in its order (the original draws a random entry
+        of list(vocab.keys())).
+      is_continuation: list of bools by id: whether the token is a "##"
+        piece (continues the word before it).
+      size: largest id + 1.
+
+    Raises:
+      errors.InputError: a special token is missing.
+    """
+
+    def __init__(self, vocab, vocab_file, specials=("[CLS]", "[SEP]", "[MASK]"),
+                 flag_name="vocab_file"):
+        missing = [t for t in specials if t not in vocab]
+        if missing:
+            raise errors.InputError("--%s %s lacks the special token(s) %s"
+                                    % (flag_name, vocab_file, " ".join(missing)))
+        self.cls_id, self.sep_id, self.mask_id = (vocab["[CLS]"], vocab["[SEP]"],
+                                                  vocab["[MASK]"])
+        self.word_ids = [vocab[w] for w in vocab.keys()]
+        self.size = max(vocab.values()) + 1
+        self.is_continuation = [False] * self.size
+        for token, index in vocab.items():
+            if token.startswith("##"):
+                self.is_continuation[index] = True
 
 
 # ---------------------------------------------------------------------------
@@ -171,14 +211,6 @@ def _varint(value):
     return bytes(out)
 
 
-def _int64_varint(value):
-    """Varint of an int64 value: a negative one is written as its 64-bit
-    two's complement (10 bytes), as protobuf writes int64 (not sint64)."""
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError("%d does not fit an int64" % value)
-    return _varint(value % _UINT64)
-
-
 # Varints of the lengths that occur (looked up: the writer's hot path).
 _LENGTH_VARINTS = [_varint(n) for n in range(1 << 14)]
 
@@ -203,7 +235,7 @@ def _feature_entry(name, payload):
 
     Args:
       name: a name of `FEATURE_NAMES`.
-      payload: the packed values (varints, or 4-byte floats; see `_packed`).
+      payload: the packed values (varints, or 4-byte floats; little-endian).
 
     Returns:
       bytes: the entry as a Features.feature field, tag and length included.
@@ -219,46 +251,15 @@ def _feature_entry(name, payload):
     return _TAG_FEATURES + length(len(entry)) + entry
 
 
-def _packed(kind, values):
-    """The packed payload of a list of `kind` values."""
-    if kind == "float":
-        # Each a 4-byte IEEE-754 single, little-endian (wire type 5); values
-        # are rounded to float32 as FloatList stores them.
-        return struct.pack("<%df" % len(values), *values)
-    return b"".join([_int64_varint(v) for v in values])
-
-
-def encode_example(values):
-    """Serializes features as a tf.train.Example, byte for byte as protobuf 4
-    does (see `SERIALIZED_ORDER`).
-
-    Slower than `ExampleEncoder` but general: any lengths, any int64 values.
-
-    Args:
-      values: dict name -> list of values, for names in `FEATURE_NAMES`
-        (others raise ValueError); ints for "int64" features, numbers for
-        "float" ones. Features left out are not written.
-
-    Returns:
-      bytes.
-    """
-    unknown = sorted(set(values) - set(FEATURE_NAMES))
-    if unknown:
-        raise ValueError("Not pre-training features: %s" % ", ".join(unknown))
-    features = b"".join([
-        _feature_entry(name, _packed(_SPECS[name].kind, values[name]))
-        for name in SERIALIZED_ORDER if name in values])
-    return _TAG_FEATURES + _length_varint(len(features)) + features
-
-
 _FLOAT_ONE = struct.pack("<f", 1.0)
 _FLOAT_ZERO = struct.pack("<f", 0.0)
 
 
 class ExampleEncoder:
-    """Serializes pre-training instances as tf.train.Example bytes, equal to
-    `encode_example` of the padded features (fast: varints are looked up,
-    features that depend only on lengths are made once).
+    """Serializes pre-training instances as tf.train.Example bytes, those
+    of the padded features in `SERIALIZED_ORDER` (fast: varints are looked
+    up, features that depend only on lengths are made once; the tests hold
+    it against a general encoder and protobuf).
 
     Args:
       vocab_size: token ids are in [0, vocab_size).

@@ -16,9 +16,10 @@ at its next batch; records written without masks
 among them, apply as in every training script.
 """
 
+import dataclasses
 import os
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
@@ -43,6 +44,11 @@ import training_progress
 
 FLAGS = flags.FLAGS
 
+# This script's default of a shared flag that another script defines with
+# its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
+# whenever the flag is not given, whichever definition this process holds.
+DEFAULTS = {"max_seq_length": 128}
+
 shared_flags.define_flags(
     "bert_config_file", "input_file", "output_dir", "init_checkpoint",
     "max_seq_length", "max_predictions_per_seq", "do_train", "do_eval",
@@ -51,7 +57,7 @@ shared_flags.define_flags(
     "vocab_file", "random_seed", "masked_lm_prob", "do_whole_word_mask",
     "do_lower_case", "export_dir",
     shared_flags.TPU_FLAGS, shared_flags.TRAINING_OPTION_FLAGS,
-    max_seq_length=128,
+    **DEFAULTS,
     helps={
         "vocab_file": "For data written with --dynamic_masking: the vocabulary it "
                       "was made with ([CLS], [SEP], [MASK], the '##' pieces that "
@@ -407,7 +413,7 @@ def input_fn_builder(input_files,
                      seed=None,
                      masking=None,
                      records_per_file=None,
-                     skip_batches=0):
+                     train_batch_size=None):
     """Builds the `input_fn` reading pre-training records for the runner.
 
     Args:
@@ -430,13 +436,16 @@ def input_fn_builder(input_files,
       records_per_file: the number of records of each file (as
         `check_input_files` counts them), so that whole epochs are skipped
         by arithmetic; None: skipped records are read.
-      skip_batches: training only: start this many batches into the stream
-        (a run resumed from a checkpoint), for a caller without
-        `training.ResumableTrainer`, whose params[START_RECORD] (the
-        records trained on, all replicas together) takes precedence.
-        Skipped records are neither parsed nor masked. Seeded, the stream
-        goes on exactly where it would have; unseeded, the records are
-        skipped before the shuffle.
+      train_batch_size: training only: the examples of one batch, all
+        replicas together, to count the batches skipped in the log line
+        (None: params["batch_size"] times the input pipelines).
+
+    Training starts params[input_pipeline.START_RECORD] records into the
+    stream (the records a checkpoint has trained on, all replicas together,
+    that `training.ResumableTrainer` gives every training input_fn; none:
+    from the start). Skipped records are neither parsed nor masked. Seeded,
+    the stream goes on exactly where it would have; unseeded, the records
+    are skipped before the shuffle.
 
     Several workers (params[runtime.INPUT_PIPELINE] = (n, i), set by the
     runner under multi_worker_mirrored): with at least n files, worker i
@@ -466,13 +475,11 @@ def input_fn_builder(input_files,
     def training_stream(params):
         indices = list(range(len(input_files)))
         num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
-        if input_pipeline.START_RECORD in params:
-            # The records all pipelines together have trained on: steps times
-            # the global batch (training.ResumableTrainer), whatever the
-            # replicas per pipeline and the batch each is given.
-            skip_records = params[input_pipeline.START_RECORD]
-        else:
-            skip_records = skip_batches * params["batch_size"] * num_pipelines
+        # The records all pipelines together have trained on: steps times
+        # the global batch, whatever the replicas per pipeline and the batch
+        # each is given.
+        skip_records = params.get(input_pipeline.START_RECORD, 0)
+        skip_batches = skip_records // (train_batch_size or params["batch_size"] * num_pipelines)
         if num_pipelines > 1 and len(input_files) >= num_pipelines:
             # Distinct files for each worker: none reads another's, and each
             # has read its share of the records trained on.
@@ -693,37 +700,38 @@ class _StopAtStartHook(tf.train.SessionRunHook):
         coord.request_stop()
 
 
-def ensure_checkpoint(estimator, train_input_fn):
-    """Makes sure --output_dir holds a checkpoint to evaluate.
+def ensure_checkpoint(run, estimator):
+    """Makes sure `run.output_dir` holds a checkpoint to evaluate.
 
-    Without one, saves the initial model as checkpoint 0 through a training
-    run stopped before its first step (the Estimator can only evaluate
+    Without one, saves the initial model (`run.init_checkpoint`'s weights or
+    the random initialisation) as checkpoint 0 through a training run
+    stopped before its first step (the Estimator can only evaluate
     checkpoints). Returns the checkpoint path.
     """
-    latest = tf.train.latest_checkpoint(FLAGS.output_dir)
+    latest = tf.train.latest_checkpoint(run.output_dir)
     if latest:
         return latest
-    if FLAGS.init_checkpoint:
+    if run.init_checkpoint:
         tf.logging.info("Saving the --init_checkpoint weights as checkpoint 0 of %s",
-                        FLAGS.output_dir)
+                        run.output_dir)
     else:
         tf.logging.info("No checkpoint in %s and no --init_checkpoint: saving the "
-                        "random initialisation as checkpoint 0", FLAGS.output_dir)
-    estimator.train(input_fn=train_input_fn, max_steps=max(1, FLAGS.num_train_steps),
+                        "random initialisation as checkpoint 0", run.output_dir)
+    estimator.train(input_fn=run.input_fn(True), max_steps=max(1, run.num_train_steps),
                     hooks=[_StopAtStartHook()])
-    return tf.train.latest_checkpoint(FLAGS.output_dir)
+    return tf.train.latest_checkpoint(run.output_dir)
 
 
-def evaluate(estimator, eval_input_fn, checkpoint_path, file_name, header):
-    """Evaluates `checkpoint_path` on --max_eval_steps batches, logs the
-    results and writes them to --output_dir/file_name. Returns them."""
+def evaluate(run, estimator, checkpoint_path, file_name, header):
+    """Evaluates `checkpoint_path` on `run.max_eval_steps` batches, logs the
+    results and writes them to `run.output_dir`/file_name. Returns them."""
     training_progress.log_phase("Running evaluation", [("Checkpoint", checkpoint_path),
-                                                ("Batch size", FLAGS.eval_batch_size)])
-    result = estimator.evaluate(input_fn=eval_input_fn, steps=FLAGS.max_eval_steps,
+                                                       ("Batch size", run.eval_batch_size)])
+    result = estimator.evaluate(input_fn=run.input_fn(False), steps=run.max_eval_steps,
                                 checkpoint_path=checkpoint_path,
                                 hooks=[training_progress.ProgressHook("Evaluating",
-                                                                      FLAGS.max_eval_steps)])
-    fine_tuning.write_eval_results(result, FLAGS.output_dir, file_name=file_name,
+                                                                      run.max_eval_steps)])
+    fine_tuning.write_eval_results(result, run.output_dir, file_name=file_name,
                                    header=header, headline="masked_lm_accuracy")
     return result
 
@@ -773,78 +781,78 @@ def write_summaries(directory, step, values):
         writer.close()
 
 
-def train_with_evaluation(estimator, train_input_fn_at, eval_input_fn, examples_per_step):
-    """Trains to --num_train_steps, evaluating on --eval_file at the
+def train_with_evaluation(run, estimator):
+    """Trains to `run.num_train_steps`, evaluating on --eval_file at the
     `evaluation_steps`, and stops at the first evaluation whose
-    masked_lm_accuracy reaches --stop_threshold (when set).
-    `train_input_fn_at(step)` is the training input_fn of a segment that
-    starts at global step `step` (built just before the segment trains, so
-    it may look at the checkpoint the segment starts from).
+    masked_lm_accuracy reaches `run.stop_threshold` (when set). Each
+    segment's training input goes on from the checkpoint it starts from
+    (see `input_fn_builder`).
 
     Each evaluation is logged and written to TensorBoard (output_dir/eval by
     step, output_dir/eval_by_examples by examples seen); the last one to
     eval_results.txt with global_step, examples_seen (global_step times
-    `examples_per_step`) and wall_time_seconds (since this call began, the
+    `run.examples_per_step`) and wall_time_seconds (since this call began, the
     evaluations included), and with a stop threshold, whether it was reached.
 
     Returns:
       The checkpoint evaluated last.
     """
     started = time.time()
-    steps = evaluation_steps(FLAGS.num_train_steps, examples_per_step,
-                             FLAGS.samples_start_eval, FLAGS.samples_between_eval)
-    done, latest = latest_step(FLAGS.output_dir)
-    met = stop_threshold_met(FLAGS.output_dir, done)
-    if met is not None and done < FLAGS.num_train_steps:
+    examples_per_step = run.examples_per_step
+    steps = evaluation_steps(run.num_train_steps, examples_per_step,
+                             run.samples_start_eval, run.samples_between_eval)
+    done, latest = latest_step(run.output_dir)
+    met = stop_threshold_met(run.output_dir, done, run.stop_threshold)
+    if met is not None and done < run.num_train_steps:
         tf.logging.info(
             "Not training: %s (step %d) already reached --stop_threshold=%g "
             "(masked_lm_accuracy = %.4f in %s); to train on, give --stop_threshold=0 or a "
-            "higher target", latest, done, FLAGS.stop_threshold, met,
-            os.path.join(FLAGS.output_dir, RESULTS_FILE))
+            "higher target", latest, done, run.stop_threshold, met,
+            os.path.join(run.output_dir, RESULTS_FILE))
         return latest
     checkpoint, result = None, None
     estimator.evaluations_at(steps[:-1])
     for target in [step for step in steps if step > done] or steps[-1:]:
-        estimator.train(input_fn=train_input_fn_at(done), max_steps=target)
+        estimator.train(input_fn=run.input_fn(True), max_steps=target)
         done = target
-        checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
-        result = dict(estimator.evaluate(input_fn=eval_input_fn, steps=FLAGS.max_eval_steps,
-                                         checkpoint_path=checkpoint))
+        checkpoint = tf.train.latest_checkpoint(run.output_dir)
+        result = dict(estimator.evaluate(input_fn=run.input_fn(False),
+                                         steps=run.max_eval_steps, checkpoint_path=checkpoint))
         step = int(result["global_step"])
         result["examples_seen"] = step * examples_per_step
         result["wall_time_seconds"] = round(time.time() - started, 1)
-        reached = (FLAGS.stop_threshold > 0
-                   and result["masked_lm_accuracy"] >= FLAGS.stop_threshold)
+        reached = (run.stop_threshold > 0
+                   and result["masked_lm_accuracy"] >= run.stop_threshold)
         tf.logging.info(
             "Evaluation at step %d (%d examples, %s): masked_lm_accuracy = %.4f, "
             "masked_lm_loss = %.4f%s", step, result["examples_seen"],
             logs.format_duration(result["wall_time_seconds"]),
             result["masked_lm_accuracy"], result["masked_lm_loss"],
-            " (--stop_threshold=%g reached)" % FLAGS.stop_threshold if reached else "")
-        write_summaries(os.path.join(FLAGS.output_dir, BY_EXAMPLES_DIR),
+            " (--stop_threshold=%g reached)" % run.stop_threshold if reached else "")
+        write_summaries(os.path.join(run.output_dir, BY_EXAMPLES_DIR),
                         result["examples_seen"],
                         {"masked_lm_accuracy": result["masked_lm_accuracy"],
                          "masked_lm_loss": result["masked_lm_loss"],
                          "global_step": step,
                          "wall_time_seconds": result["wall_time_seconds"]})
-        if FLAGS.stop_threshold > 0:
-            result["stop_threshold"] = FLAGS.stop_threshold
+        if run.stop_threshold > 0:
+            result["stop_threshold"] = run.stop_threshold
             result["stop_threshold_reached"] = reached
         if reached:
             break
-    fine_tuning.write_eval_results(result, FLAGS.output_dir, header="***** Eval results *****",
+    fine_tuning.write_eval_results(result, run.output_dir, header="***** Eval results *****",
                                    headline="masked_lm_accuracy")
     return checkpoint
 
 
-def stop_threshold_met(output_dir, step):
+def stop_threshold_met(output_dir, step, stop_threshold):
     """The masked_lm_accuracy of the evaluation during training that
     <output_dir>/eval_results.txt holds, if it is of the checkpoint at
     `step`, was made with a --stop_threshold (its file records one) and
-    reaches this run's --stop_threshold; else None (also without a
-    threshold now)."""
+    reaches this run's `stop_threshold`; else None (also without a
+    threshold now: 0)."""
     path = os.path.join(output_dir, RESULTS_FILE)
-    if not FLAGS.stop_threshold > 0 or not tf.io.gfile.exists(path):
+    if not stop_threshold > 0 or not tf.io.gfile.exists(path):
         return None
     values = {}
     with tf.io.gfile.GFile(path) as f:
@@ -856,7 +864,7 @@ def stop_threshold_met(output_dir, step):
         recorded = int(values["global_step"]) == step and "stop_threshold" in values
     except (KeyError, ValueError):
         return None
-    return accuracy if recorded and accuracy >= FLAGS.stop_threshold else None
+    return accuracy if recorded and accuracy >= stop_threshold else None
 
 
 def latest_step(output_dir):
@@ -868,57 +876,200 @@ def latest_step(output_dir):
     return int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP)), checkpoint
 
 
-def masking_from_flags(vocab_size):
-    """The `dynamic_masking.Masking` of the flags, for data written with
-    --dynamic_masking.
+def load_masking(vocab_file, masked_lm_prob, max_predictions_per_seq, do_whole_word_mask,
+                 random_seed, vocab_size):
+    """The `dynamic_masking.Masking` of the flags of the same names, for data
+    written with --dynamic_masking; `vocab_size` is the model's.
 
     Raises:
       InputError: --vocab_file is missing, unreadable or larger than the
         model's vocabulary, or --masked_lm_prob is out of range.
     """
-    if not FLAGS.vocab_file:
+    if not vocab_file:
         raise errors.InputError(
             "--vocab_file is needed: the data was written with --dynamic_masking and "
             "is masked as it is read, which needs the vocabulary it was made with")
-    if not 0.0 <= FLAGS.masked_lm_prob <= 1.0:
-        raise errors.InputError("--masked_lm_prob=%g must be in [0, 1]"
-                                % FLAGS.masked_lm_prob)
-    vocab = dynamic_masking.MaskingVocab(FLAGS.vocab_file)
+    if not 0.0 <= masked_lm_prob <= 1.0:
+        raise errors.InputError("--masked_lm_prob=%g must be in [0, 1]" % masked_lm_prob)
+    vocab = dynamic_masking.MaskingVocab(vocab_file)
     if vocab.size > vocab_size:
         raise errors.InputError(
             "--vocab_file %s has ids up to %d but vocab_size in --bert_config_file is %d: "
-            "use the vocabulary of the model" % (FLAGS.vocab_file, vocab.size - 1, vocab_size))
+            "use the vocabulary of the model" % (vocab_file, vocab.size - 1, vocab_size))
     tf.logging.info("Masking as the data is read: --masked_lm_prob=%g, "
                     "--max_predictions_per_seq=%d, --do_whole_word_mask=%s, --random_seed=%d",
-                    FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
-                    FLAGS.do_whole_word_mask, FLAGS.random_seed)
-    return dynamic_masking.Masking(vocab, FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
-                                   FLAGS.do_whole_word_mask, FLAGS.random_seed)
+                    masked_lm_prob, max_predictions_per_seq, do_whole_word_mask, random_seed)
+    return dynamic_masking.Masking(vocab, masked_lm_prob, max_predictions_per_seq,
+                                   do_whole_word_mask, random_seed)
 
 
-def check_evaluation_flags(options):
-    """Checks --eval_file's companions before any work.
+def check_evaluation_flags(eval_file, samples_between_eval, samples_start_eval,
+                           stop_threshold, do_train, distribution_strategy):
+    """Checks --eval_file's companions (the flags of the same names) before
+    any work.
 
     Raises:
       InputError: naming the flag at fault.
     """
-    for name in ("samples_between_eval", "samples_start_eval"):
-        if getattr(FLAGS, name) < 0:
-            raise errors.InputError("--%s=%d must be 0 or more"
-                                    % (name, getattr(FLAGS, name)))
-    if not 0.0 <= FLAGS.stop_threshold <= 1.0:
+    counts = (("samples_between_eval", samples_between_eval),
+              ("samples_start_eval", samples_start_eval))
+    for name, value in counts:
+        if value < 0:
+            raise errors.InputError("--%s=%d must be 0 or more" % (name, value))
+    if not 0.0 <= stop_threshold <= 1.0:
         raise errors.InputError("--stop_threshold=%g must be between 0 and 1 (an "
-                                "accuracy)" % FLAGS.stop_threshold)
-    if not FLAGS.eval_file:
-        for name in ("samples_between_eval", "samples_start_eval", "stop_threshold"):
-            if getattr(FLAGS, name):
+                                "accuracy)" % stop_threshold)
+    if not eval_file:
+        for name, value in counts + (("stop_threshold", stop_threshold),):
+            if value:
                 raise errors.InputError("--%s needs --eval_file" % name)
         return
-    if FLAGS.do_train and options.distribution_strategy == "multi_worker_mirrored":
+    if do_train and distribution_strategy == "multi_worker_mirrored":
         raise errors.InputError(
             "--eval_file: evaluation during training is not supported with "
             "--distribution_strategy=multi_worker_mirrored; evaluate the "
             "checkpoints afterwards with --do_eval")
+
+
+# ---------------------------------------------------------------------------
+# The run: its settings, read from the flags and checked once.
+
+@dataclasses.dataclass
+class PretrainingRun:
+    """What the phases of `main` take, from `prepare_run`.
+
+    Attributes:
+      bert_config: the model's modeling.BertConfig.
+      init_checkpoint: the checkpoint to start from (resolved), or None.
+      options: the training.TrainingOptions.
+      input_files, train_files: the --input_file files and what
+        `check_input_files` found in them.
+      eval_files, eval_kind: the files evaluated (--eval_file's, else
+        --input_file's) and the kind of their records.
+      masking: a dynamic_masking.Masking where either kind is unmasked, else
+        None.
+      evaluate_during_training: --eval_file was given.
+      The others: the flags of the same names.
+    """
+
+    bert_config: modeling.BertConfig
+    init_checkpoint: Optional[str]
+    options: training.TrainingOptions
+    output_dir: str
+    do_train: bool
+    do_eval: bool
+    eval_at_start: bool
+    max_seq_length: int
+    max_predictions_per_seq: int
+    learning_rate: float
+    num_train_steps: int
+    num_warmup_steps: int
+    train_batch_size: int
+    eval_batch_size: int
+    max_eval_steps: int
+    input_seed: int
+    use_tpu: bool
+    input_files: list
+    train_files: InputFiles
+    eval_files: list
+    eval_kind: str
+    masking: Optional[dynamic_masking.Masking]
+    evaluate_during_training: bool
+    samples_between_eval: int
+    samples_start_eval: int
+    stop_threshold: float
+
+    @property
+    def examples_per_step(self):
+        """Training examples per optimizer update (gradient accumulation's
+        micro-batches together)."""
+        return self.train_batch_size * self.options.gradient_accumulation_steps
+
+    def input_fn(self, is_training):
+        """The training or evaluation input_fn (`input_fn_builder`).
+
+        Training that starts from a checkpoint (a resumed run, or the
+        training after an evaluation) goes on with the first batch the
+        checkpoint has not trained on: the runner gives the input_fn that
+        position when it starts training.
+        """
+        if not is_training:
+            return input_fn_builder(
+                self.eval_files, self.max_seq_length, self.max_predictions_per_seq,
+                is_training=False,
+                masking=self.masking if self.eval_kind == pretraining_records.UNMASKED else None)
+        return input_fn_builder(
+            self.input_files, self.max_seq_length, self.max_predictions_per_seq,
+            is_training=True, seed=self.input_seed or None,
+            masking=(self.masking if self.train_files.kind == pretraining_records.UNMASKED
+                     else None),
+            records_per_file=self.train_files.records_per_file,
+            train_batch_size=self.train_batch_size)
+
+
+def prepare_run():
+    """Reads and checks the flags and the files they name, before anything
+    is built or written.
+
+    Returns:
+      A `PretrainingRun`.
+
+    Raises:
+      InputError: one line naming the flag (and file) at fault.
+    """
+    shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
+    if not (FLAGS.do_train or FLAGS.do_eval):
+        raise errors.InputError("Nothing to do: set --do_train and/or --do_eval.")
+    max_seq_length = (DEFAULTS["max_seq_length"] if FLAGS["max_seq_length"].using_default_value
+                      else FLAGS.max_seq_length)
+    max_predictions = FLAGS.max_predictions_per_seq
+    if not 0 < max_predictions <= max_seq_length:
+        raise errors.InputError(
+            "--max_predictions_per_seq=%d must be between 1 and --max_seq_length=%d"
+            % (max_predictions, max_seq_length))
+    bert_config = checkpoints.load_bert_config(FLAGS.bert_config_file,
+                                               max_seq_length=max_seq_length)
+    file_io.check_output_dir(FLAGS.output_dir)
+    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    if init_checkpoint:
+        checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
+                                          FLAGS.bert_config_file)
+    checkpoints.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+                                            head_variable_shapes(bert_config))
+    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
+    tf.logging.info("*** Input Files ***")
+    for path in input_files:
+        tf.logging.info("  %s", path)
+    train_files = check_input_files(input_files, max_seq_length, max_predictions,
+                                    bert_config.vocab_size)
+
+    options = training.training_options_from_flags()
+    check_evaluation_flags(FLAGS.eval_file, FLAGS.samples_between_eval,
+                           FLAGS.samples_start_eval, FLAGS.stop_threshold, FLAGS.do_train,
+                           options.distribution_strategy)
+    eval_files, eval_kind = input_files, train_files.kind
+    if FLAGS.eval_file:
+        eval_files = file_io.expand_file_patterns("eval_file", FLAGS.eval_file)
+        eval_kind = check_input_files(eval_files, max_seq_length, max_predictions,
+                                      bert_config.vocab_size, flag_name="eval_file").kind
+    masking = None
+    if pretraining_records.UNMASKED in (train_files.kind, eval_kind):
+        masking = load_masking(FLAGS.vocab_file, FLAGS.masked_lm_prob, max_predictions,
+                               FLAGS.do_whole_word_mask, FLAGS.random_seed,
+                               bert_config.vocab_size)
+    return PretrainingRun(
+        bert_config=bert_config, init_checkpoint=init_checkpoint, options=options,
+        output_dir=FLAGS.output_dir, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
+        eval_at_start=FLAGS.eval_at_start, max_seq_length=max_seq_length,
+        max_predictions_per_seq=max_predictions, learning_rate=FLAGS.learning_rate,
+        num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
+        train_batch_size=FLAGS.train_batch_size, eval_batch_size=FLAGS.eval_batch_size,
+        max_eval_steps=FLAGS.max_eval_steps, input_seed=FLAGS.input_seed,
+        use_tpu=FLAGS.use_tpu, input_files=input_files, train_files=train_files,
+        eval_files=eval_files, eval_kind=eval_kind, masking=masking,
+        evaluate_during_training=bool(FLAGS.eval_file),
+        samples_between_eval=FLAGS.samples_between_eval,
+        samples_start_eval=FLAGS.samples_start_eval, stop_threshold=FLAGS.stop_threshold)
 
 
 # ---------------------------------------------------------------------------
@@ -934,99 +1085,45 @@ def main(_):
             fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output)
             if not FLAGS.do_eval:
                 return
-    shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
-    if not (FLAGS.do_train or FLAGS.do_eval):
-        raise errors.InputError("Nothing to do: set --do_train and/or --do_eval.")
-    if not 0 < FLAGS.max_predictions_per_seq <= FLAGS.max_seq_length:
-        raise errors.InputError(
-            "--max_predictions_per_seq=%d must be between 1 and --max_seq_length=%d"
-            % (FLAGS.max_predictions_per_seq, FLAGS.max_seq_length))
-    bert_config = checkpoints.load_bert_config(FLAGS.bert_config_file,
-                                               max_seq_length=FLAGS.max_seq_length)
-    file_io.check_output_dir(FLAGS.output_dir)
-    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
-    if init_checkpoint:
-        checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                          FLAGS.bert_config_file)
-    checkpoints.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
-                                          head_variable_shapes(bert_config))
-    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
-    tf.logging.info("*** Input Files ***")
-    for path in input_files:
-        tf.logging.info("  %s", path)
-    train_files = check_input_files(input_files, FLAGS.max_seq_length,
-                                    FLAGS.max_predictions_per_seq, bert_config.vocab_size)
-
-    options = training.training_options_from_flags()
-    check_evaluation_flags(options)
-    eval_files, eval_kind = input_files, train_files.kind
-    if FLAGS.eval_file:
-        eval_files = file_io.expand_file_patterns("eval_file", FLAGS.eval_file)
-        eval_kind = check_input_files(eval_files, FLAGS.max_seq_length,
-                                      FLAGS.max_predictions_per_seq, bert_config.vocab_size,
-                                      flag_name="eval_file").kind
-    masking = None
-    if pretraining_records.UNMASKED in (train_files.kind, eval_kind):
-        masking = masking_from_flags(bert_config.vocab_size)
-    if FLAGS.do_train:  # The one training run of --output_dir.
-        output_lock.lock_output_dir(FLAGS.output_dir)
-    tf.io.gfile.makedirs(FLAGS.output_dir)
+    run = prepare_run()
+    if run.do_train:  # The one training run of --output_dir.
+        output_lock.lock_output_dir(run.output_dir)
+    tf.io.gfile.makedirs(run.output_dir)
     model_fn = model_fn_builder(
-        bert_config, init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
-        num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
-        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
+        run.bert_config, init_checkpoint=run.init_checkpoint,
+        learning_rate=run.learning_rate, num_train_steps=run.num_train_steps,
+        num_warmup_steps=run.num_warmup_steps, use_tpu=run.use_tpu,
+        use_one_hot_embeddings=run.use_tpu, options=run.options)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
     estimator = training.estimator_from_flags(
-        model_fn, options, train_batch_size=FLAGS.train_batch_size,
-        eval_batch_size=FLAGS.eval_batch_size)
-
-    def input_fn(is_training):
-        if not is_training:
-            return input_fn_builder(
-                eval_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                is_training=False,
-                masking=masking if eval_kind == pretraining_records.UNMASKED else None)
-        # Training that starts from a checkpoint (a resumed run, or the
-        # training after an evaluation) goes on with the first batch the
-        # checkpoint has not trained on. Built just before each `train`
-        # call, so this is the checkpoint that call starts from.
-        return input_fn_builder(
-            input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-            is_training=True, seed=FLAGS.input_seed or None,
-            masking=masking if train_files.kind == pretraining_records.UNMASKED else None,
-            records_per_file=train_files.records_per_file,
-            skip_batches=checkpoints.consumed_batches(
-                FLAGS.output_dir, options.gradient_accumulation_steps))
+        model_fn, run.options, train_batch_size=run.train_batch_size,
+        eval_batch_size=run.eval_batch_size)
 
     evaluated = None
-    if FLAGS.do_train:
-        if FLAGS.eval_at_start:
-            checkpoint = ensure_checkpoint(estimator, input_fn(True))
-            evaluate(estimator, input_fn(False), checkpoint, START_RESULTS_FILE,
+    if run.do_train:
+        if run.eval_at_start:
+            checkpoint = ensure_checkpoint(run, estimator)
+            evaluate(run, estimator, checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
-        training_progress.log_training(options, [], FLAGS.num_train_steps)
-        if FLAGS.eval_file:
-            evaluated = train_with_evaluation(
-                estimator, lambda step: input_fn(True), input_fn(False),
-                FLAGS.train_batch_size * options.gradient_accumulation_steps)
+        training_progress.log_training(run.options, [], run.num_train_steps)
+        if run.evaluate_during_training:
+            evaluated = train_with_evaluation(run, estimator)
         else:
-            estimator.train(input_fn=input_fn(True), max_steps=FLAGS.num_train_steps)
-        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
+            estimator.train(input_fn=run.input_fn(True), max_steps=run.num_train_steps)
+        checkpoints.report_trained_checkpoint(run.output_dir)
         if FLAGS.export_dir:
             fill_mask_export.export_from_flags(FLAGS, "output_dir", get_masked_lm_output)
 
-    if FLAGS.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(
-            FLAGS.output_dir):
+    if run.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(run.output_dir):
         tf.logging.info("--do_eval: %s was evaluated on --eval_file during training "
                         "(eval_results.txt)", os.path.basename(evaluated))
-    elif FLAGS.do_eval:
+    elif run.do_eval:
         # The original evaluates the latest checkpoint of --output_dir. With
         # none there (a --do_eval-only run on a fresh directory, e.g. to score
         # --init_checkpoint on new data), the initial model becomes
         # checkpoint 0 first instead of failing.
-        checkpoint = ensure_checkpoint(estimator, input_fn(True))
-        evaluate(estimator, input_fn(False), checkpoint, RESULTS_FILE,
-                 "***** Eval results *****")
+        checkpoint = ensure_checkpoint(run, estimator)
+        evaluate(run, estimator, checkpoint, RESULTS_FILE, "***** Eval results *****")
 
 
 if __name__ == "__main__":

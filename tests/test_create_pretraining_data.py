@@ -46,6 +46,22 @@ def run_ours(**overrides):
         cpd.main([])
 
 
+def test_max_seq_length_default_is_this_scripts(tmp_path):
+    """A process that defined --max_seq_length for another script first
+    (run_squad.py: 384) still runs this one with its own default, 128."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n")
+    with flagsaver.flagsaver():
+        FLAGS.set_default("max_seq_length", 384)
+        with flagsaver.as_parsed(input_file=str(tmp_path / "in.txt"),
+                                 output_file=str(tmp_path / "out.tfrecord"),
+                                 vocab_file=str(vocab)):
+            assert cpd.prepare_run().max_seq_length == 128
+        with flagsaver.as_parsed(input_file="in.txt", output_file=str(tmp_path / "out"),
+                                 vocab_file=str(vocab), max_seq_length="384"):
+            assert cpd.prepare_run().max_seq_length == 384
+
+
 def read_records(paths):
     """Raw record bytes of TFRecord files, read (and CRC-checked) by TF."""
     import tensorflow as tf

@@ -118,6 +118,23 @@ def run_extract(model, output_file, **overrides):
     return output_file
 
 
+def test_max_seq_length_default_is_this_scripts(model, tmp_path):
+    """A process that defined --max_seq_length for another script first
+    (run_squad.py: 384) still runs this one with its own default, 128."""
+    _flags_parsed()
+    values = dict(input_file=model["input_file"], output_file=str(tmp_path / "out.jsonl"),
+                  vocab_file=model["vocab_file"], bert_config_file=model["bert_config_file"],
+                  init_checkpoint=model["init_checkpoint"], layers="-1,-2")
+    with flagsaver.flagsaver():
+        FLAGS.set_default("max_seq_length", 384)
+        # The tiny model has 64 positions: the error names the length used.
+        with flagsaver.flagsaver(**values), pytest.raises(
+                InputError, match="Cannot use sequence length 128 because"):
+            extract_features.prepare_run()
+        with flagsaver.flagsaver(max_seq_length=MAX_SEQ_LENGTH, **values):
+            assert extract_features.prepare_run().max_seq_length == MAX_SEQ_LENGTH
+
+
 def layer_position(index):
     """A --layers index -> position in the reference's layer axis (2 layers)."""
     return index % 2

@@ -58,6 +58,42 @@ def protobuf_example(values):
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
+# ---------------------------------------------------------------------------
+# A general encoder (any lengths, any int64 values), slow and plain: the
+# reference the module's fast `ExampleEncoder` is held against.
+
+_SPECS = {spec.name: spec for spec in records.FEATURES}
+
+
+def _int64_varint(value):
+    """Varint of an int64 value: a negative one as its 64-bit two's
+    complement (10 bytes), as protobuf writes int64 (not sint64)."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("%d does not fit an int64" % value)
+    return records._varint(value % (1 << 64))
+
+
+def _packed(kind, values):
+    """The packed payload of a list of `kind` values: 4-byte little-endian
+    floats (rounded to float32, as FloatList stores them) or varints."""
+    if kind == "float":
+        return struct.pack("<%df" % len(values), *values)
+    return b"".join([_int64_varint(v) for v in values])
+
+
+def encode_example(values):
+    """dict name -> list of values (names of FEATURE_NAMES; others raise
+    ValueError) -> tf.train.Example bytes, the features in SERIALIZED_ORDER
+    as protobuf 4 writes them; features left out are not written."""
+    unknown = sorted(set(values) - set(records.FEATURE_NAMES))
+    if unknown:
+        raise ValueError("Not pre-training features: %s" % ", ".join(unknown))
+    features = b"".join([
+        records._feature_entry(name, _packed(_SPECS[name].kind, values[name]))
+        for name in records.SERIALIZED_ORDER if name in values])
+    return records._TAG_FEATURES + records._length_varint(len(features)) + features
+
+
 def random_features(rng, allow_negative=False):
     """Features of random lengths (empty lists included) and values."""
     values = {}
@@ -105,7 +141,7 @@ def test_schema():
         "input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
         "masked_lm_weights", "next_sentence_labels")
     assert [s.kind for s in records.FEATURES] == ["int64"] * 5 + ["float", "int64"]
-    assert records.feature_lengths(128, 20) == {
+    assert {s.name: s.size(128, 20) for s in records.FEATURES} == {
         "input_ids": 128, "input_mask": 128, "segment_ids": 128,
         "masked_lm_positions": 20, "masked_lm_ids": 20, "masked_lm_weights": 20,
         "next_sentence_labels": 1}
@@ -134,7 +170,7 @@ def test_encode_example_parses_to_the_same_values(allow_negative):
     rng = random.Random(1 + allow_negative)
     for _ in range(300):
         values = random_features(rng, allow_negative)
-        data = records.encode_example(values)
+        data = encode_example(values)
         kinds = {s.name: s.kind + "_list" for s in records.FEATURES}
         assert parsed(data) == {name: (kinds[name], v) for name, v in values.items()}
         assert records.decode_example(data) == values
@@ -154,7 +190,7 @@ def test_encode_example_parses_to_the_same_values(allow_negative):
 def test_edge_values():
     values = {"input_ids": EDGE_INTS + NEGATIVE_INTS, "input_mask": [],
               "masked_lm_weights": EDGE_FLOATS, "next_sentence_labels": [1]}
-    data = records.encode_example(values)
+    data = encode_example(values)
     example = tf.train.Example.FromString(data)
     feature = example.features.feature
     assert list(feature["input_ids"].int64_list.value) == EDGE_INTS + NEGATIVE_INTS
@@ -163,12 +199,12 @@ def test_edge_values():
     assert list(feature["masked_lm_weights"].float_list.value) == float32(EDGE_FLOATS)
     assert sorted(feature) == sorted(values)
     # A negative int64 takes 10 bytes (64-bit two's complement), as in protobuf.
-    assert len(records.encode_example({"input_ids": [-1]})) == len(
-        records.encode_example({"input_ids": [1]})) + 9
+    assert len(encode_example({"input_ids": [-1]})) == len(
+        encode_example({"input_ids": [1]})) + 9
     with pytest.raises(ValueError, match="does not fit an int64"):
-        records.encode_example({"input_ids": [INT64_MAX + 1]})
+        encode_example({"input_ids": [INT64_MAX + 1]})
     with pytest.raises(ValueError, match="Not pre-training features: label"):
-        records.encode_example({"label": [1]})
+        encode_example({"label": [1]})
 
 
 def test_example_encoder_equals_encode_example_and_parses():
@@ -182,7 +218,7 @@ def test_example_encoder_equals_encode_example_and_parses():
             instance = random_instance(rng, vocab_size, seq, pred)
             data = encoder.encode(*instance)
             values = padded_features(*instance, seq, pred)
-            assert data == records.encode_example(values)
+            assert data == encode_example(values)
             assert records.decode_example(data) == values
             tensors = tf.io.parse_single_example(data, schema)
             assert {name: t.numpy().tolist() for name, t in tensors.items()} == values
@@ -202,7 +238,7 @@ def test_unmasked_records_equal_encode_example_and_parse():
         data = encoder.encode_unmasked(input_ids, num_a, is_random_next)
         values = {name: v for name, v in padded_features(
             input_ids, num_a, [], [], is_random_next, 40, 6).items() if name in schema}
-        assert data == records.encode_example(values)
+        assert data == encode_example(values)
         assert {name: v[1] for name, v in parsed(data).items()} == values
         tensors = tf.io.parse_single_example(data, schema)
         assert {name: t.numpy().tolist() for name, t in tensors.items()} == values
@@ -230,12 +266,12 @@ def test_any_entry_order_parses_the_same():
     byte identity depends on SERIALIZED_ORDER)."""
     rng = random.Random(5)
     values = random_features(rng)
-    reference = parsed(records.encode_example(values))
+    reference = parsed(encode_example(values))
     for _ in range(5):
         names = list(values)
         rng.shuffle(names)
         entries = b"".join(records._feature_entry(
-            name, records._packed(records._SPECS[name].kind, values[name])) for name in names)
+            name, _packed(_SPECS[name].kind, values[name])) for name in names)
         data = b"\x0a" + records._varint(len(entries)) + entries
         assert parsed(data) == reference
 
@@ -309,7 +345,7 @@ def test_framing_is_tensorflows(tmp_path):
 def damaged_file(path, damage):
     """A file of three records, damaged in its second record (or cut off).
     Returns (path, the records)."""
-    examples = [records.encode_example({"input_ids": [i, i + 1], "next_sentence_labels": [0]})
+    examples = [encode_example({"input_ids": [i, i + 1], "next_sentence_labels": [0]})
                 for i in range(3)]
     write_framed(path, examples)
     assert read_with_tensorflow(path) == examples

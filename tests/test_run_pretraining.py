@@ -17,6 +17,7 @@ from absl.testing import flagsaver
 import checkpoints
 import dynamic_masking
 import errors
+import input_pipeline
 import modeling
 import optimization
 import pretraining_records
@@ -381,9 +382,17 @@ def test_seeded_training_segments_continue_where_the_checkpoint_stopped(setup, t
     builder = run_pretraining.input_fn_builder
 
     def recording_builder(*args, **kwargs):
-        if kwargs.get("is_training"):
-            calls.append((kwargs.get("seed"), kwargs.get("skip_batches")))
-        return builder(*args, **kwargs)
+        input_fn = builder(*args, **kwargs)
+        if not kwargs.get("is_training"):
+            return input_fn
+
+        def recording_input_fn(params):
+            # The records the segment's checkpoint has trained on, in
+            # batches of 16.
+            calls.append((kwargs.get("seed"),
+                          params.get(input_pipeline.START_RECORD, 0) // 16))
+            return input_fn(params)
+        return recording_input_fn
 
     monkeypatch.setattr(run_pretraining, "input_fn_builder", recording_builder)
     output_dir = str(tmp_path / "seeded")
@@ -391,10 +400,62 @@ def test_seeded_training_segments_continue_where_the_checkpoint_stopped(setup, t
                           samples_between_eval=32, num_train_steps=4, num_warmup_steps=0,
                           max_eval_steps=1, input_seed=3))
     assert calls == [(3, 0), (3, 2)]
-    # Resumed (a longer run in the same folder).
-    run_main(**base_flags(setup, output_dir, do_train=True, num_train_steps=5,
-                          num_warmup_steps=0, input_seed=3))
+    # Resumed (a longer run in the same folder); the input says where it
+    # starts, once.
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        run_main(**base_flags(setup, output_dir, do_train=True, num_train_steps=5,
+                              num_warmup_steps=0, input_seed=3))
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
     assert calls[2:] == [(3, 4)]
+    assert [m for m in messages if m.startswith("Resuming the training input")] == [
+        "Resuming the training input after 4 batches (64 records): 0 whole epochs "
+        "skipped by count, then 64 records skipped unread"]
+
+
+def test_resume_position_is_that_of_the_checkpoint_training_starts_from(setup, tmp_path):
+    """A latest checkpoint cut short is set aside by the trainer for the one
+    before it, and the input goes on from that one's position (there is one
+    position, the trainer's), not from the damaged checkpoint's."""
+    output_dir = str(tmp_path / "run")
+    values = base_flags(setup, output_dir, do_train=True, num_train_steps=4,
+                        num_warmup_steps=0, save_checkpoints_steps=2, iterations_per_loop=2,
+                        input_seed=3)
+    run_main(**values)
+    damaged = os.path.join(output_dir, "model.ckpt-4.index")
+    with open(damaged, "rb") as f:
+        data = f.read()
+    with open(damaged, "wb") as f:
+        f.write(data[:len(data) // 2])
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        run_main(**dict(values, num_train_steps=6))
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert [m for m in messages if m.startswith("Resuming the training input")] == [
+        "Resuming the training input after 2 batches (32 records): 0 whole epochs "
+        "skipped by count, then 32 records skipped unread"]
+    assert tf.train.load_variable(output_dir, "global_step") == 6
+
+
+def test_max_seq_length_default_is_this_scripts(setup, tmp_path):
+    """A process that defined --max_seq_length for another script first
+    (run_squad.py: 384) still runs this one with its own default, 128."""
+    values = base_flags(setup, str(tmp_path / "out"), do_train=True,
+                        max_predictions_per_seq=200)
+    del values["max_seq_length"]
+    with flagsaver.flagsaver():
+        FLAGS.set_default("max_seq_length", 384)
+        with pytest.raises(errors.InputError, match=r"^--max_predictions_per_seq=200 must "
+                                                    r"be between 1 and --max_seq_length=128$"):
+            run_main(**values)
 
 
 # ---------------------------------------------------------------------------
@@ -752,7 +813,7 @@ def _unmask(batch):
 def test_unmasked_records_are_masked_as_they_are_read(unmasked):
     """The records come out as masked records do, masked afresh in each epoch
     (16 records, 12 batches of 3 = 2.25 epochs), the same way for the same
-    seed; a resumed stream (skip_batches) goes on exactly where it would
+    seed; a resumed stream (params[START_RECORD]) goes on exactly where it would
     have, whether whole epochs are skipped by count or read."""
     batches, _ = _stream(unmasked, 12, seed=5)
     assert set(batches[0]) == set(pretraining_records.FEATURE_NAMES)
@@ -780,7 +841,8 @@ def test_unmasked_records_are_masked_as_they_are_read(unmasked):
     assert not all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(batches, other))
     for skip in (4, 7):  # 12 and 21 records: in the first epoch, and past it.
         for counts in (unmasked["counts"], None):
-            resumed, _ = _stream(unmasked, 12 - skip, seed=5, skip_batches=skip,
+            resumed, _ = _stream(unmasked, 12 - skip,
+                                 params={input_pipeline.START_RECORD: skip * 3}, seed=5,
                                  records_per_file=counts)
             for name in batches[0]:
                 for a, b in zip(batches[skip:], resumed):
