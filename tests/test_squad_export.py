@@ -10,6 +10,7 @@ out by hand; and, end to end, predictions.json and eval_results.json of
 
 import json
 import os
+import re
 import threading
 
 import numpy as np
@@ -30,6 +31,8 @@ import tokenization
 from errors import InputError
 from test_run_squad import _corpus, _main_flags, _run_main, _write_squad
 from tiny import write_vocab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------------------
@@ -338,6 +341,17 @@ def test_predict_answers_a_file(trained, tmp_path):
             assert o["answer"] == context[o["answer_start"]:o["answer_end"]]
 
 
+def _documented_curl():
+    """The request body of docs/serving.md's question answering curl
+    example, and the answer shown under it (with its "..." lists made
+    empty)."""
+    with open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8") as f:
+        page = f.read()
+    match = re.search(r"curl -d '(.*?)' \\\n  http://localhost:8501/v1/models/squad:predict"
+                      r"\n# (.*)\n", page)
+    return json.loads(match.group(1)), json.loads(match.group(2).replace("[...]", "[]"))
+
+
 @pytest.mark.slow
 def test_server_answers_rows_and_columns(trained):
     _, _, export_dir = trained["v2"]
@@ -360,6 +374,17 @@ def test_server_answers_rows_and_columns(trained):
             "question": [q for q, _ in QUESTIONS], "context": [c for _, c in QUESTIONS]}})
         assert status == 200, answer
         assert answer["outputs"]["answer_end"] == expected["answer_end"].tolist()
+        # docs/serving.md's curl request, answered with the fields it shows.
+        request, shown = _documented_curl()
+        status, answer = test_predict._call(url, request)
+        assert status == 200, answer
+        (prediction,) = answer["predictions"]
+        assert list(prediction) == list(shown["predictions"][0])
+        context = request["instances"][0]["context"]
+        assert prediction["answer"] == context[prediction["answer_start"]:
+                                               prediction["answer_end"]]
+        # n_best_size 5, and one more place for SQuAD 2.0's null answer.
+        assert 1 <= prediction["num_answers"] <= len(prediction["answers"]) == 6
         # A long context is read whole (not cut to max_seq_length words).
         long_context = " ".join(["The river town is quiet and green."] * 40 + [QUESTIONS[1][1]])
         status, answer = test_predict._call(url, {"instances": [
