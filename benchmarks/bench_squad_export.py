@@ -1,5 +1,5 @@
 """Batch-1 latency of a question answering export (run_squad.py
---export_dir) against Hugging Face's question-answering pipeline, for a
+--export_dir) against Hugging Face's question-answering pipeline (as transformers 4 ran it), for a
 10-word question over a 150-word context, with BERT-Base's shape.
 
     taskset -c 1 .venv/bin/python benchmarks/bench_squad_export.py --hf_python=.venv-hf/bin/python
@@ -17,11 +17,15 @@ max_answer_length 30). Each variant then runs in its own child process,
         tf.saved_model.load(...).signatures with [1] string tensors:
         tokenization, windows, the model, the span search and the answer's
         text and offsets, all in the graph.
-  hf    transformers.pipeline("question-answering") on a randomly
-        initialised BertForQuestionAnswering of the same shape and a fast
-        tokenizer of the same vocabulary (its defaults: 384 tokens, stride
-        128), in PyTorch (torch.inference_mode), run with --hf_python, an
-        interpreter with benchmarks/requirements-hf.txt.
+  hf    what transformers 4's pipeline("question-answering") does (the
+        pipeline is gone from transformers 5, which requirements-hf.txt
+        pins), step by step: the fast tokenizer of the same vocabulary on
+        question and context (384 tokens, stride 128, offsets), a randomly
+        initialised BertForQuestionAnswering of the same shape in PyTorch
+        (torch.inference_mode), then per window the softmax of the start
+        and end logits over the context, their outer product kept to spans
+        of at most 15 tokens, the best span's characters; run with
+        --hf_python, an interpreter with benchmarks/requirements-hf.txt.
 
 Each reports the median (p50), 99th percentile and mean latency in
 milliseconds and the number of word pieces the context gave; the table
@@ -134,12 +138,31 @@ def _hf_child(vocab_file):
     torch.manual_seed(0)
     model = transformers.BertForQuestionAnswering(transformers.BertConfig()).eval()
     tokenizer = transformers.BertTokenizerFast(vocab_file, do_lower_case=True)
-    pipe = transformers.pipeline("question-answering", model=model, tokenizer=tokenizer,
-                                 device="cpu")
+    max_answer_length = 15  # the pipeline's max_answer_len
 
     def call():
+        # transformers 4's QuestionAnsweringPipeline, step by step (5 has none).
         with torch.inference_mode():
-            return pipe(question=QUESTION, context=CONTEXT)["answer"]
+            encoded = tokenizer(QUESTION, CONTEXT, truncation="only_second", max_length=384,
+                                stride=128, return_overflowing_tokens=True,
+                                return_offsets_mapping=True, padding=True,
+                                return_tensors="pt")
+            offsets = encoded.pop("offset_mapping")
+            encoded.pop("overflow_to_sample_mapping")
+            out = model(**encoded)
+            best = (-1.0, 0, 0, 0)
+            for window in range(len(offsets)):
+                in_context = torch.tensor([s == 1 for s in encoded.sequence_ids(window)])
+                start = torch.where(in_context, out.start_logits[window], -10000.0)
+                end = torch.where(in_context, out.end_logits[window], -10000.0)
+                scores = (torch.softmax(start, -1)[:, None] * torch.softmax(end, -1)[None, :])
+                scores = torch.tril(torch.triu(scores), max_answer_length - 1)
+                index = int(torch.argmax(scores))
+                first, last = divmod(index, scores.shape[1])
+                if float(scores[first, last]) > best[0]:
+                    best = (float(scores[first, last]), window, first, last)
+            _, window, first, last = best
+            return CONTEXT[int(offsets[window][first][0]):int(offsets[window][last][1])]
     return _latencies(call)
 
 

@@ -316,6 +316,13 @@ def test_export_without_a_fine_tuned_checkpoint_fails_first(tmp_path):
     assert not os.path.exists(tmp_path / "export")
 
 
+def test_server_reads_the_whole_context_and_the_question_s_first_words():
+    config = {"max_seq_length": 384, "doc_stride": 128, "max_query_length": 64,
+              "n_best_size": 20}
+    assert predict.words_read(config, "context") is None
+    assert predict.words_read(config, "question") == 64
+
+
 QUESTIONS = [("Who led the company?",
               "The company's leader, Steve Smith, sold it in 1943 to a large bank."),
              ("When was the wing added?", "A new wing for letters was added in 1977.")]
