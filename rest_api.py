@@ -326,6 +326,8 @@ def words_read(config, name):
     if name == "text_a" and "doc_stride" in config:
         windows = config.get("max_windows", 0)
         return (windows - 1) * config["doc_stride"] + length - 2 if windows else None
+    if "max_query_length" in config:  # Question answering reads its whole context.
+        return config["max_query_length"] if name == "question" else None
     if name in ("text_a", "text_b", "context", "question", "endings"):
         return length - 2
     if name == "text" and "pooling" in config:  # A sentence embedding's text.

@@ -49,6 +49,7 @@ import output_lock
 import runtime
 import script_runner
 import shared_flags
+import squad_export
 import tokenization
 import training
 import training_progress
@@ -73,9 +74,16 @@ shared_flags.define_flags(
     "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
     "save_checkpoints_steps", "iterations_per_loop", shared_flags.TPU_FLAGS,
     shared_flags.TRAINING_OPTION_FLAGS,
-    "train_file", "doc_stride", "dynamic_padding", "length_buckets", max_seq_length=384,
-    doc_stride=128,
-    helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json)."})
+    "train_file", "doc_stride", "dynamic_padding", "length_buckets", "export_dir",
+    max_seq_length=384, doc_stride=128,
+    helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json).",
+           "export_dir": "If set, export a SavedModel for serving under this directory (in "
+                         "a timestamped subdirectory): serving_default takes raw question "
+                         "and context strings and returns the answer, its character offsets "
+                         "and the n-best (docs/squad.md); serving_ids takes int32 "
+                         "input_ids, input_mask, segment_ids. Without --do_train, the latest "
+                         "checkpoint in --output_dir or a fine-tuned --init_checkpoint is "
+                         "exported."})
 
 flags.DEFINE_string(
     "predict_file", None,
@@ -1158,8 +1166,8 @@ def validate_flags_or_throw(bert_config):
     Raises:
       InputError: naming the flags at fault (also missing data files).
     """
-    if not FLAGS.do_train and not FLAGS.do_predict:
-        raise InputError("Nothing to do: set --do_train, --do_predict or both.")
+    if not FLAGS.do_train and not FLAGS.do_predict and not FLAGS.export_dir:
+        raise InputError("Nothing to do: set --do_train, --do_predict or --export_dir.")
     for action, file_flag in (("do_train", "train_file"), ("do_predict", "predict_file")):
         if getattr(FLAGS, action):
             if not getattr(FLAGS, file_flag):
@@ -1228,6 +1236,8 @@ def main(_):
     # Every input file is read before training: a broken --predict_file
     # stops the run now, not after hours of training.
     predict_input = _read_predict_file() if FLAGS.do_predict else (None, None)
+    if FLAGS.export_dir:
+        squad_export.check_export_flags(init_checkpoint)
     if FLAGS.do_train:  # The one training run of --output_dir.
         output_lock.lock_output_dir(FLAGS.output_dir)
     tf.io.gfile.makedirs(FLAGS.output_dir)
@@ -1288,6 +1298,15 @@ def main(_):
             max_answer_length=FLAGS.max_answer_length, do_lower_case=FLAGS.do_lower_case,
             verbose_logging=FLAGS.verbose_logging, init_checkpoint=init_checkpoint,
             length_buckets=options.length_buckets, **_evaluation_settings())
+
+    # The export (squad_export.py), with the threshold this run tuned.
+    tuned = None
+    if FLAGS.do_predict and FLAGS.tune_null_threshold:
+        tuned = squad_export.record_tuned_threshold(FLAGS.output_dir, predict_input[1],
+                                                    init_checkpoint)
+    if FLAGS.export_dir:
+        squad_export.export_from_flags(create_model, bert_config, init_checkpoint, options,
+                                       tuned)
 
 
 if __name__ == "__main__":
