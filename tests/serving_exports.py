@@ -78,6 +78,31 @@ def _embeddings(folder, files):
                   "text_b": ["Café Crème!", "", "good " * 20]}
 
 
+def _squad(folder, files):
+    import modeling
+    import run_squad
+    import squad_export
+    config = modeling.BertConfig.from_json_file(files["config"])
+    settings = {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
+                "n_best_size": 3, "max_answer_length": 5, "version_2_with_negative": True,
+                "null_score_diff_threshold": 0.0}
+    path = squad_export.export_model(run_squad.create_model, config, files["squad"],
+                                     str(folder), files["vocab"], True, settings)
+    return path, {"question": ["Where is the film?", "what"],
+                  "context": ["The film went to Kingston! " * 6, "中文 cafe ends well."]}
+
+
+def _fill_mask(folder, files):
+    import fill_mask_export
+    import modeling
+    import run_pretraining
+    config = modeling.BertConfig.from_json_file(files["config"])
+    path = fill_mask_export.export_fill_mask(
+        config, files["fill_mask"], str(folder), files["vocab"], True,
+        run_pretraining.get_masked_lm_output, max_seq_length=16, top_k=3)
+    return path, {"text": ["The film is [MASK].", "[MASK] went to [MASK]!", "no mask"]}
+
+
 # task -> export function. Each runs in a graph of its own; the modules of
 # the project are imported there, so that this list is read without
 # TensorFlow.
@@ -89,6 +114,8 @@ EXPORTS = {
     "ner": _ner,
     "swag": _swag,
     "sentence_embeddings": _embeddings,
+    "question_answering": _squad,
+    "fill_mask": _fill_mask,
 }
 
 
@@ -102,7 +129,10 @@ def as_json(array):
 def main(out_dir):
     import tensorflow.compat.v1 as tf
 
+    import modeling
     import run_classifier
+    import run_pretraining
+    import run_squad
     import test_serving
     out = pathlib.Path(out_dir)
     (out / "model").mkdir(parents=True)
@@ -112,6 +142,19 @@ def main(out_dir):
         lambda c: run_classifier.create_model(
             c, False, *[tf.zeros([1, 8], tf.int32)] * 3, tf.zeros([1], tf.float32), 1, False,
             is_regression=True))
+    files["squad"] = test_serving._random_checkpoint(
+        str(out / "model" / "squad.ckpt"), files["config"],
+        lambda c: run_squad.create_model(c, False, *[tf.zeros([1, 8], tf.int32)] * 3, False))
+
+    def masked_lm(c):
+        model = modeling.BertModel(c, False, *[tf.zeros([1, 8], tf.int32)] * 3)
+        ids = tf.zeros([1, 2], tf.int32)
+        run_pretraining.get_masked_lm_output(c, model.get_sequence_output(),
+                                             model.get_embedding_table(), ids, ids,
+                                             tf.zeros([1, 2]))
+
+    files["fill_mask"] = test_serving._random_checkpoint(
+        str(out / "model" / "fill_mask.ckpt"), files["config"], masked_lm)
     tasks = {}
     for task, export in EXPORTS.items():
         with tf.Graph().as_default():
