@@ -11,12 +11,14 @@ as a subprocess with its real flags, printing every command first:
                                  after (--eval_at_start)
   4. run_classifier.py           fine-tune it on a sentiment task laid out
                                  like GLUE's SST-2, and evaluate
-  5. run_squad.py                fine-tune it on a SQuAD 1.1-format set, and
-                                 predict and score the dev questions
-  6. extract_features.py         contextual vectors for a few sentences
-  7. run_ner.py                  fine-tune it to tag persons, places and
+  5. run_squad.py                fine-tune it on a SQuAD 1.1-format set,
+                                 predict and score the dev questions, and
+                                 export the model as a raw-text SavedModel
+  6. predict.py                  answer dev questions with that export
+  7. extract_features.py         contextual vectors for a few sentences
+  8. run_ner.py                  fine-tune it to tag persons, places and
                                  organisations (CoNLL-2003 layout)
-  8. run_swag.py                 fine-tune it for multiple choice (SWAG
+  9. run_swag.py                 fine-tune it for multiple choice (SWAG
                                  layout)
 
 and prints a summary. Everything goes to one folder (--output_dir, default
@@ -66,6 +68,13 @@ SETTINGS = {
               "max_eval_steps": 2, "classifier_epochs": "0.2", "squad_epochs": "0.2",
               "ner_epochs": "0.5", "swag_epochs": "0.2"},
 }
+
+
+# The questions the exported SQuAD model answers (the first of the dev set),
+# and its answers.
+QUESTIONS_FILE = "questions.jsonl"
+ANSWERS_FILE = "answers.jsonl"
+NUM_QUESTIONS = 5
 
 
 class Step(object):
@@ -167,8 +176,17 @@ def build_steps(out, quick=False):
                  ("doc_stride", 48),
                  ("max_query_length", 24),
                  ("output_dir", os.path.join(out, "squad")),
+                 ("export_dir", os.path.join(out, "squad", "export")),
              ], "Questions about short biographies ('When was Mara born?'); the "
-                "model marks the answer's span in the paragraph."),
+                "model marks the answer's span in the paragraph, and leaves as a "
+                "SavedModel that takes raw text."),
+        Step("qa_export", "Answering questions with the exported model", "predict.py", [
+            ("model_dir", os.path.join(out, "squad", "export")),
+            ("input_file", os.path.join(out, QUESTIONS_FILE)),
+            ("output_file", os.path.join(out, ANSWERS_FILE)),
+        ], "The SavedModel alone (tokenizer, windows and span search in its graph) "
+           "answers the first dev questions, as it would behind TensorFlow Serving's "
+           "REST API (predict.py --port)."),
         Step("features", "Extracting contextual features", "extract_features.py", [
             ("input_file", os.path.join(data, "sentences.txt")),
             ("output_file", os.path.join(out, "features.jsonl")),
@@ -310,6 +328,25 @@ def write_bert_config(vocab_path, config_path):
     return config
 
 
+def dev_questions(count=NUM_QUESTIONS):
+    """The first `count` questions of the demo's SQuAD dev set:
+    [(question, context, gold answer texts)]."""
+    with open(os.path.join(DATA, "squad", "dev.json"), encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    questions = [(qa["question"], paragraph["context"], [a["text"] for a in qa["answers"]])
+                 for article in data for paragraph in article["paragraphs"]
+                 for qa in paragraph["qas"]]
+    return questions[:count]
+
+
+def write_questions(path):
+    """The dev questions as predict.py's input (JSON Lines of question and
+    context)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for question, context, _ in dev_questions():
+            f.write(json.dumps({"question": question, "context": context}) + "\n")
+
+
 def read_key_values(path):
     """'key = value' lines (eval_results.txt) -> {key: float}."""
     result = {}
@@ -377,6 +414,12 @@ def summarize(steps, out_abs, quick):
     with open(os.path.join(out_abs, "squad", "eval_results.json")) as f:
         squad = json.load(f)
     add("squad", "dev exact match %.1f, F1 %.1f (of 100)" % (squad["exact_match"], squad["f1"]))
+    with open(os.path.join(out_abs, ANSWERS_FILE), encoding="utf-8") as f:
+        answers = [json.loads(line)["answer"] for line in f]
+    questions = dev_questions()
+    right = sum(answer in gold for answer, (_, _, gold) in zip(answers, questions))
+    add("qa_export", "%d of %d dev questions answered as the gold answer by the export; "
+        "%r -> %r" % (right, len(questions), questions[0][0], answers[0]))
     features = os.path.join(out_abs, "features.jsonl")
     with open(features, encoding="utf-8") as f:
         lines = [json.loads(line) for line in f]
@@ -470,6 +513,10 @@ def main(argv=None):
                   "%d layers, hidden size %d, %d attention heads."
                   % (out, config["vocab_size"], config["num_hidden_layers"],
                      config["hidden_size"], config["num_attention_heads"]))
+        if step.name == "squad":
+            write_questions(os.path.join(out_abs, QUESTIONS_FILE))
+            print("\n      Wrote %s/%s: the first %d dev questions with their paragraphs."
+                  % (out, QUESTIONS_FILE, NUM_QUESTIONS))
 
     text, checks = summarize(steps, out_abs, args.quick)
     print("\n".join(text))

@@ -14,8 +14,8 @@ import demo
 
 REPO = demo.REPO
 SCRIPTS = ["create_vocab.py", "create_pretraining_data.py", "run_pretraining.py",
-           "run_classifier.py", "run_squad.py", "extract_features.py", "run_ner.py",
-           "run_swag.py"]
+           "run_classifier.py", "run_squad.py", "predict.py", "extract_features.py",
+           "run_ner.py", "run_swag.py"]
 
 
 # ---------------------------------------------------------------------------
@@ -208,6 +208,7 @@ def test_later_steps_read_what_earlier_steps_write():
     for name in ("classifier", "squad", "features", "ner", "swag"):
         assert steps[name]["init_checkpoint"] == checkpoint
         assert steps[name]["vocab_file"] == "out/vocab.txt"
+    assert steps["qa_export"]["model_dir"] == steps["squad"]["export_dir"]
 
 
 def test_format_command_is_one_flag_per_line():
@@ -354,6 +355,15 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     assert summary.strip() in stdout
     assert "masked-LM accuracy" in summary and "majority-class baseline" in summary
     assert "exact match" in summary
+    # The exported SQuAD model answered the dev questions from raw text.
+    with open(out / demo.ANSWERS_FILE, encoding="utf-8") as f:
+        answers = [json.loads(line) for line in f]
+    assert len(answers) == demo.NUM_QUESTIONS
+    for answer, (question, context, _) in zip(answers, demo.dev_questions()):
+        assert answer["answer"] in context, (question, answer)
+        if answer["answer"]:
+            assert context[answer["answer_start"]:answer["answer_end"]] == answer["answer"]
+    assert "dev questions answered as the gold answer by the export" in summary
     assert "dev entity F1" in summary and "chance 0.250" in summary
     with open(out / "bert_config.json") as f:
         vocab_size = json.load(f)["vocab_size"]
