@@ -938,7 +938,7 @@ def main(_):
     train_files = check_input_files(input_files, FLAGS.max_seq_length,
                                     FLAGS.max_predictions_per_seq, bert_config.vocab_size)
 
-    options = training.training_options_from_flags()
+    options = training.training_options_from_flags(FLAGS)
     check_evaluation_flags(options)
     eval_files, eval_kind = input_files, train_files.kind
     if FLAGS.eval_file:
@@ -958,7 +958,7 @@ def main(_):
         use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
     estimator = training.estimator_from_flags(
-        model_fn, options, train_batch_size=FLAGS.train_batch_size,
+        model_fn, options, FLAGS, train_batch_size=FLAGS.train_batch_size,
         eval_batch_size=FLAGS.eval_batch_size)
 
     def input_fn(is_training):
@@ -985,7 +985,7 @@ def main(_):
             checkpoint = ensure_checkpoint(estimator, input_fn(True))
             evaluate(estimator, input_fn(False), checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
-        training_progress.log_training(options, [], FLAGS.num_train_steps)
+        training_progress.log_training(options, [], FLAGS.num_train_steps, FLAGS.train_batch_size)
         if FLAGS.eval_file:
             evaluated = train_with_evaluation(
                 estimator, lambda step: input_fn(True), input_fn(False),
