@@ -485,7 +485,7 @@ _RUNNER_RESTORES = {"checkpoint": None}
 
 
 @contextlib.contextmanager
-def _runner_restores(checkpoint):
+def runner_restores(checkpoint):
     """Inside, `init_from_checkpoint` logs that the runner restores all
     variables from `checkpoint` (None: that the initialisation is used)."""
     previous = _RUNNER_RESTORES["checkpoint"]

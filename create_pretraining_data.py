@@ -71,11 +71,10 @@ FLAGS = flags.FLAGS
 # This script's default of a shared flag that another script defines with
 # its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
 # whenever the flag is not given, whichever definition this process holds.
-DEFAULTS = {"max_seq_length": 128}
-
-shared_flags.define_flags("input_file", "output_file", "vocab_file", "do_lower_case",
-                          "max_seq_length", "max_predictions_per_seq", "log_every_seconds",
-                          "do_whole_word_mask", "random_seed", "masked_lm_prob", **DEFAULTS)
+FLAG_DEFAULTS = shared_flags.define_flags(
+    "input_file", "output_file", "vocab_file", "do_lower_case", "max_seq_length",
+    "max_predictions_per_seq", "log_every_seconds", "do_whole_word_mask", "random_seed",
+    "masked_lm_prob", max_seq_length=128)
 
 flags.DEFINE_integer(
     "dupe_factor", 10,
@@ -1075,8 +1074,7 @@ def prepare_run():
       InputError: one line naming the flag at fault.
     """
     shared_flags.require_flags("input_file", "output_file", "vocab_file")
-    max_seq_length = (DEFAULTS["max_seq_length"] if FLAGS["max_seq_length"].using_default_value
-                      else FLAGS.max_seq_length)
+    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
     if max_seq_length < 5:
         raise InputError("--max_seq_length=%d is too small: [CLS] A [SEP] B [SEP] needs "
                          "at least 5" % max_seq_length)

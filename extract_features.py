@@ -65,12 +65,10 @@ FLAGS = flags.FLAGS
 # This script's default of a shared flag that another script defines with
 # its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
 # whenever the flag is not given, whichever definition this process holds.
-DEFAULTS = {"max_seq_length": 128}
-
-shared_flags.define_flags(
+FLAG_DEFAULTS = shared_flags.define_flags(
     "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
     "vocab_file", "do_lower_case", "use_one_hot_embeddings", shared_flags.TPU_FLAGS,
-    "precision", "use_xla", "fused_ops", "batch_size", "export_dir", **DEFAULTS,
+    "precision", "use_xla", "fused_ops", "batch_size", "export_dir", max_seq_length=128,
     helps={"batch_size": "Input lines per prediction batch.",
            "export_dir": "If set, export a SavedModel of sentence embeddings under this "
                          "directory (in a timestamped subdirectory): serving_default takes "
@@ -775,8 +773,7 @@ def prepare_run():
     Raises:
       InputError: one line naming the flag (and file) at fault.
     """
-    max_seq_length = (DEFAULTS["max_seq_length"] if FLAGS["max_seq_length"].using_default_value
-                      else FLAGS.max_seq_length)
+    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
     _check_run_flags(FLAGS.input_file, FLAGS.output_file, FLAGS.export_dir, FLAGS.pooling,
                      FLAGS.normalize_embeddings, FLAGS.export_text_pairs)
     if FLAGS.input_file:

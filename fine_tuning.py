@@ -1,17 +1,22 @@
-"""What the fine-tuning scripts (run_classifier.py, run_ner.py, run_swag.py,
-run_squad.py) share around their model: the run record (run_config.json)
-that later runs follow, the data files and flags a run needs, the model
-inputs loaded and checked before any work, the arguments of an export, and
-the eval_results.txt file.
+"""The fine-tuning protocol that run_classifier.py, run_ner.py,
+run_swag.py and run_squad.py follow around their model, written once:
+`prepare_run` reads the flags once (the run record, run_config.json, that
+later runs follow; the flags and data files a run needs; the model inputs
+loaded and checked before any work; the training options) and returns the
+`Run` that the script's phases take: its settings, the checkpoint to
+predict or export with, the runner. Also the predict loop (`predict`), the
+arguments of an export and the eval_results.txt file.
 
-In: the parsed flags. Out: a `RunRecord`, paths, (tokenizer, config,
-checkpoint), files in --output_dir. Imports TensorFlow.
+In: the parsed flags (read in `use_run_record` only). Out: a `Run`,
+predictions, files in --output_dir. Imports TensorFlow.
 """
 
 import dataclasses
+import itertools
 import json
 import os
 import sys
+import types
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
@@ -19,8 +24,11 @@ from absl import flags
 
 import checkpoints
 import file_io
+import output_lock
+import serving
 import shared_flags
 import training
+import training_progress
 from errors import InputError
 
 FLAGS = flags.FLAGS
@@ -75,7 +83,7 @@ class RunRecord:
     bert_config: dict
 
 
-def write_run_record(output_dir, problem_type, bert_config, flag_names, labels=None):
+def write_run_record(output_dir, problem_type, bert_config, values, labels=None):
     """Writes <output_dir>/run_config.json for the runs that come after a
     fine-tuning run: predictions, evaluations and exports without
     --do_train read it (`use_run_record`), and so can conversions.
@@ -84,19 +92,17 @@ def write_run_record(output_dir, problem_type, bert_config, flag_names, labels=N
       output_dir: the run's --output_dir.
       problem_type: one of PROBLEM_TYPES.
       bert_config: the modeling.BertConfig trained.
-      flag_names: the flags to record, with their values in this run
-        (--vocab_file as an absolute path).
+      values: flag name -> value in this run, for the flags to record
+        (--vocab_file is recorded as an absolute path).
       labels: the label list, or None.
 
     Returns:
       The path written.
     """
-    values = {}
-    for name in flag_names:
-        value = FLAGS[name].value
-        if name == "vocab_file" and value and not file_io.is_remote(value):
-            value = os.path.abspath(value)
-        values[name] = value
+    values = dict(values)
+    vocab_file = values.get("vocab_file")
+    if vocab_file and not file_io.is_remote(vocab_file):
+        values["vocab_file"] = os.path.abspath(vocab_file)
     record = {"script": os.path.basename(sys.argv[0]), "problem_type": problem_type,
               "labels": labels, "flags": values, "bert_config": bert_config.to_dict()}
     path = os.path.join(output_dir, RUN_RECORD_FILE)
@@ -121,20 +127,33 @@ def read_run_record(output_dir, init_checkpoint=None):
                          "train again" % (path, e))
 
 
-def use_run_record():
-    """The `RunRecord` that a run without --do_train follows, or None.
+def use_run_record(defaults=None):
+    """The settings of a run: the parsed flags' values, and where the run
+    has no --do_train, those of the `RunRecord` it follows for the flags
+    the command line leaves unset. The flags themselves are left as parsed.
 
-    It is found in --output_dir, else next to --init_checkpoint. Each flag it
-    records that the command line does not give takes the recorded value
-    (one line names them all); a flag given with another value keeps the
-    command line's value, with a warning. A training run reads none: it
-    writes its own.
+    `defaults` (name -> value, what `shared_flags.define_flags` returns)
+    are the script's own defaults, which the flags the command line leaves
+    unset take first (the process may have defined a shared flag with
+    another script's default).
+
+    The record is found in --output_dir, else next to --init_checkpoint.
+    Each flag it records that the command line does not give takes the
+    recorded value (one line names them all); a flag given with another
+    value keeps the command line's value, with a warning. A training run
+    reads none: it writes its own.
+
+    Returns:
+      (record, settings): the `RunRecord` or None; a namespace with one
+      attribute per flag (the run's value of the flag).
     """
+    settings = types.SimpleNamespace(**{
+        name: shared_flags.flag_value(name, defaults or {}) for name in FLAGS})
     if FLAGS.do_train:
-        return None
+        return None, settings
     record = read_run_record(FLAGS.output_dir, FLAGS.init_checkpoint)
     if record is None:
-        return None
+        return None, settings
     taken = []
     for name, value in sorted(record.flags.items()):
         if name not in FLAGS or value is None:
@@ -145,7 +164,7 @@ def use_run_record():
                 tf.logging.warning("%s names --vocab_file=%s, which does not exist (any more)",
                                    record.path, value)
                 continue
-            flag.value = value
+            setattr(settings, name, value)
             taken.append("--%s=%s" % (name, value))
         elif flag.value != value and not (name == "vocab_file"
                                           and _same_file(flag.value, value)):
@@ -154,7 +173,7 @@ def use_run_record():
     if taken:
         tf.logging.info("Settings of the training run, from %s: %s", record.path,
                         " ".join(taken))
-    return record
+    return record, settings
 
 
 def _same_file(given, recorded):
@@ -176,24 +195,26 @@ def _same_file(given, recorded):
 # ---------------------------------------------------------------------------
 # The flags, data files and model inputs of a run, checked before any work.
 
-def check_run_flags(min_seq_length):
-    """The first checks of a fine-tuning script's flags: something to do
-    (--do_train, --do_eval, --do_predict or --export_dir), an existing
-    --data_dir if one is given, and a --max_seq_length of at least
-    `min_seq_length` ([CLS], [SEP]s and one piece of text)."""
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
+def check_run_flags(settings, min_seq_length):
+    """The first checks of a fine-tuning script's `settings` (see
+    `use_run_record`): something to do (--do_train, --do_eval, --do_predict
+    or --export_dir), an existing --data_dir if one is given, and a
+    --max_seq_length of at least `min_seq_length` ([CLS], [SEP]s and one
+    piece of text)."""
+    if not (settings.do_train or settings.do_eval or settings.do_predict
+            or settings.export_dir):
         raise InputError("At least one of `do_train`, `do_eval`, `do_predict` or "
                          "`export_dir` must be set.")
-    if FLAGS.data_dir and not tf.io.gfile.isdir(FLAGS.data_dir):
-        raise InputError("--data_dir: directory not found: %s" % FLAGS.data_dir)
-    if FLAGS.max_seq_length < min_seq_length:
+    if settings.data_dir and not tf.io.gfile.isdir(settings.data_dir):
+        raise InputError("--data_dir: directory not found: %s" % settings.data_dir)
+    if settings.max_seq_length < min_seq_length:
         raise InputError("--max_seq_length must be at least %d, got %d"
-                         % (min_seq_length, FLAGS.max_seq_length))
+                         % (min_seq_length, settings.max_seq_length))
 
 
-def data_file(flag_name, names, required_for):
-    """A data file: its flag (--train_file, ...), else the first of `names`
-    found in --data_dir.
+def data_file(settings, flag_name, names, required_for):
+    """A data file: its flag (--train_file, ...) in `settings`, else the
+    first of `names` found in --data_dir.
 
     Returns:
       The path, or None if there is none and `required_for` is None.
@@ -202,61 +223,249 @@ def data_file(flag_name, names, required_for):
       InputError: there is none and `required_for` ("--do_train", ...) needs
         it; the message names what was tried.
     """
-    path = getattr(FLAGS, flag_name)
+    path = getattr(settings, flag_name)
     if path:
         return path
-    for name in names if FLAGS.data_dir else ():
-        path = os.path.join(FLAGS.data_dir, name)
+    data_dir = settings.data_dir
+    for name in names if data_dir else ():
+        path = os.path.join(data_dir, name)
         if file_io.exists(path):
             return path
     if required_for:
-        where = ("in --data_dir=%s (%s)" % (FLAGS.data_dir, ", ".join(names))
-                 if FLAGS.data_dir else "(no --data_dir)")
+        where = ("in --data_dir=%s (%s)" % (data_dir, ", ".join(names))
+                 if data_dir else "(no --data_dir)")
         raise InputError("%s needs --%s or a data file %s" % (required_for, flag_name, where))
     return None
 
 
-def require_model_flags(record, *names, data_files=()):
+def require_model_flags(record, settings, *names, data_files=()):
     """`shared_flags.require_flags` for the flags `names`, then --vocab_file,
     --bert_config_file (unless the `RunRecord` `record` holds the config) and
     --output_dir, in one message, with the data files of `data_files` (see
-    `shared_flags.require_flags`)."""
+    `shared_flags.require_flags`), all read in `settings`."""
     config_flag = () if record is not None and record.bert_config else ("bert_config_file",)
     shared_flags.require_flags(*names, "vocab_file", *config_flag, "output_dir",
-                               data_files=data_files)
+                               data_files=data_files, settings=settings)
 
 
-def data_file_flags(*actions):
+def data_file_flags(settings, *actions):
     """The data file flags that the run reads, of (action flag, file flag)
-    pairs such as ("do_train", "train_file"): those whose action is set."""
-    return [file_flag for action, file_flag in actions if getattr(FLAGS, action)]
+    pairs such as ("do_train", "train_file"): those whose action is set in
+    `settings`."""
+    return [file_flag for action, file_flag in actions if getattr(settings, action)]
 
 
-def load_model_inputs(record=None, max_seq_length=None):
+def load_model_inputs(settings, record=None, max_seq_length=None):
     """What a fine-tuning script loads and checks before any work (after
     `require_model_flags`): the tokenizer (--vocab_file, --do_lower_case),
     the BERT config (--bert_config_file, else the `RunRecord` `record`'s),
     --init_checkpoint resolved (`checkpoints.resolve_checkpoint`) and checked against
-    the config, and --output_dir checked.
+    the config, and --output_dir checked; the flags read in `settings`.
 
     Args:
+      settings: the run's settings (`use_run_record`).
       record: the run's `RunRecord`, or None.
       max_seq_length: checked against the config's max_position_embeddings.
 
     Returns:
       (tokenizer, bert_config, init_checkpoint).
     """
-    tokenizer = checkpoints.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                           FLAGS.init_checkpoint)
-    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    tokenizer = checkpoints.load_tokenizer(settings.vocab_file, settings.do_lower_case,
+                                           settings.init_checkpoint)
+    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint",
+                                                     settings.init_checkpoint)
     bert_config = checkpoints.load_bert_config(
-        FLAGS.bert_config_file, max_seq_length=max_seq_length, vocab=tokenizer.vocab,
-        vocab_file=FLAGS.vocab_file, record=record)
-    file_io.check_output_dir(FLAGS.output_dir)
+        settings.bert_config_file, max_seq_length=max_seq_length, vocab=tokenizer.vocab,
+        vocab_file=settings.vocab_file, record=record)
+    file_io.check_output_dir(settings.output_dir)
     if init_checkpoint:
         checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                          FLAGS.bert_config_file or record.path)
+                                          settings.bert_config_file or record.path)
     return tokenizer, bert_config, init_checkpoint
+
+
+# ---------------------------------------------------------------------------
+# The prepared run that a script's phases take.
+
+@dataclasses.dataclass
+class Run:
+    """A fine-tuning run, prepared from the flags by `prepare_run`: what
+    its phases (training, evaluation, prediction, export) take.
+
+    Attributes:
+      settings: one attribute per flag, the run's value (the command line's,
+        or the run record's where the command line leaves a flag unset).
+      record: the `RunRecord` followed (a run without --do_train), or None.
+      tokenizer: the tokenization.FullTokenizer of --vocab_file.
+      bert_config: the modeling.BertConfig.
+      init_checkpoint: --init_checkpoint resolved to a checkpoint, or None.
+      options: the `training.TrainingOptions`.
+      head_variable: a variable of the task's head ("swag/output_weights",
+        ...): a checkpoint that holds it is fine-tuned (`checkpoint`).
+      task: what the task's flag checks returned (`prepare_run`'s
+        `check_flags`), or None.
+    """
+
+    settings: types.SimpleNamespace
+    record: RunRecord
+    tokenizer: object
+    bert_config: object
+    init_checkpoint: str
+    options: training.TrainingOptions
+    head_variable: str = None
+    task: object = None
+
+    @property
+    def output_dir(self):
+        """--output_dir."""
+        return self.settings.output_dir
+
+    @property
+    def fixed_batches(self):
+        """Whether every batch must be full (on a TPU, where shapes are
+        fixed): evaluation and prediction inputs then get padding
+        examples."""
+        return bool(self.settings.use_tpu)
+
+    def checkpoint(self, preferred=None):
+        """The checkpoint to evaluate, predict and export with: `preferred`
+        (the best one kept), else the latest in --output_dir, else
+        --init_checkpoint if it holds the task's head
+        (`checkpoints.fine_tuned_checkpoint`); None if there is none."""
+        return checkpoints.fine_tuned_checkpoint(self.output_dir, self.init_checkpoint,
+                                                 self.head_variable, preferred)
+
+    def check_export_checkpoint(self):
+        """Raises InputError if --export_dir is set in a run without
+        --do_train that has no fine-tuned checkpoint to export."""
+        s = self.settings
+        if s.export_dir and not s.do_train and self.checkpoint() is None:
+            raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
+                             "--init_checkpoint to export (train first with --do_train)"
+                             % self.output_dir)
+
+    def data_file(self, flag_name, names, required_for):
+        """`data_file` of this run's settings."""
+        return data_file(self.settings, flag_name, names, required_for)
+
+    def train_schedule(self, num_examples, what="training examples", announce=True):
+        """(num_train_steps, num_warmup_steps) of `num_examples`
+        (`training.train_schedule` with this run's flags)."""
+        s = self.settings
+        return training.train_schedule(
+            num_examples, s.train_batch_size, s.num_train_epochs, s.max_train_steps,
+            s.warmup_proportion, self.options.gradient_accumulation_steps, what=what,
+            announce=announce)
+
+    def start_output(self, problem_type=None, record_flags=(), labels=None):
+        """Makes --output_dir; in a training run, first takes it for this
+        run alone (`output_lock.lock_output_dir`), and writes the run record
+        (`write_run_record`) of `problem_type`, the flags `record_flags` and
+        the `labels` after it, where `problem_type` is given."""
+        if self.settings.do_train:  # The one training run of --output_dir.
+            output_lock.lock_output_dir(self.output_dir)
+        tf.io.gfile.makedirs(self.output_dir)
+        if self.settings.do_train and problem_type:
+            self.write_record(problem_type, record_flags, labels)
+
+    def write_record(self, problem_type, record_flags, labels=None):
+        """`write_run_record` of this run: the flags `record_flags` with
+        their values in it."""
+        write_run_record(self.output_dir, problem_type, self.bert_config,
+                         {name: getattr(self.settings, name) for name in record_flags},
+                         labels=labels)
+
+    def trainer(self, model_fn, eval_batch_size=True):
+        """The `training.ResumableTrainer` of `model_fn` for this run (its
+        --output_dir, checkpoint, TPU and batch size flags). Without
+        `eval_batch_size`, the runner evaluates with no batch size of its
+        own (a script without evaluation)."""
+        s = self.settings
+        batch_sizes = dict(train_batch_size=s.train_batch_size,
+                           predict_batch_size=s.predict_batch_size)
+        if eval_batch_size:
+            batch_sizes["eval_batch_size"] = s.eval_batch_size
+        return training.estimator_from_flags(model_fn, self.options, s, **batch_sizes)
+
+
+def prepare_run(defaults, min_seq_length=None, needs=None, check_flags=None,
+                check_model=None, export=True, head_variable=None):
+    """Prepares a fine-tuning run from the parsed flags (logging at INFO level
+    from now on), checking every input before any work: the run record
+    (`use_run_record`), the required flags and data files, the flags against
+    each other, the tokenizer, the config and --init_checkpoint
+    (`load_model_inputs`), --export_dir and the training options, in this
+    order.
+
+    Args:
+      defaults: the script's flag defaults (`use_run_record`).
+      min_seq_length: the least --max_seq_length (`check_run_flags`); None:
+        the script checks its flags itself (`check_flags`), and
+        --max_seq_length against the model's positions is still checked.
+      needs: settings -> (names, data files): the flags the task requires
+        besides the model's, and the data file flags it reads (see
+        `require_model_flags`). None: none.
+      check_flags: settings -> anything, the task's own checks of its
+        flags, raising InputError (after the shared ones); what it returns
+        is the run's `task` (a task's processor, ...).
+      check_model: (settings, bert_config) -> None, the task's checks
+        against the model config.
+      export: whether the script takes --export_dir.
+      head_variable: `Run.head_variable`.
+
+    Returns:
+      The `Run`.
+    """
+    tf.logging.set_verbosity(tf.logging.INFO)
+    record, settings = use_run_record(defaults)
+    names, data_files = needs(settings) if needs else ((), ())
+    require_model_flags(record, settings, *names, data_files=data_files)
+    if min_seq_length is not None:
+        check_run_flags(settings, min_seq_length)
+    task = check_flags(settings) if check_flags else None
+    tokenizer, bert_config, init_checkpoint = load_model_inputs(
+        settings, record, settings.max_seq_length)
+    if check_model:
+        check_model(settings, bert_config)
+    if export and settings.export_dir:
+        serving.check_export_flags(settings.vocab_file, settings.export_dir)
+    options = training.training_options_from_flags(settings)
+    return Run(settings, record, tokenizer, bert_config, init_checkpoint, options,
+               head_variable, task)
+
+
+# ---------------------------------------------------------------------------
+# Prediction.
+
+def predict(trainer, input_fn, num_records, batch_size, count, checkpoint=None,
+            init_checkpoint=None, phase="Predicting", what="examples"):
+    """The first `count` predictions of `trainer` (a
+    `training.ResumableTrainer`) on the `num_records` records of `input_fn`
+    (the rest are padding records), in input order, with a progress line
+    per --log_every_seconds and a first line naming the weights used
+    (`checkpoints.log_checkpoint_used`).
+
+    Args:
+      batch_size: the records per batch (for the progress lines).
+      checkpoint: the checkpoint to predict with; None: the latest in the
+        trainer's model_dir (else `init_checkpoint`).
+      phase: "Predicting", "Evaluating", ...: the logs' name of the pass.
+      what: what the records stand for, in the error message.
+
+    Returns:
+      list of the predictions (dicts of name -> NumPy array).
+
+    Raises:
+      RuntimeError: fewer than `count` predictions came.
+    """
+    checkpoints.log_checkpoint_used(phase, checkpoint, trainer.model_dir, init_checkpoint)
+    hooks = [training_progress.ProgressHook(
+        phase, training_progress.num_batches(num_records, batch_size))]
+    predictions = list(itertools.islice(
+        trainer.predict(input_fn=input_fn, checkpoint_path=checkpoint, hooks=hooks), count))
+    if len(predictions) != count:
+        raise RuntimeError("Got %d predictions for %d %s" % (len(predictions), count, what))
+    return predictions
 
 
 # ---------------------------------------------------------------------------

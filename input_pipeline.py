@@ -12,11 +12,8 @@ import random
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
-from absl import flags
 
 from errors import InputError
-
-FLAGS = flags.FLAGS
 
 
 # ---------------------------------------------------------------------------
@@ -191,36 +188,44 @@ def default_length_buckets(max_seq_length):
                          for i in range(1, 9)}))
 
 
-def length_buckets_from_flags():
+def padding_count(num_records, batch_size):
+    """How many padding records make `num_records` whole batches of
+    `batch_size` (a TPU runs full batches only; the padding records'
+    outputs count nowhere)."""
+    return -num_records % batch_size
+
+
+def length_buckets_from_flags(settings):
     """TrainingOptions.length_buckets of --dynamic_padding and
-    --length_buckets (scripts without them: None).
+    --length_buckets in `settings` (the parsed flags, or a fine-tuning run's
+    settings; scripts without these flags: None).
 
     Raises:
       InputError: --length_buckets not increasing positive integers, or
         past --max_seq_length.
     """
-    if "dynamic_padding" not in FLAGS:
+    if not hasattr(settings, "dynamic_padding"):
         return None
-    max_seq_length = FLAGS.max_seq_length
-    if not FLAGS.dynamic_padding:
-        if FLAGS.length_buckets:
+    max_seq_length = settings.max_seq_length
+    if not settings.dynamic_padding:
+        if settings.length_buckets:
             raise InputError("--length_buckets is for --dynamic_padding, which is off")
         return None
-    if FLAGS.use_tpu:
+    if settings.use_tpu:
         tf.logging.warning("--dynamic_padding is off on TPUs (they need fixed shapes): "
                            "batches are padded to --max_seq_length=%d", max_seq_length)
         return None
-    if not FLAGS.length_buckets:
+    if not settings.length_buckets:
         return default_length_buckets(max_seq_length)
     try:
-        buckets = [int(value) for value in FLAGS.length_buckets]
+        buckets = [int(value) for value in settings.length_buckets]
     except ValueError:
         raise InputError("--length_buckets=%s: expected comma-separated whole numbers"
-                         % ",".join(FLAGS.length_buckets))
+                         % ",".join(settings.length_buckets))
     if any(b < 1 for b in buckets) or buckets != sorted(set(buckets)) or \
             buckets[-1] > max_seq_length:
         raise InputError("--length_buckets=%s: expected increasing lengths from 1 to "
-                         "--max_seq_length=%d" % (",".join(FLAGS.length_buckets),
+                         "--max_seq_length=%d" % (",".join(settings.length_buckets),
                                                   max_seq_length))
     if buckets[-1] != max_seq_length:
         buckets.append(max_seq_length)

@@ -27,10 +27,10 @@ the training file, sorted. A run writes them to <output_dir>/labels.txt
 ``--init_checkpoint``), so evaluation, prediction and export use the
 training run's order.
 
-run_classifier.py imports this module (never the other way round: a script
-run as ``__main__`` must not be imported a second time), defines the flags
-(so that its --help lists them) and has `GenericProcessor`, which is
-`OwnDataProcessor` on top of its DataProcessor. See docs/own_data.md.
+This module defines the flags above; run_classifier.py imports it (never
+the other way round: a script run as ``__main__`` must not be imported a
+second time), lists them in its --help and has `GenericProcessor`, which
+is `OwnDataProcessor` on top of its DataProcessor. See docs/own_data.md.
 """
 
 import codecs
@@ -64,8 +64,61 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "json
 # File names looked for in --data_dir (each with every extension above).
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "val"), "test": ("test",)}
 
-# Flags (defined in run_classifier.py) that mean something only for
-# --task_name=generic.
+# The flags of own data (--task_name=generic in run_classifier.py, whose
+# --help lists them), defined where they are read (`Settings.from_flags`).
+flags.DEFINE_enum(
+    "data_format", "auto", ["auto"] + list(FORMATS),
+    "--task_name=generic: format of the data files: csv (comma-separated, "
+    "quoted as spreadsheets write it), tsv (tab-separated, no quoting), jsonl "
+    "(one JSON object per line) or auto (by extension: .csv, .tsv, .jsonl, "
+    ".ndjson, .json).")
+
+flags.DEFINE_bool(
+    "has_header", True,
+    "--task_name=generic, CSV and TSV: the first row names the columns, and "
+    "the column flags take those names. False: every row is data, and the "
+    "column flags take 0-based column numbers.")
+
+flags.DEFINE_string(
+    "text_column", "text",
+    "--task_name=generic: the column (JSON field) holding the text to classify "
+    "(the first text of a sentence pair).")
+
+flags.DEFINE_string(
+    "text_b_column", None,
+    "--task_name=generic: the column holding the second text of a sentence-pair "
+    "task; unset: single texts.")
+
+flags.DEFINE_string(
+    "label_column", "label",
+    "--task_name=generic: the column holding the label (training and dev files; "
+    "test files need not have it).")
+
+flags.DEFINE_string(
+    "id_column", None,
+    "--task_name=generic: a column identifying each row, copied to "
+    "predictions.tsv; unset: rows are numbered from 0.")
+
+flags.DEFINE_bool(
+    "regression", False,
+    "--task_name=generic: the labels are numbers to predict (squared-error loss; "
+    "Pearson and Spearman correlation).")
+
+flags.DEFINE_bool(
+    "multi_label", False,
+    "--task_name=generic: each row has any number of labels (separated by "
+    "--label_separator, or a JSON list); one sigmoid output per label.")
+
+flags.DEFINE_string(
+    "label_separator", "|",
+    "--task_name=generic with --multi_label: what separates the labels of a row.")
+
+flags.DEFINE_float(
+    "multi_label_threshold", 0.5,
+    "--task_name=generic with --multi_label: a label is predicted when its "
+    "probability is at least this (predictions.tsv and the F1 metrics).")
+
+# The flags that mean something only for --task_name=generic.
 _OWN_FLAGS = ("train_file", "dev_file", "test_file", "labels", "data_format", "has_header",
               "text_column", "text_b_column", "label_column", "id_column", "regression",
               "multi_label", "label_separator", "multi_label_threshold")
@@ -76,13 +129,14 @@ def is_generic_task(task_name):
     return (task_name or "").strip().lower() == TASK_NAME
 
 
-def check_flags_unused(task_name):
-    """Raises InputError if a flag of own data is set for another task, where
-    it would be silently ignored."""
-    if is_generic_task(task_name) or not FLAGS.is_parsed():
+def check_flags_unused(task_name, settings):
+    """Raises InputError if a flag of own data is set in `settings` (a
+    run's settings, `fine_tuning.Run.settings`) for another task, where it
+    would be silently ignored."""
+    if is_generic_task(task_name):
         return
     for name in _OWN_FLAGS:
-        if name in FLAGS and FLAGS[name].value != FLAGS[name].default:
+        if name in FLAGS and getattr(settings, name) != FLAGS[name].default:
             raise InputError(
                 "--%s is for --task_name=%s (own data); --task_name=%s reads its own "
                 "files in --data_dir" % (name, TASK_NAME, task_name))
@@ -135,22 +189,18 @@ class Settings:
     do_train: bool = False
 
     @classmethod
-    def from_flags(cls):
-        """Settings from the parsed flags (the defaults if they are not
-        parsed, as when run_classifier is used as a library)."""
-        if not FLAGS.is_parsed():
-            return cls()
+    def from_flags(cls, settings):
+        """Settings from a run's flag `settings` (`fine_tuning.Run.settings`)."""
+        s = settings
         return cls(
-            data_dir=FLAGS.data_dir, train_file=FLAGS.train_file, dev_file=FLAGS.dev_file,
-            test_file=FLAGS.test_file, data_format=FLAGS.data_format,
-            has_header=FLAGS.has_header, text_column=FLAGS.text_column,
-            text_b_column=FLAGS.text_b_column, label_column=FLAGS.label_column,
-            id_column=FLAGS.id_column,
-            labels=parse_label_list(FLAGS.labels, "--labels") if FLAGS.labels else None,
-            regression=FLAGS.regression, multi_label=FLAGS.multi_label,
-            label_separator=FLAGS.label_separator, threshold=FLAGS.multi_label_threshold,
-            output_dir=FLAGS.output_dir, init_checkpoint=FLAGS.init_checkpoint,
-            do_train=FLAGS.do_train)
+            data_dir=s.data_dir, train_file=s.train_file, dev_file=s.dev_file,
+            test_file=s.test_file, data_format=s.data_format, has_header=s.has_header,
+            text_column=s.text_column, text_b_column=s.text_b_column,
+            label_column=s.label_column, id_column=s.id_column,
+            labels=parse_label_list(s.labels, "--labels") if s.labels else None,
+            regression=s.regression, multi_label=s.multi_label,
+            label_separator=s.label_separator, threshold=s.multi_label_threshold,
+            output_dir=s.output_dir, init_checkpoint=s.init_checkpoint, do_train=s.do_train)
 
     def check(self):
         """Raises InputError for settings that contradict each other."""
@@ -419,9 +469,9 @@ class OwnDataProcessor:
         self._label_source = None
 
     @classmethod
-    def from_flags(cls):
-        """The processor for the parsed flags (`Settings.from_flags`)."""
-        return cls(Settings.from_flags())
+    def from_flags(cls, settings):
+        """The processor for a run's flag `settings` (`Settings.from_flags`)."""
+        return cls(Settings.from_flags(settings))
 
     # What run_classifier needs to know about the task.
     @property

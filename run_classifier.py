@@ -53,7 +53,8 @@ FLAGS = flags.FLAGS
 
 # The original's flags, with its names, meanings and defaults, and the shared
 # ones beyond it (export, own data, training options).
-shared_flags.define_flags(
+# This script's defaults, whichever script defined a shared flag first.
+FLAG_DEFAULTS = shared_flags.define_flags(
     shared_flags.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", "doc_stride",
     max_seq_length=128, doc_stride=None,
     helps={
@@ -143,58 +144,9 @@ flags.DEFINE_string(
     "MNLI only, with --do_predict: the GLUE diagnostic set "
     "(glue_data/diagnostic/diagnostic.tsv), predicted into AX.tsv.")
 
-# Own data (--task_name=generic; read by own_data.py).
-flags.DEFINE_enum(
-    "data_format", "auto", ["auto"] + list(own_data.FORMATS),
-    "--task_name=generic: format of the data files: csv (comma-separated, "
-    "quoted as spreadsheets write it), tsv (tab-separated, no quoting), jsonl "
-    "(one JSON object per line) or auto (by extension: .csv, .tsv, .jsonl, "
-    ".ndjson, .json).")
-
-flags.DEFINE_bool(
-    "has_header", True,
-    "--task_name=generic, CSV and TSV: the first row names the columns, and "
-    "the column flags take those names. False: every row is data, and the "
-    "column flags take 0-based column numbers.")
-
-flags.DEFINE_string(
-    "text_column", "text",
-    "--task_name=generic: the column (JSON field) holding the text to classify "
-    "(the first text of a sentence pair).")
-
-flags.DEFINE_string(
-    "text_b_column", None,
-    "--task_name=generic: the column holding the second text of a sentence-pair "
-    "task; unset: single texts.")
-
-flags.DEFINE_string(
-    "label_column", "label",
-    "--task_name=generic: the column holding the label (training and dev files; "
-    "test files need not have it).")
-
-flags.DEFINE_string(
-    "id_column", None,
-    "--task_name=generic: a column identifying each row, copied to "
-    "predictions.tsv; unset: rows are numbered from 0.")
-
-flags.DEFINE_bool(
-    "regression", False,
-    "--task_name=generic: the labels are numbers to predict (squared-error loss; "
-    "Pearson and Spearman correlation).")
-
-flags.DEFINE_bool(
-    "multi_label", False,
-    "--task_name=generic: each row has any number of labels (separated by "
-    "--label_separator, or a JSON list); one sigmoid output per label.")
-
-flags.DEFINE_string(
-    "label_separator", "|",
-    "--task_name=generic with --multi_label: what separates the labels of a row.")
-
-flags.DEFINE_float(
-    "multi_label_threshold", 0.5,
-    "--task_name=generic with --multi_label: a label is predicted when its "
-    "probability is at least this (predictions.tsv and the F1 metrics).")
+# Own data's flags (--task_name=generic), defined in own_data.py, which
+# reads them: listed by this script's --help.
+flags.adopt_module_key_flags(own_data)
 
 
 # ---------------------------------------------------------------------------
@@ -710,8 +662,10 @@ PROCESSORS = {
 _TASK_ALIASES = {"sst2": "sst-2", "sst": "sst-2", "stsb": "sts-b", "sts": "sts-b"}
 
 
-def get_processor(task_name, xnli_language="zh"):
-    """The DataProcessor for a task name (case-insensitive).
+def get_processor(task_name, xnli_language="zh", settings=None):
+    """The DataProcessor for a task name (case-insensitive); own data read
+    as a run's flag `settings` say (`own_data.Settings.from_flags`; None:
+    the defaults).
 
     Raises:
       errors.InputError: unknown task; the message lists the known ones.
@@ -725,7 +679,8 @@ def get_processor(task_name, xnli_language="zh"):
     if name == "xnli":
         return XnliProcessor(language=xnli_language)
     if name == own_data.TASK_NAME:
-        return GenericProcessor.from_flags()
+        return GenericProcessor(own_data.Settings.from_flags(settings) if settings
+                                else None)
     return PROCESSORS[name]()
 
 
@@ -863,12 +818,15 @@ def file_based_convert_examples_to_features(
                              len(examples))
     example_of_record = []
     cut = []
+
+    def padding():
+        # Counted once the inputs' records are written (a padding input makes one).
+        for _ in range(input_pipeline.padding_count(len(example_of_record), pad_to_multiple)):
+            yield -1, PaddingInputExample()
+
     with file_io.atomic_path(output_file) as tmp_file, \
             tf.io.TFRecordWriter(tmp_file) as writer:
-        for ex_index, example in itertools.chain(
-                enumerate(examples), itertools.repeat((-1, PaddingInputExample()))):
-            if ex_index < 0 and len(example_of_record) % pad_to_multiple == 0:
-                break
+        for ex_index, example in itertools.chain(enumerate(examples), padding()):
             if ex_index >= 0:
                 progress.update()
             features, was_cut = convert_example(
@@ -1413,12 +1371,6 @@ def compute_metrics(metric_names, label_ids, outputs, is_real_example, is_regres
 # ---------------------------------------------------------------------------
 # Steps of main.
 
-def _use_fixed_size_batches():
-    """Whether eval/predict batches must all be full (TPU): the data are then
-    padded with PaddingInputExample."""
-    return FLAGS.use_tpu
-
-
 def _lcm(a, b):
     return a * b // np.gcd(a, b)
 
@@ -1455,40 +1407,41 @@ class Windows:
         self.loss = loss
 
     @classmethod
-    def from_flags(cls):
+    def from_flags(cls, settings):
         """The Windows of --doc_stride, --max_windows, --window_aggregation
-        and --window_loss, or None without --doc_stride.
+        and --window_loss in a run's `settings`, or None without
+        --doc_stride.
 
         Raises:
           InputError: a value out of range, window flags without
             --doc_stride, or --window_loss=document for training without
             --max_windows or with --window_aggregation=first.
         """
-        if FLAGS.doc_stride is None:
+        if settings.doc_stride is None:
             for name in ("max_windows", "window_aggregation", "window_loss"):
-                if FLAGS[name].present or FLAGS[name].value != FLAGS[name].default:
+                if FLAGS[name].present or getattr(settings, name) != FLAGS[name].default:
                     raise errors.InputError("--%s is for --doc_stride, which is unset"
                                             % name)
             return None
-        if FLAGS.doc_stride < 1:
+        if settings.doc_stride < 1:
             raise errors.InputError("--doc_stride=%d: must be at least 1"
-                                    % FLAGS.doc_stride)
-        if FLAGS.max_windows < 0:
+                                    % settings.doc_stride)
+        if settings.max_windows < 0:
             raise errors.InputError("--max_windows=%d: must be 0 (all) or more"
-                                    % FLAGS.max_windows)
+                                    % settings.max_windows)
         # Runs without training may follow a record that says "document".
-        if FLAGS.window_loss == "document" and FLAGS.do_train:
-            if FLAGS.window_aggregation == "first":
+        if settings.window_loss == "document" and settings.do_train:
+            if settings.window_aggregation == "first":
                 raise errors.InputError(
                     "--window_loss=document needs --window_aggregation=mean or max: with "
                     "first, only the first window would be trained")
-            if not FLAGS.max_windows:
+            if not settings.max_windows:
                 raise errors.InputError(
                     "--window_loss=document needs --max_windows: the windows of an input "
                     "trained together (a training batch holds --train_batch_size times "
                     "that many)")
-        return cls(FLAGS.doc_stride, FLAGS.max_windows, FLAGS.window_aggregation,
-                   FLAGS.window_loss)
+        return cls(settings.doc_stride, settings.max_windows, settings.window_aggregation,
+                   settings.window_loss)
 
     def convert_args(self):
         """file_based_convert_examples_to_features' arguments."""
@@ -1577,44 +1530,45 @@ def example_losses(outputs, logits, label_ids, processor):
 class _EvalSet:
     """A dev set written to a TFRecord file, ready to evaluate."""
 
-    def __init__(self, suffix, examples, label_list, tokenizer, processor, windows=None,
-                 length_buckets=None):
+    def __init__(self, run, suffix, examples, label_list, processor, windows=None):
         self.suffix = suffix
         self.num_actual = len(examples)
         self.windows = windows
-        fixed = _use_fixed_size_batches()
+        settings = run.settings
+        fixed = run.fixed_batches
         multiple = 1
         if fixed:
             # Full batches only: all-zero records fill the last one. They
             # have weight 0 in every metric. The predict pass for the task's
             # own metrics reads the same file, so the count must suit both
             # batch sizes.
-            multiple = FLAGS.eval_batch_size
+            multiple = settings.eval_batch_size
             if processor.metric_names or windows:
-                multiple = _lcm(FLAGS.eval_batch_size, FLAGS.predict_batch_size)
+                multiple = _lcm(settings.eval_batch_size, settings.predict_batch_size)
         name = "eval.tf_record" if not suffix else "eval_%s.tf_record" % suffix
-        self.file = os.path.join(FLAGS.output_dir, name)
+        self.file = os.path.join(settings.output_dir, name)
         self.example_of_record = file_based_convert_examples_to_features(
-            examples, label_list, FLAGS.max_seq_length, tokenizer, self.file,
+            examples, label_list, settings.max_seq_length, run.tokenizer, self.file,
             multi_label=processor.is_multi_label, pad_to_multiple=multiple,
             **(windows.convert_args() if windows else {}))
         self.num_examples = len(self.example_of_record)
         # None: until the data runs out. A TPU needs the number of steps.
-        self.steps = self.num_examples // FLAGS.eval_batch_size if fixed else None
+        self.steps = self.num_examples // settings.eval_batch_size if fixed else None
         self.input_fn = file_based_input_fn_builder(
-            input_file=self.file, seq_length=FLAGS.max_seq_length, is_training=False,
+            input_file=self.file, seq_length=settings.max_seq_length, is_training=False,
             drop_remainder=fixed, is_regression=processor.is_regression,
             num_multi_labels=_num_multi_labels(processor, label_list),
-            length_buckets=length_buckets)
+            length_buckets=run.options.length_buckets)
 
     def describe_count(self):
         """The "Num examples" of the logs."""
         return _count_records(self.example_of_record, self.num_actual, self.windows)
 
 
-def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoint=None):
-    """Evaluates one checkpoint on a dev set: `checkpoint_path`, else the
-    latest in --output_dir, else `init_checkpoint` (a fine-tuned model).
+def evaluate(estimator, run, eval_set, processor, checkpoint_path=None):
+    """Evaluates one checkpoint of the `fine_tuning.Run` `run` on a dev set:
+    `checkpoint_path`, else the latest in --output_dir, else the run's
+    --init_checkpoint (a fine-tuned model).
 
     Returns:
       dict with the estimator's eval_accuracy, eval_loss, loss and
@@ -1623,21 +1577,21 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoi
     """
     training_progress.log_phase("Running evaluation", [
         ("Num examples", eval_set.describe_count()),
-        ("Batch size", FLAGS.eval_batch_size)])
-    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(FLAGS.output_dir)
-    checkpoints.log_checkpoint_used("Evaluating", checkpoint_path, FLAGS.output_dir,
-                                    init_checkpoint)
+        ("Batch size", run.settings.eval_batch_size)])
+    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(run.output_dir)
+    checkpoints.log_checkpoint_used("Evaluating", checkpoint_path, run.output_dir,
+                                    run.init_checkpoint)
     if eval_set.windows:
-        return _evaluate_windows(estimator, eval_set, processor, checkpoint_path,
-                                 init_checkpoint)
-    batches = training_progress.num_batches(eval_set.num_examples, FLAGS.eval_batch_size)
+        return _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path)
+    batches = training_progress.num_batches(eval_set.num_examples, run.settings.eval_batch_size)
     result = estimator.evaluate(input_fn=eval_set.input_fn, steps=eval_set.steps,
                                 checkpoint_path=checkpoint_path,
                                 hooks=[training_progress.ProgressHook("Evaluating", batches)])
     if processor.metric_names:
         output_name = "scores" if processor.is_regression else "probabilities"
         label_ids, outputs, is_real = [], [], []
-        batches = training_progress.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
+        batches = training_progress.num_batches(eval_set.num_examples,
+                                                run.settings.predict_batch_size)
         for prediction in estimator.predict(
                 input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
                 hooks=[training_progress.ProgressHook("Computing the task's metrics", batches)]):
@@ -1650,10 +1604,10 @@ def evaluate(estimator, eval_set, processor, checkpoint_path=None, init_checkpoi
     return result
 
 
-def _evaluate_windows(estimator, eval_set, processor, checkpoint_path, init_checkpoint):
+def _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path):
     """`evaluate` of a dev set read in windows: every metric over the inputs'
     combined outputs (`example_outputs`), one value per input."""
-    batches = training_progress.num_batches(eval_set.num_examples, FLAGS.predict_batch_size)
+    batches = training_progress.num_batches(eval_set.num_examples, run.settings.predict_batch_size)
     predictions = list(estimator.predict(
         input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
         hooks=[training_progress.ProgressHook("Evaluating", batches)]))
@@ -1665,7 +1619,7 @@ def _evaluate_windows(estimator, eval_set, processor, checkpoint_path, init_chec
         label_ids = label_ids.astype(np.int64)
     loss = float(np.mean(example_losses(outputs, logits, label_ids, processor)))
     result = {"eval_loss": loss, "loss": loss,
-              "global_step": _checkpoint_step(checkpoint_path or init_checkpoint)}
+              "global_step": _checkpoint_step(checkpoint_path or run.init_checkpoint)}
     real = np.ones(len(outputs))
     if not (processor.is_regression or processor.is_multi_label):
         result.update(compute_metrics(["accuracy"], label_ids, outputs, real, False))
@@ -1711,13 +1665,14 @@ def _copy_checkpoint(checkpoint_path, target_dir):
     return os.path.join(target_dir, name)
 
 
-def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
+def train_and_evaluate(estimator, run, train_input_fn, num_train_steps, eval_sets,
                        processor, eval_every_n_steps, keep_best, best_metric):
     """Trains to num_train_steps, evaluating the first dev set every
     eval_every_n_steps (and at the end), and with keep_best copies the best
     checkpoint to <output_dir>/best/.
 
     Args:
+      run: the `fine_tuning.Run`.
       train_input_fn: the training input_fn; each chunk of training goes on
         in it where the previous one stopped (training.ResumableTrainer).
 
@@ -1726,7 +1681,7 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
     """
     best_value = None
     best_path = None
-    best_dir = os.path.join(FLAGS.output_dir, "best")
+    best_dir = os.path.join(run.output_dir, "best")
     result = None
     step = _global_step(estimator)
     estimator.evaluations_at(range(eval_every_n_steps, num_train_steps, eval_every_n_steps))
@@ -1734,7 +1689,7 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
         next_step = min(num_train_steps, (step // eval_every_n_steps + 1) * eval_every_n_steps)
         estimator.train(input_fn=train_input_fn, max_steps=next_step)
         step = _global_step(estimator)
-        result = evaluate(estimator, eval_sets[0], processor)
+        result = evaluate(estimator, run, eval_sets[0], processor)
         training_progress.log_phase("Eval results at step %d" % step,
                              [(key, result[key]) for key in sorted(result)])
         if keep_best:
@@ -1745,7 +1700,7 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
             value = float(result[best_metric])
             if _is_better(best_metric, value, best_value):
                 best_value = value
-                best_path = _copy_checkpoint(tf.train.latest_checkpoint(FLAGS.output_dir),
+                best_path = _copy_checkpoint(tf.train.latest_checkpoint(run.output_dir),
                                              best_dir)
                 fine_tuning.write_eval_results(result, best_dir,
                                                header="***** Best eval results *****",
@@ -1759,13 +1714,13 @@ def train_and_evaluate(estimator, train_input_fn, num_train_steps, eval_sets,
 
 
 def _global_step(estimator):
-    """The global step of the latest checkpoint in output_dir (0 if none)."""
-    return _checkpoint_step(tf.train.latest_checkpoint(FLAGS.output_dir))
+    """The global step of the latest checkpoint in the runner's model
+    directory, --output_dir (0 if none)."""
+    return _checkpoint_step(tf.train.latest_checkpoint(estimator.model_dir))
 
 
-def write_predictions(estimator, examples, suffix, submission_name, label_list,
-                      tokenizer, processor, checkpoint_path=None, init_checkpoint=None,
-                      windows=None, length_buckets=None):
+def write_predictions(estimator, run, examples, suffix, submission_name, label_list,
+                      processor, checkpoint_path=None, windows=None):
     """Predicts a test set; writes test_results[_<suffix>].tsv (one line of
     tab-separated class probabilities, or one score, per example, in input
     order) and, for GLUE tasks, <submission_name>.tsv ("index\\tprediction");
@@ -1774,36 +1729,31 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     combines its windows' outputs (`example_outputs`).
     """
     num_actual = len(examples)
-    fixed = _use_fixed_size_batches()
+    settings = run.settings
+    fixed = run.fixed_batches
     name = "predict.tf_record" if not suffix else "predict_%s.tf_record" % suffix
-    predict_file = os.path.join(FLAGS.output_dir, name)
+    predict_file = os.path.join(run.output_dir, name)
     # Full batches only on TPUs; the padding records' predictions are dropped.
     example_of_record = file_based_convert_examples_to_features(
-        examples, label_list, FLAGS.max_seq_length, tokenizer, predict_file,
+        examples, label_list, settings.max_seq_length, run.tokenizer, predict_file,
         multi_label=processor.is_multi_label,
-        pad_to_multiple=FLAGS.predict_batch_size if fixed else 1,
+        pad_to_multiple=settings.predict_batch_size if fixed else 1,
         **(windows.convert_args() if windows else {}))
     num_records = len(example_of_record)
     num_real = sum(1 for index in example_of_record if index >= 0)
 
     training_progress.log_phase("Running prediction", [
         ("Num examples", _count_records(example_of_record, num_actual, windows)),
-        ("Batch size", FLAGS.predict_batch_size)])
+        ("Batch size", settings.predict_batch_size)])
     input_fn = file_based_input_fn_builder(
-        input_file=predict_file, seq_length=FLAGS.max_seq_length, is_training=False,
+        input_file=predict_file, seq_length=settings.max_seq_length, is_training=False,
         drop_remainder=fixed, is_regression=processor.is_regression,
         num_multi_labels=_num_multi_labels(processor, label_list),
-        length_buckets=length_buckets)
-    checkpoints.log_checkpoint_used("Predicting", checkpoint_path, FLAGS.output_dir,
-                                    init_checkpoint)
-    batches = training_progress.num_batches(num_records, FLAGS.predict_batch_size)
-    predictions = estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint_path,
-                                    hooks=[training_progress.ProgressHook("Predicting", batches)])
-
+        length_buckets=run.options.length_buckets)
     # In input order; the padding records come last.
-    predictions = list(itertools.islice(predictions, num_real))
-    if len(predictions) != num_real:
-        raise RuntimeError("Got %d predictions for %d inputs" % (len(predictions), num_real))
+    predictions = fine_tuning.predict(estimator, input_fn, num_records,
+                                      settings.predict_batch_size, num_real, checkpoint_path,
+                                      run.init_checkpoint, what="inputs")
     if windows:
         outputs = list(example_outputs(predictions, example_of_record[:num_real],
                                        num_actual, processor, windows)[0])
@@ -1812,7 +1762,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         outputs = [prediction[output_name] for prediction in predictions]
 
     name = "test_results.tsv" if not suffix else "test_results_%s.tsv" % suffix
-    output_predict_file = os.path.join(FLAGS.output_dir, name)
+    output_predict_file = os.path.join(run.output_dir, name)
     with file_io.atomic_output(output_predict_file) as writer:
         for output in outputs:
             values = [output] if processor.is_regression else output
@@ -1820,7 +1770,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
     file_io.report_output(output_predict_file, "%d predictions" % num_actual)
 
     if submission_name:
-        submission_file = os.path.join(FLAGS.output_dir, submission_name + ".tsv")
+        submission_file = os.path.join(run.output_dir, submission_name + ".tsv")
         with file_io.atomic_output(submission_file) as writer:
             writer.write("index\tprediction\n")
             for example, output in zip(examples, outputs):
@@ -1836,7 +1786,7 @@ def write_predictions(estimator, examples, suffix, submission_name, label_list,
         name = own_data.PREDICTIONS_FILE
         if suffix:
             name = name.replace(".tsv", "_%s.tsv" % suffix)
-        path = os.path.join(FLAGS.output_dir, name)
+        path = os.path.join(run.output_dir, name)
         processor.write_predictions_file(path, examples[:num_actual], outputs, label_list)
         file_io.report_output(path, "the predicted labels")
 
@@ -1955,14 +1905,14 @@ def problem_type(processor):
     return "single_label_classification"
 
 
-def write_run_record(bert_config, processor, label_list):
-    """Writes the run record of a training run (fine_tuning.write_run_record):
+def write_run_record(run, processor, label_list):
+    """Writes the run record of a training run (`fine_tuning.Run.write_record`):
     the task, the labels and the flags that shape the model's inputs."""
     names = ["task_name", "do_lower_case", "max_seq_length", "vocab_file"]
-    if FLAGS.doc_stride is not None:
+    if run.settings.doc_stride is not None:
         # Later runs read and combine windows as this one did.
         names += ["doc_stride", "max_windows", "window_aggregation"]
-        if FLAGS.window_loss != "window":
+        if run.settings.window_loss != "window":
             # Recorded where it differs from the default only, so that other
             # runs' records stay as they were.
             names.append("window_loss")
@@ -1970,175 +1920,198 @@ def write_run_record(bert_config, processor, label_list):
         names.append("xnli_language")
     if isinstance(processor, GenericProcessor):
         names += ["regression", "multi_label", "multi_label_threshold", "label_separator"]
-    fine_tuning.write_run_record(FLAGS.output_dir, problem_type(processor), bert_config,
-                                 names, labels=label_list)
+    run.write_record(problem_type(processor), names, labels=label_list)
 
 
-def _checkpoint_to_export(init_checkpoint, best_checkpoint=None):
-    """The checkpoint --export_dir exports (`checkpoints.fine_tuned_checkpoint`
-    with the classifier's output layer). Raises InputError if there is
-    none."""
-    checkpoint = checkpoints.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
-                                                   "output_weights", best_checkpoint)
+def _checkpoint_to_export(run, best_checkpoint=None):
+    """The checkpoint --export_dir exports (`fine_tuning.Run.checkpoint`, with
+    the classifier's output layer). Raises InputError if there is none."""
+    checkpoint = run.checkpoint(best_checkpoint)
     if checkpoint:
         return checkpoint
-    if init_checkpoint:
+    if run.init_checkpoint:
         raise errors.InputError(
             "--export_dir: --init_checkpoint=%s has no classifier layer (output_weights): "
-            "fine-tune it first with --do_train" % init_checkpoint)
+            "fine-tune it first with --do_train" % run.init_checkpoint)
     raise errors.InputError(
         "--export_dir: no checkpoint in --output_dir=%s to export (train first with "
-        "--do_train)" % FLAGS.output_dir)
+        "--do_train)" % run.output_dir)
+
+
+def _needs(settings):
+    """The flags a run requires besides the model's, and the data file flags
+    it reads (`fine_tuning.prepare_run`). Own data may name each file
+    (--train_file etc.) instead of a --data_dir; an export alone reads no
+    data. A run that does nothing yet needs a --data_dir too (the original
+    requires it always): named with the other missing flags, not after
+    them."""
+    reads_data = settings.do_train or settings.do_eval or settings.do_predict
+    data_dir_flag, data_files = (), ()
+    if own_data.is_generic_task(settings.task_name):
+        data_files = fine_tuning.data_file_flags(
+            settings, ("do_train", "train_file"), ("do_eval", "dev_file"),
+            ("do_predict", "test_file"))
+    elif reads_data or not settings.export_dir:
+        data_dir_flag = ("data_dir",)
+    return data_dir_flag + ("task_name",), data_files
+
+
+def _check_flags(settings):
+    """The classifier's checks of its flags (`fine_tuning.prepare_run`).
+
+    Returns:
+      (processor, windows): the task's DataProcessor, and its `Windows` or
+      None.
+    """
+    own_data.check_flags_unused(settings.task_name, settings)
+    processor = get_processor(settings.task_name, settings.xnli_language, settings)
+    processor.skip_malformed_rows = settings.skip_malformed_rows
+    if settings.diagnostic_file:
+        if not isinstance(processor, MnliProcessor):
+            raise errors.InputError("--diagnostic_file is for --task_name=MNLI only")
+        file_io.require_file("diagnostic_file", settings.diagnostic_file)
+        processor.diagnostic_file = settings.diagnostic_file
+    windows = Windows.from_flags(settings)
+    periodic_eval = settings.eval_every_n_steps > 0 or settings.keep_best_checkpoint
+    if periodic_eval and not (settings.do_train and settings.do_eval):
+        raise errors.InputError(
+            "--eval_every_n_steps and --keep_best_checkpoint need --do_train and --do_eval")
+    if settings.eval_every_n_steps < 0:
+        raise errors.InputError("--eval_every_n_steps must be >= 0")
+    return processor, windows
+
+
+def _write_train_file(run, train_examples, label_list, processor, windows):
+    """Writes the training inputs to train.tf_record in --output_dir.
+
+    Returns:
+      (path, number of records).
+    """
+    train_file = os.path.join(run.output_dir, "train.tf_record")
+    windows_per_record = windows.max_windows if windows and windows.per_document else 0
+    num_records = len(file_based_convert_examples_to_features(
+        train_examples, label_list, run.settings.max_seq_length, run.tokenizer, train_file,
+        multi_label=processor.is_multi_label, windows_per_record=windows_per_record,
+        **(windows.convert_args() if windows else {})))
+    return train_file, num_records
+
+
+def _train(trainer, run, train_file, num_records, num_examples, label_list, processor,
+           windows, num_train_steps, eval_sets):
+    """Trains on `train_file` (`num_records` records of `num_examples`
+    inputs), with periodic evaluation on the first of `eval_sets` where the
+    flags ask for it.
+
+    Returns:
+      (results of the last evaluation or None, best checkpoint path or None).
+    """
+    settings = run.settings
+    count = [("Num examples", num_examples)]
+    if windows and windows.per_document:
+        count.append(("Windows", "up to %d per example, trained together"
+                      % windows.max_windows))
+    elif windows:
+        count.append(("Num windows", num_records))
+    training_progress.log_training(run.options, count, num_train_steps,
+                                   settings.train_batch_size)
+    train_input_fn = file_based_input_fn_builder(
+        input_file=train_file, seq_length=settings.max_seq_length, is_training=True,
+        drop_remainder=True, is_regression=processor.is_regression,
+        num_multi_labels=_num_multi_labels(processor, label_list),
+        length_buckets=run.options.length_buckets,
+        windows_per_record=windows.max_windows if windows and windows.per_document else 0)
+    last_result = best_checkpoint = None
+    if settings.eval_every_n_steps > 0 or settings.keep_best_checkpoint:
+        every = settings.eval_every_n_steps or settings.save_checkpoints_steps
+        last_result, best_checkpoint = train_and_evaluate(
+            trainer, run, train_input_fn, num_train_steps, eval_sets, processor, every,
+            settings.keep_best_checkpoint,
+            settings.best_checkpoint_metric or processor.main_metric)
+    else:
+        trainer.train(input_fn=train_input_fn, max_steps=num_train_steps)
+    checkpoints.report_trained_checkpoint(run.output_dir)
+    return last_result, best_checkpoint
 
 
 @output_lock.releases_output_lock
 def main(_):
-    tf.logging.set_verbosity(tf.logging.INFO)
-
     # Every input is checked before anything is trained or written.
-    record = fine_tuning.use_run_record()
-    # Own data may name each file (--train_file etc.) instead of a --data_dir;
-    # an export alone reads no data. A run that does nothing yet needs a
-    # --data_dir too (the original requires it always): named with the
-    # other missing flags, not after them.
-    reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
-    data_dir_flag, data_files = (), ()
-    if own_data.is_generic_task(FLAGS.task_name):
-        data_files = fine_tuning.data_file_flags(
-            ("do_train", "train_file"), ("do_eval", "dev_file"), ("do_predict", "test_file"))
-    elif reads_data or not FLAGS.export_dir:
-        data_dir_flag = ("data_dir",)
-    fine_tuning.require_model_flags(record, *data_dir_flag, "task_name", data_files=data_files)
-    own_data.check_flags_unused(FLAGS.task_name)
-    fine_tuning.check_run_flags(min_seq_length=3)
-    processor = get_processor(FLAGS.task_name, FLAGS.xnli_language)
-    processor.skip_malformed_rows = FLAGS.skip_malformed_rows
-    if FLAGS.diagnostic_file:
-        if not isinstance(processor, MnliProcessor):
-            raise errors.InputError("--diagnostic_file is for --task_name=MNLI only")
-        file_io.require_file("diagnostic_file", FLAGS.diagnostic_file)
-        processor.diagnostic_file = FLAGS.diagnostic_file
-
-    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(
-        record, FLAGS.max_seq_length)
-    if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    options = training.training_options_from_flags()
-    windows = Windows.from_flags()
-
-    periodic_eval = FLAGS.eval_every_n_steps > 0 or FLAGS.keep_best_checkpoint
-    if periodic_eval and not (FLAGS.do_train and FLAGS.do_eval):
-        raise errors.InputError(
-            "--eval_every_n_steps and --keep_best_checkpoint need --do_train and --do_eval")
-    if FLAGS.eval_every_n_steps < 0:
-        raise errors.InputError("--eval_every_n_steps must be >= 0")
-    best_metric = FLAGS.best_checkpoint_metric or processor.main_metric
-
+    run = fine_tuning.prepare_run(FLAG_DEFAULTS, min_seq_length=3, needs=_needs,
+                                  check_flags=_check_flags, head_variable="output_weights")
+    settings, bert_config = run.settings, run.bert_config
+    processor, windows = run.task
     label_list = processor.get_labels()
     num_labels = 1 if processor.is_regression else len(label_list)
     # A checkpoint of another model in --output_dir would be restored and fail.
     checkpoints.check_output_dir_checkpoint(
-        FLAGS.output_dir, bert_config,
+        run.output_dir, bert_config,
         {"output_weights": [num_labels, bert_config.hidden_size], "output_bias": [num_labels]})
 
     # Read all data now, so that a bad file stops the run before training.
-    train_examples = processor.get_train_examples(FLAGS.data_dir) if FLAGS.do_train else None
-    eval_sets = processor.get_eval_sets(FLAGS.data_dir) if FLAGS.do_eval else []
-    predict_sets = processor.get_predict_sets(FLAGS.data_dir) if FLAGS.do_predict else []
+    data_dir = settings.data_dir
+    train_examples = processor.get_train_examples(data_dir) if settings.do_train else None
+    eval_sets = processor.get_eval_sets(data_dir) if settings.do_eval else []
+    predict_sets = processor.get_predict_sets(data_dir) if settings.do_predict else []
 
     num_train_steps = num_warmup_steps = None
-    if FLAGS.do_train:
+    if settings.do_train:
         # With windows, a check only: the windows, counted once converted,
         # make the steps (and the line that gives them).
-        num_train_steps, num_warmup_steps = training.train_schedule(
-            len(train_examples), options, announce=windows is None)
-    if FLAGS.export_dir and not FLAGS.do_train:
-        _checkpoint_to_export(init_checkpoint)
+        num_train_steps, num_warmup_steps = run.train_schedule(
+            len(train_examples), announce=windows is None)
+    if settings.export_dir and not settings.do_train:
+        _checkpoint_to_export(run)
 
-    if FLAGS.do_train:  # The one training run of --output_dir.
-        output_lock.lock_output_dir(FLAGS.output_dir)
-    tf.io.gfile.makedirs(FLAGS.output_dir)
+    run.start_output()
     if isinstance(processor, GenericProcessor):
         # The label order of the model's outputs, for later runs and for users.
-        processor.write_labels(FLAGS.output_dir)
-    num_train_records = None
-    if FLAGS.do_train:
-        write_run_record(bert_config, processor, label_list)
-        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-        windows_per_record = windows.max_windows if windows and windows.per_document else 0
-        num_train_records = len(file_based_convert_examples_to_features(
-            train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
-            multi_label=processor.is_multi_label, windows_per_record=windows_per_record,
-            **(windows.convert_args() if windows else {})))
+        processor.write_labels(run.output_dir)
+    if settings.do_train:
+        write_run_record(run, processor, label_list)
+        train_file, num_train_records = _write_train_file(run, train_examples, label_list,
+                                                          processor, windows)
         if windows and not windows.per_document:
             # Each window is a training example.
-            num_train_steps, num_warmup_steps = training.train_schedule(
-                num_train_records, options, what="training windows")
+            num_train_steps, num_warmup_steps = run.train_schedule(
+                num_train_records, what="training windows")
 
-    model_fn = model_fn_builder(
-        bert_config, num_labels, init_checkpoint=init_checkpoint,
-        learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
-        num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
-        use_one_hot_embeddings=FLAGS.use_tpu, is_regression=processor.is_regression,
-        multi_label=processor.is_multi_label, options=options,
-        document_windows=windows.aggregation if windows and windows.per_document else None)
-    # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-    estimator = training.estimator_from_flags(
-        model_fn, options, train_batch_size=FLAGS.train_batch_size,
-        eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
+    trainer = run.trainer(model_fn_builder(
+        bert_config, num_labels, init_checkpoint=run.init_checkpoint,
+        learning_rate=settings.learning_rate, num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps, use_tpu=settings.use_tpu,
+        use_one_hot_embeddings=settings.use_tpu, is_regression=processor.is_regression,
+        multi_label=processor.is_multi_label, options=run.options,
+        document_windows=windows.aggregation if windows and windows.per_document else None))
+    eval_sets = [
+        _EvalSet(run, suffix, examples, label_list, processor, windows)
+        for suffix, examples in eval_sets]
 
-    eval_sets = [_EvalSet(suffix, examples, label_list, tokenizer, processor, windows,
-                          options.length_buckets)
-                 for suffix, examples in eval_sets]
-
-    best_checkpoint = None
-    last_result = None
-    if FLAGS.do_train:
-        count = [("Num examples", len(train_examples))]
-        if windows and windows.per_document:
-            count.append(("Windows", "up to %d per example, trained together"
-                          % windows.max_windows))
-        elif windows:
-            count.append(("Num windows", num_train_records))
-        training_progress.log_training(options, count, num_train_steps)
-
-        train_input_fn = file_based_input_fn_builder(
-            input_file=train_file, seq_length=FLAGS.max_seq_length, is_training=True,
-            drop_remainder=True, is_regression=processor.is_regression,
-            num_multi_labels=_num_multi_labels(processor, label_list),
-            length_buckets=options.length_buckets, windows_per_record=windows_per_record)
-
-        if periodic_eval:
-            every = FLAGS.eval_every_n_steps or FLAGS.save_checkpoints_steps
-            last_result, best_checkpoint = train_and_evaluate(
-                estimator, train_input_fn, num_train_steps, eval_sets, processor,
-                every, FLAGS.keep_best_checkpoint, best_metric)
-        else:
-            estimator.train(input_fn=train_input_fn, max_steps=num_train_steps)
-        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
+    last_result = best_checkpoint = None
+    if settings.do_train:
+        last_result, best_checkpoint = _train(
+            trainer, run, train_file, num_train_records, len(train_examples), label_list,
+            processor, windows, num_train_steps, eval_sets)
 
     for eval_set in eval_sets:
         if eval_set is eval_sets[0] and last_result is not None:
             # Already evaluated at the end of training.
             result = last_result
         else:
-            result = evaluate(estimator, eval_set, processor, init_checkpoint=init_checkpoint)
+            result = evaluate(trainer, run, eval_set, processor)
         name = "eval_results.txt" if not eval_set.suffix else \
             "eval_results_%s.txt" % eval_set.suffix
-        fine_tuning.write_eval_results(result, FLAGS.output_dir, file_name=name,
+        fine_tuning.write_eval_results(result, run.output_dir, file_name=name,
                                        headline=processor.main_metric)
 
     for suffix, examples, submission_name in predict_sets:
-        write_predictions(estimator, examples, suffix, submission_name, label_list,
-                          tokenizer, processor, checkpoint_path=best_checkpoint,
-                          init_checkpoint=init_checkpoint, windows=windows,
-                          length_buckets=options.length_buckets)
+        write_predictions(trainer, run, examples, suffix, submission_name, label_list,
+                          processor, checkpoint_path=best_checkpoint, windows=windows)
 
-    if FLAGS.export_dir:
-        checkpoint = _checkpoint_to_export(init_checkpoint, best_checkpoint)
-        export_model(bert_config, processor, label_list, checkpoint, FLAGS.export_dir,
-                     FLAGS.vocab_file, FLAGS.do_lower_case,
-                     max_seq_length=FLAGS.max_seq_length, options=options, windows=windows)
+    if settings.export_dir:
+        export_model(bert_config, processor, label_list, _checkpoint_to_export(
+            run, best_checkpoint), settings.export_dir, settings.vocab_file,
+            settings.do_lower_case, max_seq_length=settings.max_seq_length,
+            options=run.options, windows=windows)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ See docs/ner.md.
 """
 
 import collections
+import functools
 import json
 import os
 import re
@@ -57,7 +58,8 @@ FLAGS = flags.FLAGS
 # ---------------------------------------------------------------------------
 # Flags.
 
-shared_flags.define_flags(
+# This script's defaults, whichever script defined a shared flag first.
+FLAG_DEFAULTS = shared_flags.define_flags(
     shared_flags.FINE_TUNING_FLAGS, "labels", "doc_stride", max_seq_length=128, doc_stride=64,
     helps={
         "data_dir": "Folder with the data files, found by their usual names (train.txt or "
@@ -859,7 +861,8 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
     """
     num_actual = len(windows)
     if fixed:
-        windows = windows + [padding_window(max_seq_length)] * (-num_actual % batch_size)
+        windows = windows + [padding_window(max_seq_length)] * input_pipeline.padding_count(
+            num_actual, batch_size)
     write_windows(windows, record_file)
     title = "Running evaluation" if phase == "Evaluating" else "Running prediction"
     training_progress.log_phase(title, [
@@ -868,17 +871,10 @@ def predict_windows(estimator, windows, record_file, max_seq_length, batch_size,
     input_fn = file_based_input_fn_builder(record_file, max_seq_length, is_training=False,
                                            drop_remainder=fixed,
                                            length_buckets=length_buckets)
-    outputs = []
-    checkpoints.log_checkpoint_used(phase, None, estimator.model_dir, init_checkpoint)
-    hooks = [training_progress.ProgressHook(
-        phase, training_progress.num_batches(len(windows), batch_size))]
-    for prediction in estimator.predict(input_fn=input_fn, hooks=hooks):
-        if len(outputs) == num_actual:
-            break
-        outputs.append(prediction["probabilities"])
-    if len(outputs) != num_actual:
-        raise RuntimeError("Got %d predictions for %d windows" % (len(outputs), num_actual))
-    return outputs
+    predictions = fine_tuning.predict(estimator, input_fn, len(windows), batch_size,
+                                      num_actual, init_checkpoint=init_checkpoint,
+                                      phase=phase, what="windows")
+    return [prediction["probabilities"] for prediction in predictions]
 
 
 def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, doc_stride,
@@ -1084,17 +1080,10 @@ def text_windows(pieces, max_seq_length, doc_stride):
     return TextWindows(window_pieces, word_positions)
 
 
-def _fine_tuned(init_checkpoint):
-    """The fine-tuned checkpoint to tag with and export (see
-    `checkpoints.fine_tuned_checkpoint`), or None."""
-    return checkpoints.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
-                                             "ner/output_weights")
-
-
-def _choose_labels(train, others, labels_path_for_reading):
-    """(scheme of the data, entity types) from the flags, the training data or
-    a saved label file."""
-    flag_scheme = {"auto": None, "bio": "iob2"}.get(FLAGS.tag_scheme, FLAGS.tag_scheme)
+def _choose_labels(train, others, labels_path_for_reading, tag_scheme, labels):
+    """(scheme of the data, entity types) from --tag_scheme and --labels
+    (`tag_scheme`, `labels`), the training data or a saved label file."""
+    flag_scheme = {"auto": None, "bio": "iob2"}.get(tag_scheme, tag_scheme)
     saved = None if train else read_labels(labels_path_for_reading)
     tagged = [f for f in ([train] if train else []) + others if f is not None and f.tagged]
     if flag_scheme:
@@ -1105,15 +1094,15 @@ def _choose_labels(train, others, labels_path_for_reading):
         scheme = detect_scheme(s.tags for s in iter_sentences(tagged[0]))
     else:
         scheme = "iob2"
-    if FLAGS.labels:
-        types = parse_labels_flag(FLAGS.labels)
+    if labels:
+        types = parse_labels_flag(labels)
     elif train is not None:
         types = entity_types_of(t for s in iter_sentences(train) for t in s.tags)
     elif saved:
         types = saved[1]
         if model_scheme(saved[0]) != model_scheme(scheme):
             raise InputError("--tag_scheme=%s, but the model was trained on %s tags (%s)"
-                             % (FLAGS.tag_scheme, saved[0], labels_path_for_reading))
+                             % (tag_scheme, saved[0], labels_path_for_reading))
     else:
         raise InputError(
             "No label set: give --labels, or train first (--do_train writes %s to "
@@ -1123,46 +1112,47 @@ def _choose_labels(train, others, labels_path_for_reading):
     return scheme, types
 
 
-@output_lock.releases_output_lock
-def main(_):
-    tf.logging.set_verbosity(tf.logging.INFO)
-
-    # Every input is checked before anything is trained or written.
-    record = fine_tuning.use_run_record()
-    # --predict_text_file stands for the test file.
+def _needs(settings):
+    """The data file flags a run reads (`fine_tuning.prepare_run`):
+    --predict_text_file stands for the test file."""
     data_files = [("do_train", "train_file"), ("do_eval", "dev_file")] + (
-        [] if FLAGS.predict_text_file else [("do_predict", "test_file")])
-    fine_tuning.require_model_flags(record, data_files=fine_tuning.data_file_flags(*data_files))
-    fine_tuning.check_run_flags(min_seq_length=3)
-    if FLAGS.doc_stride is None or FLAGS.doc_stride < 1:
-        raise InputError("--doc_stride must be at least 1, got %s" % FLAGS.doc_stride)
-    if FLAGS.predict_text_file and not FLAGS.do_predict:
+        [] if settings.predict_text_file else [("do_predict", "test_file")])
+    return (), fine_tuning.data_file_flags(settings, *data_files)
+
+
+def _check_flags(settings):
+    """Raises InputError for --doc_stride below 1, or --predict_text_file
+    without --do_predict."""
+    if settings.doc_stride is None or settings.doc_stride < 1:
+        raise InputError("--doc_stride must be at least 1, got %s" % settings.doc_stride)
+    if settings.predict_text_file and not settings.do_predict:
         raise InputError("--predict_text_file needs --do_predict")
 
-    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(
-        record, FLAGS.max_seq_length)
-    if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    options = training.training_options_from_flags()
 
-    # Read all data now, so that a bad file stops the run before training.
-    group = FLAGS.sentences_per_document
+def _read_data(run):
+    """Reads and checks every data file of the run, before any work.
+
+    Returns:
+      (train, dev, test, text): NerFiles, or None where not read.
+    """
+    settings = run.settings
+    group = settings.sentences_per_document
     train = dev = test = text = None
-    if FLAGS.do_train:
-        train = read_conll_file(fine_tuning.data_file("train_file", TRAIN_NAMES,
-                                              "--do_train"), group, "train_file")
-    if FLAGS.do_eval:
-        dev = read_conll_file(fine_tuning.data_file("dev_file", DEV_NAMES,
-                                            "--do_eval"), group, "dev_file")
+    if settings.do_train:
+        train = read_conll_file(run.data_file("train_file", TRAIN_NAMES, "--do_train"),
+                                group, "train_file")
+    if settings.do_eval:
+        dev = read_conll_file(run.data_file("dev_file", DEV_NAMES, "--do_eval"), group,
+                              "dev_file")
         if not dev.tagged:
             raise InputError("%s: --do_eval needs tags (a second column at least)" % dev.path)
-    if FLAGS.do_predict:
-        test_path = fine_tuning.data_file("test_file", TEST_NAMES,
-                                  None if FLAGS.predict_text_file else "--do_predict")
+    if settings.do_predict:
+        test_path = run.data_file("test_file", TEST_NAMES,
+                                  None if settings.predict_text_file else "--do_predict")
         if test_path:
             test = read_conll_file(test_path, group, "test_file")
-        if FLAGS.predict_text_file:
-            text = read_text_file(FLAGS.predict_text_file,
+        if settings.predict_text_file:
+            text = read_text_file(settings.predict_text_file,
                                   tokenization.BasicTokenizer(do_lower_case=False), group)
     if train is not None and not train.tagged:
         raise InputError("%s: training data need tags (a second column at least)"
@@ -1170,137 +1160,157 @@ def main(_):
     for ner_file in (train, dev, test):
         if ner_file is not None:
             check_well_formed(ner_file)
+    return train, dev, test, text
 
-    labels_path = os.path.join(FLAGS.output_dir, LABELS_FILE)
-    saved_path = fine_tuning.find_run_file(LABELS_FILE, FLAGS.output_dir, init_checkpoint)
-    if train is None and not FLAGS.labels and saved_path is None:
+
+def _labels(run, train, dev, test):
+    """(scheme, entity types) of the run (see `_choose_labels`), checked
+    against the tags of each file, and logged."""
+    settings = run.settings
+    saved_path = fine_tuning.find_run_file(LABELS_FILE, run.output_dir, run.init_checkpoint)
+    choose = functools.partial(_choose_labels, tag_scheme=settings.tag_scheme,
+                               labels=settings.labels)
+    if train is None and not settings.labels and saved_path is None:
         # A later run on a trained model: its training data give the labels.
-        train_path = fine_tuning.data_file("train_file", TRAIN_NAMES, None)
-        if train_path:
-            label_source = read_conll_file(train_path, group, "train_file")
-            scheme, entity_types = _choose_labels(label_source, [dev, test], None)
-        else:
-            scheme, entity_types = _choose_labels(None, [dev, test], None)
+        train_path = run.data_file("train_file", TRAIN_NAMES, None)
+        label_source = (read_conll_file(train_path, settings.sentences_per_document,
+                                        "train_file") if train_path else None)
+        scheme, entity_types = choose(label_source, [dev, test], None)
     else:
-        scheme, entity_types = _choose_labels(train, [dev, test], saved_path)
+        scheme, entity_types = choose(train, [dev, test], saved_path)
     for ner_file in (train, dev, test):
         if ner_file is not None:
             check_tags(ner_file, entity_types, scheme)
     label_list = label_list_for(entity_types, scheme)
-    label_map = {label: i for i, label in enumerate(label_list)}
     tf.logging.info("Tag scheme %s (trained as %s); %d labels: %s", scheme,
                     model_scheme(scheme), len(label_list), " ".join(label_list))
+    return scheme, entity_types
+
+
+def _train(run, trainer, train, train_windows, label_list, num_train_steps):
+    """Writes the training windows (logging the first ones) and trains."""
+    train_file = os.path.join(run.output_dir, "train.tf_record")
+    write_windows(train_windows, train_file)
+    for i, window in enumerate(train_windows[:3]):
+        length = sum(window.input_mask)
+        pieces_tokens = run.tokenizer.convert_ids_to_tokens(window.input_ids[:length])
+        input_pipeline.log_example(
+            [("tokens", pieces_tokens), ("length", length),
+             # The tag of each word's first piece, the only ones trained.
+             ("tags", ["%s/%s" % (token, label_list[label])
+                       for token, label, mask in zip(pieces_tokens, window.label_ids,
+                                                     window.label_mask) if mask])],
+            debug=i > 0,
+            ids=[("input_ids", window.input_ids), ("label_ids", window.label_ids),
+                 ("label_mask", window.label_mask)])
+    training_progress.log_training(run.options, [
+        ("Num sentences", sum(1 for _ in iter_sentences(train))),
+        ("Num examples", "%d windows" % len(train_windows))], num_train_steps,
+        run.settings.train_batch_size)
+    trainer.train(input_fn=file_based_input_fn_builder(
+        train_file, run.settings.max_seq_length, is_training=True, drop_remainder=True,
+        length_buckets=run.options.length_buckets), max_steps=num_train_steps)
+    checkpoints.report_trained_checkpoint(run.output_dir)
+
+
+def _start_output(run, scheme, entity_types, label_list):
+    """Takes --output_dir (`fine_tuning.Run.start_output`) and writes the
+    label file (a training run, or where there is none) and, in a training
+    run, the run record.
+
+    Returns:
+      The label file's path.
+    """
+    run.start_output()
+    labels_path = os.path.join(run.output_dir, LABELS_FILE)
+    if run.settings.do_train or not tf.io.gfile.exists(labels_path):
+        write_labels(labels_path, scheme, entity_types)
+    if run.settings.do_train:
+        run.write_record("token_classification", ["do_lower_case", "max_seq_length",
+                                                  "doc_stride", "document_context",
+                                                  "vocab_file"], labels=label_list)
+    return labels_path
+
+
+@output_lock.releases_output_lock
+def main(_):
+    # Every input is checked before anything is trained or written.
+    run = fine_tuning.prepare_run(FLAG_DEFAULTS, min_seq_length=3, needs=_needs,
+                                  check_flags=_check_flags, head_variable="ner/output_weights")
+    settings, bert_config = run.settings, run.bert_config
+    train, dev, test, text = _read_data(run)
+    scheme, entity_types = _labels(run, train, dev, test)
+    label_list = label_list_for(entity_types, scheme)
+    label_map = {label: i for i, label in enumerate(label_list)}
     # A checkpoint of another model in --output_dir would be restored and fail.
     checkpoints.check_output_dir_checkpoint(
-        FLAGS.output_dir, bert_config,
+        run.output_dir, bert_config,
         {"ner/output_weights": [len(label_list), bert_config.hidden_size],
          "ner/output_bias": [len(label_list)]})
 
-    pieces = WordPieceCache(tokenizer)
-    train_windows = None
-    num_train_steps = num_warmup_steps = None
-    if FLAGS.do_train:
-        train_windows, _ = convert_file(train, pieces, FLAGS.max_seq_length, FLAGS.doc_stride,
-                                        is_training=True,
-                                        document_context=FLAGS.document_context,
+    pieces = WordPieceCache(run.tokenizer)
+    train_windows = num_train_steps = num_warmup_steps = None
+    if settings.do_train:
+        train_windows, _ = convert_file(train, pieces, settings.max_seq_length,
+                                        settings.doc_stride, is_training=True,
+                                        document_context=settings.document_context,
                                         label_map=label_map, scheme=scheme)
-        num_train_steps, num_warmup_steps = training.train_schedule(
-            len(train_windows), options, what="training windows")
+        num_train_steps, num_warmup_steps = run.train_schedule(
+            len(train_windows), what="training windows")
+    run.check_export_checkpoint()
 
-    if FLAGS.export_dir and not FLAGS.do_train and _fine_tuned(init_checkpoint) is None:
-        raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
-                         "--init_checkpoint to export (train first with --do_train)"
-                         % FLAGS.output_dir)
-
-    if FLAGS.do_train:  # The one training run of --output_dir.
-        output_lock.lock_output_dir(FLAGS.output_dir)
-    tf.io.gfile.makedirs(FLAGS.output_dir)
-    if FLAGS.do_train or not tf.io.gfile.exists(labels_path):
-        write_labels(labels_path, scheme, entity_types)
-    if FLAGS.do_train:
-        fine_tuning.write_run_record(
-            FLAGS.output_dir, "token_classification", bert_config,
-            ["do_lower_case", "max_seq_length", "doc_stride", "document_context",
-             "vocab_file"], labels=label_list)
-
-    model_fn = model_fn_builder(
+    labels_path = _start_output(run, scheme, entity_types, label_list)
+    trainer = run.trainer(model_fn_builder(
         bert_config=bert_config, num_labels=len(label_list),
-        init_checkpoint=init_checkpoint, learning_rate=FLAGS.learning_rate,
+        init_checkpoint=run.init_checkpoint, learning_rate=settings.learning_rate,
         num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
-        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu, options=options)
-    estimator = training.estimator_from_flags(
-        model_fn, options, train_batch_size=FLAGS.train_batch_size,
-        eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
+        use_tpu=settings.use_tpu, use_one_hot_embeddings=settings.use_tpu,
+        options=run.options))
+    if settings.do_train:
+        _train(run, trainer, train, train_windows, label_list, num_train_steps)
 
-    if FLAGS.do_train:
-        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-        write_windows(train_windows, train_file)
-        for i, window in enumerate(train_windows[:3]):
-            length = sum(window.input_mask)
-            pieces_tokens = tokenizer.convert_ids_to_tokens(window.input_ids[:length])
-            input_pipeline.log_example(
-                [("tokens", pieces_tokens), ("length", length),
-                 # The tag of each word's first piece, the only ones trained.
-                 ("tags", ["%s/%s" % (token, label_list[label])
-                           for token, label, mask in zip(pieces_tokens, window.label_ids,
-                                                         window.label_mask) if mask])],
-                debug=i > 0,
-                ids=[("input_ids", window.input_ids), ("label_ids", window.label_ids),
-                     ("label_mask", window.label_mask)])
-        training_progress.log_training(options, [
-            ("Num sentences", sum(1 for _ in iter_sentences(train))),
-            ("Num examples", "%d windows" % len(train_windows))], num_train_steps)
-        estimator.train(input_fn=file_based_input_fn_builder(
-            train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True,
-            length_buckets=options.length_buckets), max_steps=num_train_steps)
-        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
-
-    checkpoint = _fine_tuned(init_checkpoint)
-    if (FLAGS.do_eval or FLAGS.do_predict) and checkpoint is None:
+    checkpoint = run.checkpoint()
+    if (settings.do_eval or settings.do_predict) and checkpoint is None:
         tf.logging.warning("No fine-tuned checkpoint in --output_dir: predicting with an "
                            "untrained output layer")
 
-    if FLAGS.do_eval:
-        probabilities, predicted = tag_file(
-            estimator, dev, pieces, label_list, scheme, FLAGS.max_seq_length,
-            FLAGS.doc_stride, FLAGS.document_context, FLAGS.eval_batch_size,
-            os.path.join(FLAGS.output_dir, "eval.tf_record"), FLAGS.use_tpu, "Evaluating",
-            init_checkpoint, options.length_buckets)
+    def tag(ner_file, batch_size, record_name, phase="Predicting"):
+        """`tag_file` of `ner_file` through `record_name` in --output_dir."""
+        return tag_file(trainer, ner_file, pieces, label_list, scheme,
+                        settings.max_seq_length, settings.doc_stride,
+                        settings.document_context, batch_size,
+                        os.path.join(run.output_dir, record_name), run.fixed_batches, phase,
+                        run.init_checkpoint, run.options.length_buckets)
+
+    if settings.do_eval:
+        probabilities, predicted = tag(dev, settings.eval_batch_size, "eval.tf_record",
+                                       "Evaluating")
         result = score_file(dev, probabilities, predicted, label_map, scheme)
         if checkpoint:
             result["global_step"] = int(tf.train.load_variable(checkpoint,
                                                                tf.GraphKeys.GLOBAL_STEP))
-        write_conll_predictions(os.path.join(FLAGS.output_dir, "eval_predictions.txt"), dev,
+        write_conll_predictions(os.path.join(run.output_dir, "eval_predictions.txt"), dev,
                                 predicted)
-        fine_tuning.write_eval_results(result, FLAGS.output_dir, headline="eval_f1")
-
+        fine_tuning.write_eval_results(result, run.output_dir, headline="eval_f1")
     if test is not None:
-        probabilities, predicted = tag_file(
-            estimator, test, pieces, label_list, scheme, FLAGS.max_seq_length,
-            FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
-            os.path.join(FLAGS.output_dir, "predict.tf_record"), FLAGS.use_tpu,
-            init_checkpoint=init_checkpoint, length_buckets=options.length_buckets)
-        write_conll_predictions(os.path.join(FLAGS.output_dir, "test_predictions.txt"), test,
+        probabilities, predicted = tag(test, settings.predict_batch_size, "predict.tf_record")
+        write_conll_predictions(os.path.join(run.output_dir, "test_predictions.txt"), test,
                                 predicted)
         if test.tagged:
             fine_tuning.write_eval_results(
                 score_file(test, probabilities, predicted, label_map, scheme),
-                FLAGS.output_dir, file_name="test_results.txt",
+                run.output_dir, file_name="test_results.txt",
                 header="***** Test results *****", headline="eval_f1")
     if text is not None:
-        _, predicted = tag_file(
-            estimator, text, pieces, label_list, scheme, FLAGS.max_seq_length,
-            FLAGS.doc_stride, FLAGS.document_context, FLAGS.predict_batch_size,
-            os.path.join(FLAGS.output_dir, "predict_text.tf_record"), FLAGS.use_tpu,
-            init_checkpoint=init_checkpoint, length_buckets=options.length_buckets)
-        write_conll_predictions(os.path.join(FLAGS.output_dir, "text_predictions.txt"), text,
+        _, predicted = tag(text, settings.predict_batch_size, "predict_text.tf_record")
+        write_conll_predictions(os.path.join(run.output_dir, "text_predictions.txt"), text,
                                 predicted, with_gold=False)
 
-    if FLAGS.export_dir:
-        export_model(bert_config, label_list, scheme, checkpoint, FLAGS.export_dir,
-                     labels_path, FLAGS.vocab_file, FLAGS.do_lower_case,
-                     max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
-                     options=options)
+    if settings.export_dir:
+        export_model(bert_config, label_list, scheme, checkpoint, settings.export_dir,
+                     labels_path, settings.vocab_file, settings.do_lower_case,
+                     max_seq_length=settings.max_seq_length, doc_stride=settings.doc_stride,
+                     options=run.options)
 
 
 if __name__ == "__main__":

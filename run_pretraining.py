@@ -47,9 +47,7 @@ FLAGS = flags.FLAGS
 # This script's default of a shared flag that another script defines with
 # its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
 # whenever the flag is not given, whichever definition this process holds.
-DEFAULTS = {"max_seq_length": 128}
-
-shared_flags.define_flags(
+FLAG_DEFAULTS = shared_flags.define_flags(
     "bert_config_file", "input_file", "output_dir", "init_checkpoint",
     "max_seq_length", "max_predictions_per_seq", "do_train", "do_eval",
     "train_batch_size", "eval_batch_size", "learning_rate",
@@ -57,7 +55,7 @@ shared_flags.define_flags(
     "vocab_file", "random_seed", "masked_lm_prob", "do_whole_word_mask",
     "do_lower_case", "export_dir",
     shared_flags.TPU_FLAGS, shared_flags.TRAINING_OPTION_FLAGS,
-    **DEFAULTS,
+    max_seq_length=128,
     helps={
         "vocab_file": "For data written with --dynamic_masking: the vocabulary it "
                       "was made with ([CLS], [SEP], [MASK], the '##' pieces that "
@@ -1020,8 +1018,7 @@ def prepare_run():
     shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
     if not (FLAGS.do_train or FLAGS.do_eval):
         raise errors.InputError("Nothing to do: set --do_train and/or --do_eval.")
-    max_seq_length = (DEFAULTS["max_seq_length"] if FLAGS["max_seq_length"].using_default_value
-                      else FLAGS.max_seq_length)
+    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
     max_predictions = FLAGS.max_predictions_per_seq
     if not 0 < max_predictions <= max_seq_length:
         raise errors.InputError(
@@ -1043,7 +1040,7 @@ def prepare_run():
     train_files = check_input_files(input_files, max_seq_length, max_predictions,
                                     bert_config.vocab_size)
 
-    options = training.training_options_from_flags()
+    options = training.training_options_from_flags(FLAGS)
     check_evaluation_flags(FLAGS.eval_file, FLAGS.samples_between_eval,
                            FLAGS.samples_start_eval, FLAGS.stop_threshold, FLAGS.do_train,
                            options.distribution_strategy)
@@ -1096,7 +1093,7 @@ def main(_):
         use_one_hot_embeddings=run.use_tpu, options=run.options)
     # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
     estimator = training.estimator_from_flags(
-        model_fn, run.options, train_batch_size=run.train_batch_size,
+        model_fn, run.options, FLAGS, train_batch_size=run.train_batch_size,
         eval_batch_size=run.eval_batch_size)
 
     evaluated = None
@@ -1105,7 +1102,8 @@ def main(_):
             checkpoint = ensure_checkpoint(run, estimator)
             evaluate(run, estimator, checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
-        training_progress.log_training(run.options, [], run.num_train_steps)
+        training_progress.log_training(run.options, [], run.num_train_steps,
+                                       run.train_batch_size)
         if run.evaluate_during_training:
             evaluated = train_with_evaluation(run, estimator)
         else:

@@ -68,7 +68,8 @@ FLAGS = flags.FLAGS
 # ---------------------------------------------------------------------------
 # Flags.
 
-shared_flags.define_flags(
+# This script's defaults, whichever script defined a shared flag first.
+FLAG_DEFAULTS = shared_flags.define_flags(
     "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
     "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
     "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
@@ -1157,156 +1158,169 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
 # ---------------------------------------------------------------------------
 # Main.
 
-def validate_flags_or_throw(bert_config):
-    """Checks the flags against each other and the model.
-
-    Args:
-      bert_config: modeling.BertConfig of --bert_config_file.
+def validate_flags_or_throw(bert_config, settings):
+    """Checks a run's flag `settings` (`fine_tuning.Run.settings`) against
+    each other. --max_seq_length against the model (`bert_config`) is
+    `fine_tuning.prepare_run`'s check.
 
     Raises:
       InputError: naming the flags at fault (also missing data files).
     """
-    if not FLAGS.do_train and not FLAGS.do_predict and not FLAGS.export_dir:
+    del bert_config  # Checked by fine_tuning.load_model_inputs.
+    if not settings.do_train and not settings.do_predict and not settings.export_dir:
         raise InputError("Nothing to do: set --do_train, --do_predict or --export_dir.")
     for action, file_flag in (("do_train", "train_file"), ("do_predict", "predict_file")):
-        if getattr(FLAGS, action):
-            if not getattr(FLAGS, file_flag):
+        if getattr(settings, action):
+            if not getattr(settings, file_flag):
                 raise InputError("--%s needs --%s." % (action, file_flag))
-            file_io.require_file(file_flag, getattr(FLAGS, file_flag))
+            file_io.require_file(file_flag, getattr(settings, file_flag))
 
-    if FLAGS.max_seq_length > bert_config.max_position_embeddings:
-        raise InputError(
-            "--max_seq_length %d is longer than the model's max_position_embeddings (%d)"
-            % (FLAGS.max_seq_length, bert_config.max_position_embeddings))
     # [CLS] question [SEP] context [SEP]: at least one context piece.
-    if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
+    if settings.max_seq_length <= settings.max_query_length + 3:
         raise InputError(
             "--max_seq_length (%d) leaves no room for the context: it must exceed "
-            "--max_query_length (%d) + 3" % (FLAGS.max_seq_length, FLAGS.max_query_length))
+            "--max_query_length (%d) + 3" % (settings.max_seq_length,
+                                             settings.max_query_length))
     for name in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
-        if getattr(FLAGS, name) < 1:
-            raise InputError("--%s must be at least 1, not %d" % (name, getattr(FLAGS, name)))
-    if FLAGS.tune_null_threshold and not FLAGS.version_2_with_negative:
+        if getattr(settings, name) < 1:
+            raise InputError("--%s must be at least 1, not %d" % (name, getattr(settings, name)))
+    if settings.tune_null_threshold and not settings.version_2_with_negative:
         raise InputError("--tune_null_threshold needs --version_2_with_negative")
 
 
-def _evaluation_settings():
-    """run_evaluation's keyword arguments from the flags."""
-    return dict(version_2_with_negative=FLAGS.version_2_with_negative,
-                tune_threshold=FLAGS.tune_null_threshold,
-                null_score_diff_threshold=FLAGS.null_score_diff_threshold)
+def _evaluation_settings(settings):
+    """run_evaluation's keyword arguments from a run's flag `settings`."""
+    return dict(version_2_with_negative=settings.version_2_with_negative,
+                tune_threshold=settings.tune_null_threshold,
+                null_score_diff_threshold=settings.null_score_diff_threshold)
 
 
-def evaluate_only():
-    """--evaluate_only: scores the files in --output_dir against --predict_file."""
-    shared_flags.require_flags("predict_file", "output_dir")
-    if FLAGS.tune_null_threshold and not FLAGS.version_2_with_negative:
+def evaluate_only(settings):
+    """--evaluate_only: scores the files in --output_dir against
+    --predict_file, as the flag `settings` (the parsed flags) say."""
+    shared_flags.require_flags("predict_file", "output_dir", settings=settings)
+    if settings.tune_null_threshold and not settings.version_2_with_negative:
         raise InputError("--tune_null_threshold needs --version_2_with_negative")
-    dataset = load_squad_json(FLAGS.predict_file, "predict_file")
-    where = "--predict_file %s" % FLAGS.predict_file
-    if not dataset_has_answers(dataset, FLAGS.version_2_with_negative):
+    dataset = load_squad_json(settings.predict_file, "predict_file")
+    where = "--predict_file %s" % settings.predict_file
+    if not dataset_has_answers(dataset, settings.version_2_with_negative):
         raise InputError("%s has no answers to evaluate against" % where)
-    return run_evaluation(dataset, FLAGS.output_dir, where, **_evaluation_settings())
+    return run_evaluation(dataset, settings.output_dir, where,
+                          **_evaluation_settings(settings))
 
 
-def _read_predict_file():
+def _read_predict_file(settings):
     """(examples, parsed json) of --predict_file: read before any training,
     so that a bad file stops the run at once."""
-    examples = read_squad_examples(FLAGS.predict_file, is_training=False,
-                                   version_2_with_negative=FLAGS.version_2_with_negative)
-    return examples, load_squad_json(FLAGS.predict_file, "predict_file")
+    examples = read_squad_examples(settings.predict_file, is_training=False,
+                                   version_2_with_negative=settings.version_2_with_negative)
+    return examples, load_squad_json(settings.predict_file, "predict_file")
+
+
+def _read_train_file(settings):
+    """The usable training questions of --train_file, shuffled with a fixed
+    seed (so that input_fn's small shuffle buffer is enough).
+
+    Raises:
+      InputError: the file has none.
+    """
+    train_examples, _ = read_squad_examples_and_skipped(
+        settings.train_file, is_training=True,
+        version_2_with_negative=settings.version_2_with_negative,
+        verbose_logging=settings.verbose_logging)
+    if not train_examples:
+        raise InputError("--train_file %s has no usable training questions"
+                         % settings.train_file)
+    return train_examples
+
+
+def _train(run, trainer, train_examples, num_train_steps):
+    """Writes the training features to train.tf_record and trains."""
+    settings = run.settings
+    # The features go through a file rather than memory: SQuAD's are large.
+    writer = FeatureWriter(os.path.join(run.output_dir, "train.tf_record"), is_training=True)
+    _write_features(writer, train_examples, run.tokenizer, True, settings.max_seq_length,
+                    settings.doc_stride, settings.max_query_length)
+    training_progress.log_training(run.options, [
+        ("Num orig examples", len(train_examples)),
+        ("Num split examples", writer.num_features)], num_train_steps,
+        settings.train_batch_size)
+    trainer.train(
+        input_fn=input_fn_builder(writer.filename, settings.max_seq_length,
+                                  is_training=True, drop_remainder=True,
+                                  length_buckets=run.options.length_buckets),
+        max_steps=num_train_steps)
+    checkpoints.report_trained_checkpoint(run.output_dir)
 
 
 @output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     if FLAGS.evaluate_only:
-        evaluate_only()
+        evaluate_only(FLAGS)
         return
 
-    record = fine_tuning.use_run_record()
-    # The data files of the actions asked for, named with the model's flags.
-    fine_tuning.require_model_flags(record, *fine_tuning.data_file_flags(
-        ("do_train", "train_file"), ("do_predict", "predict_file")))
-    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(record)
-    validate_flags_or_throw(bert_config)
-    options = training.training_options_from_flags()
-    checkpoints.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+    # Every input is checked before anything is trained or written.
+    run = fine_tuning.prepare_run(
+        FLAG_DEFAULTS,
+        # The data files of the actions asked for, named with the model's flags.
+        needs=lambda settings: (fine_tuning.data_file_flags(
+            settings, ("do_train", "train_file"), ("do_predict", "predict_file")), ()),
+        check_model=lambda settings, bert_config: validate_flags_or_throw(bert_config,
+                                                                          settings),
+        head_variable="cls/squad/output_weights")
+    settings, bert_config = run.settings, run.bert_config
+    checkpoints.check_output_dir_checkpoint(run.output_dir, bert_config,
                                             head_variable_shapes(bert_config))
     # Every input file is read before training: a broken --predict_file
     # stops the run now, not after hours of training.
-    predict_input = _read_predict_file() if FLAGS.do_predict else (None, None)
-    if FLAGS.export_dir:
-        squad_export.check_export_flags(init_checkpoint)
-    if FLAGS.do_train:  # The one training run of --output_dir.
-        output_lock.lock_output_dir(FLAGS.output_dir)
-    tf.io.gfile.makedirs(FLAGS.output_dir)
+    predict_input = _read_predict_file(settings) if settings.do_predict else (None, None)
+    if settings.export_dir:
+        squad_export.check_export_checkpoint(settings.do_train, run.output_dir,
+                                             run.init_checkpoint)
+    run.start_output()
 
-    train_examples = None
-    num_train_steps = num_warmup_steps = None
-    if FLAGS.do_train:
-        train_examples, _ = read_squad_examples_and_skipped(
-            FLAGS.train_file, is_training=True,
-            version_2_with_negative=FLAGS.version_2_with_negative,
-            verbose_logging=FLAGS.verbose_logging)
-        if not train_examples:
-            raise InputError("--train_file %s has no usable training questions"
-                             % FLAGS.train_file)
-        num_train_steps, num_warmup_steps = training.train_schedule(
-            len(train_examples), options, what="training questions")
-        fine_tuning.write_run_record(
-            FLAGS.output_dir, "question_answering", bert_config,
-            ["do_lower_case", "max_seq_length", "doc_stride", "max_query_length",
-             "version_2_with_negative", "vocab_file"])
-        # Shuffled here, with a fixed seed, so that input_fn's small shuffle
-        # buffer is enough.
+    train_examples = num_train_steps = num_warmup_steps = None
+    if settings.do_train:
+        train_examples = _read_train_file(settings)
+        num_train_steps, num_warmup_steps = run.train_schedule(
+            len(train_examples), what="training questions")
+        run.write_record("question_answering", [
+            "do_lower_case", "max_seq_length", "doc_stride", "max_query_length",
+            "version_2_with_negative", "vocab_file"])
         random.Random(12345).shuffle(train_examples)
 
     # One-hot embedding lookups are faster on TPUs, gathers elsewhere.
-    model_fn = model_fn_builder(
-        bert_config, init_checkpoint, FLAGS.learning_rate, num_train_steps,
-        num_warmup_steps, use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_tpu,
-        options=options)
-    estimator = training.estimator_from_flags(
-        model_fn, options, train_batch_size=FLAGS.train_batch_size,
-        predict_batch_size=FLAGS.predict_batch_size)
-
-    if FLAGS.do_train:
-        # The features go through a file rather than memory: SQuAD's are large.
-        writer = FeatureWriter(os.path.join(FLAGS.output_dir, "train.tf_record"),
-                               is_training=True)
-        _write_features(writer, train_examples, tokenizer, True, FLAGS.max_seq_length,
-                        FLAGS.doc_stride, FLAGS.max_query_length)
-        training_progress.log_training(options, [
-            ("Num orig examples", len(train_examples)),
-            ("Num split examples", writer.num_features)], num_train_steps)
+    trainer = run.trainer(model_fn_builder(
+        bert_config, run.init_checkpoint, settings.learning_rate, num_train_steps,
+        num_warmup_steps, use_tpu=settings.use_tpu, use_one_hot_embeddings=settings.use_tpu,
+        options=run.options), eval_batch_size=False)
+    if settings.do_train:
+        _train(run, trainer, train_examples, num_train_steps)
         del train_examples  # Only the file is read from here on.
-        estimator.train(
-            input_fn=input_fn_builder(writer.filename, FLAGS.max_seq_length,
-                                      is_training=True, drop_remainder=True,
-                                      length_buckets=options.length_buckets),
-            max_steps=num_train_steps)
-        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
 
-    if FLAGS.do_predict:
+    if settings.do_predict:
         examples, dataset = predict_input
         predict_and_evaluate(
-            estimator, tokenizer, examples, dataset, FLAGS.output_dir, FLAGS.predict_file,
-            max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
-            max_query_length=FLAGS.max_query_length,
-            predict_batch_size=FLAGS.predict_batch_size, n_best_size=FLAGS.n_best_size,
-            max_answer_length=FLAGS.max_answer_length, do_lower_case=FLAGS.do_lower_case,
-            verbose_logging=FLAGS.verbose_logging, init_checkpoint=init_checkpoint,
-            length_buckets=options.length_buckets, **_evaluation_settings())
+            trainer, run.tokenizer, examples, dataset, run.output_dir, settings.predict_file,
+            max_seq_length=settings.max_seq_length, doc_stride=settings.doc_stride,
+            max_query_length=settings.max_query_length,
+            predict_batch_size=settings.predict_batch_size, n_best_size=settings.n_best_size,
+            max_answer_length=settings.max_answer_length,
+            do_lower_case=settings.do_lower_case, verbose_logging=settings.verbose_logging,
+            init_checkpoint=run.init_checkpoint, length_buckets=run.options.length_buckets,
+            **_evaluation_settings(settings))
 
     # The export (squad_export.py), with the threshold this run tuned.
     tuned = None
-    if FLAGS.do_predict and FLAGS.tune_null_threshold:
-        tuned = squad_export.record_tuned_threshold(FLAGS.output_dir, predict_input[1],
-                                                    init_checkpoint)
-    if FLAGS.export_dir:
-        squad_export.export_from_flags(create_model, bert_config, init_checkpoint, options,
-                                       tuned)
+    if settings.do_predict and settings.tune_null_threshold:
+        tuned = squad_export.record_tuned_threshold(run.output_dir, predict_input[1],
+                                                    run.init_checkpoint, settings.predict_file)
+    if settings.export_dir:
+        squad_export.export_run(
+            create_model, bert_config, run.init_checkpoint, run.options, settings,
+            threshold_given=not FLAGS["null_score_diff_threshold"].using_default_value,
+            tuned=tuned)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ FLAGS = flags.FLAGS
 # ---------------------------------------------------------------------------
 # Flags.
 
-shared_flags.define_flags(
+# This script's defaults, whichever script defined a shared flag first.
+FLAG_DEFAULTS = shared_flags.define_flags(
     shared_flags.FINE_TUNING_FLAGS, "input_format", max_seq_length=128,
     helps={"data_dir": "Folder with the data files, found by their usual names (train.csv, "
                        "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, "
@@ -264,8 +265,8 @@ def write_features(examples, max_seq_length, tokenizer, output_file, pad_to_mult
             debug=i > 0,
             ids=[("input_ids (choice 0)", feature.input_ids[0]),
                  ("segment_ids (choice 0)", feature.segment_ids[0])])
-    while len(features) % pad_to_multiple:
-        features.append(padding_features(num_choices, max_seq_length))
+    features += [padding_features(num_choices, max_seq_length)] * \
+        input_pipeline.padding_count(len(features), pad_to_multiple)
     with file_io.atomic_path(output_file) as tmp_file:
         with tf.io.TFRecordWriter(tmp_file) as writer:
             for feature in features:
@@ -473,138 +474,128 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
                           settings={"max_seq_length": max_seq_length})
 
 
-def _fine_tuned(init_checkpoint):
-    """The fine-tuned checkpoint to evaluate, predict and export with (see
-    `checkpoints.fine_tuned_checkpoint`), or None."""
-    return checkpoints.fine_tuned_checkpoint(FLAGS.output_dir, init_checkpoint,
-                                             "swag/output_weights")
+def _check_flags(settings):
+    """Raises InputError for an --input_format that SWAG data do not come
+    in."""
+    if settings.input_format not in INPUT_FORMATS:
+        raise InputError("--input_format=%s: SWAG data are %s" % (
+            settings.input_format, ", ".join(INPUT_FORMATS[1:])))
+
+
+def _read_data(run):
+    """Reads every data file of the run, before any work.
+
+    Returns:
+      (train, dev, test): example lists (`read_examples`), or None where not
+      read.
+
+    Raises:
+      InputError: a bad file, or training or dev data without labels.
+    """
+    settings, input_format = run.settings, run.settings.input_format
+    train = dev = test = None
+    if settings.do_train:
+        train = read_examples(run.data_file("train_file", TRAIN_NAMES, "--do_train"),
+                              input_format, "train_file")
+    if settings.do_eval:
+        dev = read_examples(run.data_file("dev_file", DEV_NAMES, "--do_eval"),
+                            input_format, "dev_file")
+    if settings.do_predict:
+        test = read_examples(run.data_file("test_file", TEST_NAMES, "--do_predict"),
+                             input_format, "test_file")
+    for name, examples in (("training", train), ("dev", dev)):
+        if examples is not None and examples[0].label is None:
+            raise InputError("The %s data need labels (a 'label' column or field)" % name)
+    return train, dev, test
 
 
 @output_lock.releases_output_lock
 def main(_):
-    tf.logging.set_verbosity(tf.logging.INFO)
-
     # Every input is checked before anything is trained or written.
-    record = fine_tuning.use_run_record()
-    fine_tuning.require_model_flags(record, data_files=fine_tuning.data_file_flags(
-        ("do_train", "train_file"), ("do_eval", "dev_file"), ("do_predict", "test_file")))
-    fine_tuning.check_run_flags(min_seq_length=4)
-    if FLAGS.input_format not in INPUT_FORMATS:
-        raise InputError("--input_format=%s: SWAG data are %s" % (
-            FLAGS.input_format, ", ".join(INPUT_FORMATS[1:])))
-    tokenizer, bert_config, init_checkpoint = fine_tuning.load_model_inputs(
-        record, FLAGS.max_seq_length)
-    if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    options = training.training_options_from_flags()
-
-    # Read all data now, so that a bad file stops the run before training.
-    train = dev = test = None
-    if FLAGS.do_train:
-        train = read_examples(fine_tuning.data_file("train_file", TRAIN_NAMES, "--do_train"),
-                              FLAGS.input_format, "train_file")
-    if FLAGS.do_eval:
-        dev = read_examples(fine_tuning.data_file("dev_file", DEV_NAMES, "--do_eval"),
-                            FLAGS.input_format, "dev_file")
-    if FLAGS.do_predict:
-        test_path = fine_tuning.data_file("test_file", TEST_NAMES, "--do_predict")
-        test = read_examples(test_path, FLAGS.input_format, "test_file")
-    for name, examples in (("training", train), ("dev", dev)):
-        if examples is not None and examples[0].label is None:
-            raise InputError("The %s data need labels (a 'label' column or field)" % name)
+    run = fine_tuning.prepare_run(
+        FLAG_DEFAULTS, min_seq_length=4, check_flags=_check_flags,
+        head_variable="swag/output_weights",
+        needs=lambda settings: ((), fine_tuning.data_file_flags(
+            settings, ("do_train", "train_file"), ("do_eval", "dev_file"),
+            ("do_predict", "test_file"))))
+    settings, bert_config = run.settings, run.bert_config
+    max_seq_length = settings.max_seq_length
+    train, dev, test = _read_data(run)
 
     # A checkpoint of another model in --output_dir would be restored and fail.
     checkpoints.check_output_dir_checkpoint(
-        FLAGS.output_dir, bert_config,
+        run.output_dir, bert_config,
         {"swag/output_weights": [1, bert_config.hidden_size], "swag/output_bias": [1]})
-
     num_train_steps = num_warmup_steps = None
-    if FLAGS.do_train:
-        num_train_steps, num_warmup_steps = training.train_schedule(len(train), options)
-    if FLAGS.export_dir and not FLAGS.do_train and _fine_tuned(init_checkpoint) is None:
-        raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
-                         "--init_checkpoint to export (train first with --do_train)"
-                         % FLAGS.output_dir)
+    if settings.do_train:
+        num_train_steps, num_warmup_steps = run.train_schedule(len(train))
+    run.check_export_checkpoint()
 
-    if FLAGS.do_train:  # The one training run of --output_dir.
-        output_lock.lock_output_dir(FLAGS.output_dir)
-    tf.io.gfile.makedirs(FLAGS.output_dir)
-    if FLAGS.do_train:
-        fine_tuning.write_run_record(FLAGS.output_dir, "multiple_choice", bert_config,
-                                    ["do_lower_case", "max_seq_length", "vocab_file"])
-    model_fn = model_fn_builder(
-        bert_config=bert_config, init_checkpoint=init_checkpoint,
-        learning_rate=FLAGS.learning_rate, num_train_steps=num_train_steps,
-        num_warmup_steps=num_warmup_steps, use_tpu=FLAGS.use_tpu,
-        use_one_hot_embeddings=FLAGS.use_tpu, options=options)
-    estimator = training.estimator_from_flags(
-        model_fn, options, train_batch_size=FLAGS.train_batch_size,
-        eval_batch_size=FLAGS.eval_batch_size, predict_batch_size=FLAGS.predict_batch_size)
-    # TPU: eval and predict batches must all be full; padding examples fill
-    # them and count nowhere.
-    fixed = FLAGS.use_tpu
+    run.start_output("multiple_choice", ["do_lower_case", "max_seq_length", "vocab_file"])
+    trainer = run.trainer(model_fn_builder(
+        bert_config=bert_config, init_checkpoint=run.init_checkpoint,
+        learning_rate=settings.learning_rate, num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps, use_tpu=settings.use_tpu,
+        use_one_hot_embeddings=settings.use_tpu, options=run.options))
 
-    if FLAGS.do_train:
-        train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-        write_features(train, FLAGS.max_seq_length, tokenizer, train_file)
-        training_progress.log_training(options, [
+    if settings.do_train:
+        train_file = os.path.join(run.output_dir, "train.tf_record")
+        write_features(train, max_seq_length, run.tokenizer, train_file)
+        training_progress.log_training(run.options, [
             ("Num examples", len(train)), ("Num choices", len(train[0].endings))],
-            num_train_steps)
-        estimator.train(input_fn=file_based_input_fn_builder(
-            train_file, len(train[0].endings), FLAGS.max_seq_length, is_training=True,
-            drop_remainder=True, length_buckets=options.length_buckets),
+            num_train_steps, settings.train_batch_size)
+        trainer.train(input_fn=file_based_input_fn_builder(
+            train_file, len(train[0].endings), max_seq_length, is_training=True,
+            drop_remainder=True, length_buckets=run.options.length_buckets),
             max_steps=num_train_steps)
-        checkpoints.report_trained_checkpoint(FLAGS.output_dir)
+        checkpoints.report_trained_checkpoint(run.output_dir)
 
-    def eval_input(examples, name, phase, batch_size):
-        """Writes the features of `examples` (padded to whole batches on a
-        TPU) and logs the phase; returns (number of records, input_fn)."""
-        path = os.path.join(FLAGS.output_dir, name)
-        num_records = write_features(examples, FLAGS.max_seq_length, tokenizer, path,
-                                     pad_to_multiple=batch_size if fixed else 1)
-        training_progress.log_phase(phase, [
-            ("Num examples", "%d (%d actual)" % (num_records, len(examples))),
-            ("Batch size", batch_size)])
-        return num_records, file_based_input_fn_builder(
-            path, len(examples[0].endings), FLAGS.max_seq_length, is_training=False,
-            drop_remainder=fixed, length_buckets=options.length_buckets)
-
-    checkpoint = _fine_tuned(init_checkpoint)
-    if FLAGS.do_eval:
-        num_records, input_fn = eval_input(dev, "eval.tf_record", "Running evaluation",
-                                           FLAGS.eval_batch_size)
-        checkpoints.log_checkpoint_used("Evaluating", checkpoint, FLAGS.output_dir,
-                                        init_checkpoint)
-        batches = training_progress.num_batches(num_records, FLAGS.eval_batch_size)
-        result = estimator.evaluate(
-            input_fn=input_fn, steps=batches if fixed else None, checkpoint_path=checkpoint,
+    checkpoint = run.checkpoint()
+    if settings.do_eval:
+        num_records, input_fn = _eval_input(run, dev, "eval.tf_record", "Running evaluation",
+                                            settings.eval_batch_size)
+        checkpoints.log_checkpoint_used("Evaluating", checkpoint, run.output_dir,
+                                        run.init_checkpoint)
+        batches = training_progress.num_batches(num_records, settings.eval_batch_size)
+        result = trainer.evaluate(
+            input_fn=input_fn, steps=batches if run.fixed_batches else None,
+            checkpoint_path=checkpoint,
             hooks=[training_progress.ProgressHook("Evaluating", batches)])
-        fine_tuning.write_eval_results(result, FLAGS.output_dir, headline="eval_accuracy")
+        fine_tuning.write_eval_results(result, run.output_dir, headline="eval_accuracy")
 
-    if FLAGS.do_predict:
-        num_records, input_fn = eval_input(test, "predict.tf_record", "Running prediction",
-                                           FLAGS.predict_batch_size)
-        hooks = [training_progress.ProgressHook(
-            "Predicting", training_progress.num_batches(num_records, FLAGS.predict_batch_size))]
-        probabilities = []
-        checkpoints.log_checkpoint_used("Predicting", checkpoint, FLAGS.output_dir,
-                                        init_checkpoint)
-        for prediction in estimator.predict(input_fn=input_fn, checkpoint_path=checkpoint,
-                                            hooks=hooks):
-            if len(probabilities) == len(test):
-                break
-            probabilities.append(prediction["probabilities"])
-        if len(probabilities) != len(test):
-            raise RuntimeError("Got %d predictions for %d examples"
-                               % (len(probabilities), len(test)))
-        path = os.path.join(FLAGS.output_dir, "test_results.tsv")
-        write_test_results(path, test, probabilities)
+    if settings.do_predict:
+        num_records, input_fn = _eval_input(run, test, "predict.tf_record",
+                                            "Running prediction", settings.predict_batch_size)
+        predictions = fine_tuning.predict(
+            trainer, input_fn, num_records, settings.predict_batch_size, len(test),
+            checkpoint, run.init_checkpoint)
+        path = os.path.join(run.output_dir, "test_results.tsv")
+        write_test_results(path, test, [p["probabilities"] for p in predictions])
         file_io.report_output(path, "%d predictions" % len(test))
 
-    if FLAGS.export_dir:
-        export_model(bert_config, checkpoint, FLAGS.export_dir, FLAGS.vocab_file,
-                     FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
-                     options=options)
+    if settings.export_dir:
+        export_model(bert_config, checkpoint, settings.export_dir, settings.vocab_file,
+                     settings.do_lower_case, max_seq_length=max_seq_length,
+                     options=run.options)
+
+
+def _eval_input(run, examples, name, phase, batch_size):
+    """Writes the features of `examples` to `name` in --output_dir (padded
+    to whole batches on a TPU, where padding examples fill them and count
+    nowhere) and logs the `phase`.
+
+    Returns:
+      (number of records, input_fn).
+    """
+    path = os.path.join(run.output_dir, name)
+    num_records = write_features(examples, run.settings.max_seq_length, run.tokenizer, path,
+                                 pad_to_multiple=batch_size if run.fixed_batches else 1)
+    training_progress.log_phase(phase, [
+        ("Num examples", "%d (%d actual)" % (num_records, len(examples))),
+        ("Batch size", batch_size)])
+    return num_records, file_based_input_fn_builder(
+        path, len(examples[0].endings), run.settings.max_seq_length, is_training=False,
+        drop_remainder=run.fixed_batches, length_buckets=run.options.length_buckets)
 
 
 if __name__ == "__main__":

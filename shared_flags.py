@@ -290,6 +290,12 @@ def define_flags(*names, helps=None, **defaults):
         script states more precisely (which files --data_dir holds, say).
       **defaults: name=default for flags whose default differs in this
         script (max_seq_length=384 for SQuAD).
+
+    Returns:
+      dict name -> this script's default of each flag named: a flag is
+      defined once per process, by the first script imported, so where
+      several scripts share a process, its registered default may be
+      another script's (`fine_tuning.prepare_run` applies these).
     """
     # The defining script's module: --help lists its key flags. (absl names
     # the module run as a program by its path.)
@@ -298,7 +304,9 @@ def define_flags(*names, helps=None, **defaults):
     expanded = list(_ALWAYS_DEFINED)
     for name in names:
         expanded.extend(name if isinstance(name, (tuple, list)) else [name])
+    script_defaults = {}
     for name in dict.fromkeys(expanded + list(defaults)):
+        script_defaults[name] = defaults.get(name, _SHARED_FLAGS[name][1])
         if name not in FLAGS:
             define_fn, default, help_text = _SHARED_FLAGS[name][:3]
             default = defaults.get(name, default)
@@ -308,6 +316,7 @@ def define_flags(*names, helps=None, **defaults):
             else:
                 define_fn(name, default, help_text)
         FLAGS.register_key_flag_for_module(module, FLAGS[name])
+    return script_defaults
 
 
 # Every script logs progress: every call of `define_flags` adds this flag,
@@ -316,10 +325,20 @@ _ALWAYS_DEFINED = ("log_every_seconds",)
 define_flags()
 
 
+def flag_value(name, script_defaults):
+    """The value of the flag `name` for one script: as parsed, or, where the
+    command line leaves it unset, that script's default (`script_defaults`:
+    what its `define_flags` call returned), whichever script defined the
+    flag in this process."""
+    if FLAGS[name].using_default_value and name in script_defaults:
+        return script_defaults[name]
+    return FLAGS[name].value
+
+
 # ---------------------------------------------------------------------------
 # Checks of the parsed flags.
 
-def require_flags(*names, data_files=()):
+def require_flags(*names, data_files=(), settings=FLAGS):
     """Raises InputError naming, in one line, every listed flag that is
     unset.
 
@@ -329,10 +348,13 @@ def require_flags(*names, data_files=()):
         find in --data_dir instead: the unset ones, where --data_dir is unset
         too, are named first, as "--data_dir (or --train_file and
         --dev_file)".
+      settings: where the flags' values are read: the parsed flags, or a
+        fine-tuning run's settings (`fine_tuning.Run.settings`, in which a
+        run record may have set some).
     """
-    missing = ["--" + n for n in names if getattr(FLAGS, n) in (None, "")]
-    files = ["--" + n for n in data_files if getattr(FLAGS, n) in (None, "")]
-    if files and FLAGS.data_dir in (None, ""):
+    missing = ["--" + n for n in names if getattr(settings, n) in (None, "")]
+    files = ["--" + n for n in data_files if getattr(settings, n) in (None, "")]
+    if files and settings.data_dir in (None, ""):
         listed = files[0] if len(files) == 1 else "%s and %s" % (", ".join(files[:-1]),
                                                                 files[-1])
         missing.insert(0, "--data_dir (or %s)" % listed)

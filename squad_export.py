@@ -42,7 +42,6 @@ import os
 import numpy as np
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
-from absl import flags
 
 import checkpoints
 import file_io
@@ -53,7 +52,6 @@ import serving
 import squad_evaluate
 from errors import InputError
 
-FLAGS = flags.FLAGS
 
 # The variable that only a fine-tuned SQuAD checkpoint holds.
 HEAD_VARIABLE = "cls/squad/output_weights"
@@ -379,24 +377,24 @@ def fine_tuned(output_dir, init_checkpoint):
     return checkpoints.fine_tuned_checkpoint(output_dir, init_checkpoint, HEAD_VARIABLE)
 
 
-def check_export_flags(init_checkpoint):
-    """The checks of --export_dir before any work: a folder it can write, a
-    vocabulary the graph can use and, without --do_train, a fine-tuned
+def check_export_checkpoint(do_train, output_dir, init_checkpoint):
+    """--export_dir's check before any work (the folder and the vocabulary
+    are `serving.check_export_flags`'): without --do_train, a fine-tuned
     checkpoint to export. Raises InputError."""
-    serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    if not FLAGS.do_train and fine_tuned(FLAGS.output_dir, init_checkpoint) is None:
+    if not do_train and fine_tuned(output_dir, init_checkpoint) is None:
         raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
                          "--init_checkpoint to export (train first with --do_train)"
-                         % FLAGS.output_dir)
+                         % output_dir)
 
 
-def record_tuned_threshold(output_dir, dataset, init_checkpoint):
+def record_tuned_threshold(output_dir, dataset, init_checkpoint, predict_file):
     """After --do_predict with --tune_null_threshold: the threshold this run
     chose (eval_results_best_threshold.json), written to the run record in
     `output_dir` (if it has one) with the checkpoint it was tuned for.
 
     Args:
       dataset: the parsed --predict_file (nothing was tuned without answers).
+      predict_file: its path, for the record.
 
     Returns:
       The threshold, or None where none was tuned.
@@ -411,7 +409,7 @@ def record_tuned_threshold(output_dir, dataset, init_checkpoint):
         record = file_io.read_json_object(path, None)
         record[TUNED_THRESHOLD_KEY] = {
             "value": threshold, "checkpoint": fine_tuned(output_dir, init_checkpoint),
-            "predict_file": FLAGS.predict_file}
+            "predict_file": predict_file}
         with file_io.atomic_output(path) as writer:
             writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
         file_io.report_output(path, "the run record, with the tuned "
@@ -419,18 +417,20 @@ def record_tuned_threshold(output_dir, dataset, init_checkpoint):
     return threshold
 
 
-def null_threshold(checkpoint, tuned=None):
+def null_threshold(checkpoint, settings, threshold_given, tuned=None):
     """SQuAD 2.0's threshold for the export, and where it comes from:
-    --null_score_diff_threshold given on the command line; else `tuned`
-    (this run's --tune_null_threshold); else the one the run record holds
-    for `checkpoint`; else the flag's default."""
-    flag = FLAGS["null_score_diff_threshold"]
-    if not flag.using_default_value:
-        return flag.value, "--null_score_diff_threshold"
+    --null_score_diff_threshold given on the command line (`threshold_given`);
+    else `tuned` (this run's --tune_null_threshold); else the one the run
+    record holds for `checkpoint`; else the flag's default. `settings`: the
+    run's settings (null_score_diff_threshold, predict_file, output_dir,
+    init_checkpoint)."""
+    if threshold_given:
+        return settings.null_score_diff_threshold, "--null_score_diff_threshold"
     if tuned is not None:
-        return tuned, "tuned by --tune_null_threshold on --predict_file %s" % FLAGS.predict_file
-    path = fine_tuning.find_run_file(fine_tuning.RUN_RECORD_FILE, FLAGS.output_dir,
-                                     FLAGS.init_checkpoint)
+        return tuned, "tuned by --tune_null_threshold on --predict_file %s" % (
+            settings.predict_file)
+    path = fine_tuning.find_run_file(fine_tuning.RUN_RECORD_FILE, settings.output_dir,
+                                     settings.init_checkpoint)
     entry = path and file_io.read_json_object(path, None).get(TUNED_THRESHOLD_KEY)
     if entry:
         if entry.get("checkpoint") == checkpoint:
@@ -438,23 +438,33 @@ def null_threshold(checkpoint, tuned=None):
                 entry.get("predict_file"), path)
         tf.logging.warning("%s holds a null_score_diff_threshold tuned for %s, not for %s: "
                            "not using it", path, entry.get("checkpoint"), checkpoint)
-    return flag.value, "--null_score_diff_threshold's default"
+    return settings.null_score_diff_threshold, "--null_score_diff_threshold's default"
 
 
-def export_from_flags(create_model, bert_config, init_checkpoint, options, tuned=None):
-    """--export_dir: exports the fine-tuned checkpoint with the flags'
+def export_run(create_model, bert_config, init_checkpoint, options, settings,
+               threshold_given, tuned=None):
+    """--export_dir: exports the fine-tuned checkpoint with the run's
     settings (after training and prediction). Returns the SavedModel's
-    directory."""
-    checkpoint = fine_tuned(FLAGS.output_dir, init_checkpoint)
-    settings = {name: FLAGS[name].value for name in SETTING_NAMES}
-    if FLAGS.version_2_with_negative:
-        settings["null_score_diff_threshold"], source = null_threshold(checkpoint, tuned)
+    directory.
+
+    Args:
+      create_model, bert_config, options: as `export_model`.
+      init_checkpoint: the run's resolved --init_checkpoint.
+      settings: the run's settings (fine_tuning.Run.settings: the flags with
+        the run record applied).
+      threshold_given, tuned: as `null_threshold`.
+    """
+    checkpoint = fine_tuned(settings.output_dir, init_checkpoint)
+    values = {name: getattr(settings, name) for name in SETTING_NAMES}
+    if settings.version_2_with_negative:
+        values["null_score_diff_threshold"], source = null_threshold(
+            checkpoint, settings, threshold_given, tuned)
         tf.logging.info("Exporting question answering (SQuAD 2.0): no answer where the null "
                         "score exceeds the best span's by more than %r (%s)",
-                        settings["null_score_diff_threshold"], source)
+                        values["null_score_diff_threshold"], source)
     else:
-        del settings["null_score_diff_threshold"]
+        del values["null_score_diff_threshold"]
         tf.logging.info("Exporting question answering (SQuAD 1.1: every question has an "
                         "answer)")
-    return export_model(create_model, bert_config, checkpoint, FLAGS.export_dir,
-                        FLAGS.vocab_file, FLAGS.do_lower_case, settings, options)
+    return export_model(create_model, bert_config, checkpoint, settings.export_dir,
+                        settings.vocab_file, settings.do_lower_case, values, options)

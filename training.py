@@ -16,7 +16,6 @@ import signal
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
-from absl import flags
 
 import bert_ops
 import checkpoints
@@ -29,8 +28,6 @@ import runtime
 import script_runner
 import training_progress
 from errors import InputError
-
-FLAGS = flags.FLAGS
 
 
 # ---------------------------------------------------------------------------
@@ -111,27 +108,28 @@ class TrainingOptions:
         return dataclasses.replace(self, recompute_grad=False, fused_ops=bert_ops.FusedOps())
 
 
-def training_options_from_flags():
-    """The `TrainingOptions` of the parsed flags (every training script
-    defines TRAINING_OPTION_FLAGS). Applies the process-wide ones now, before
-    any session: --limit_memory_fragmentation, and XLA's start for fused
-    kernels (`choose_fused_ops`)."""
-    if not FLAGS.poly_power > 0:
-        raise InputError("--poly_power=%s must be positive" % FLAGS.poly_power)
-    if FLAGS.limit_memory_fragmentation:
+def training_options_from_flags(settings):
+    """The `TrainingOptions` of `settings`: the parsed flags, or a
+    fine-tuning run's settings (every training script defines
+    TRAINING_OPTION_FLAGS). Applies the process-wide ones now, before any
+    session: --limit_memory_fragmentation, and XLA's start for fused kernels
+    (`choose_fused_ops`)."""
+    if not settings.poly_power > 0:
+        raise InputError("--poly_power=%s must be positive" % settings.poly_power)
+    if settings.limit_memory_fragmentation:
         script_runner.limit_memory_fragmentation()
     # A multi-worker strategy must configure TensorFlow's collective ops
     # before anything starts TensorFlow's runtime, as XLA's start would.
-    multi_worker = FLAGS.distribution_strategy == "multi_worker_mirrored"
+    multi_worker = settings.distribution_strategy == "multi_worker_mirrored"
     return TrainingOptions(
-        precision=FLAGS.precision, recompute_grad=FLAGS.recompute_grad,
-        fused_ops=choose_fused_ops(FLAGS.fused_ops, start_xla=not multi_worker),
-        gradient_accumulation_steps=max(1, FLAGS.gradient_accumulation_steps or 1),
-        use_xla=FLAGS.use_xla, distribution_strategy=FLAGS.distribution_strategy,
-        num_gpus=FLAGS.num_gpus, optimizer=FLAGS.optimizer, poly_power=FLAGS.poly_power,
-        start_warmup_step=FLAGS.start_warmup_step,
-        length_buckets=input_pipeline.length_buckets_from_flags(),
-        input_seed=FLAGS.input_seed or None)
+        precision=settings.precision, recompute_grad=settings.recompute_grad,
+        fused_ops=choose_fused_ops(settings.fused_ops, start_xla=not multi_worker),
+        gradient_accumulation_steps=max(1, settings.gradient_accumulation_steps or 1),
+        use_xla=settings.use_xla, distribution_strategy=settings.distribution_strategy,
+        num_gpus=settings.num_gpus, optimizer=settings.optimizer,
+        poly_power=settings.poly_power, start_warmup_step=settings.start_warmup_step,
+        length_buckets=input_pipeline.length_buckets_from_flags(settings),
+        input_seed=settings.input_seed or None)
 
 
 def choose_fused_ops(setting, start_xla=True):
@@ -233,28 +231,30 @@ def num_train_steps(num_examples, train_batch_size, num_train_epochs,
     return int(num_examples / (train_batch_size * accumulation) * num_train_epochs)
 
 
-def train_schedule(num_examples, options, what="training examples", announce=True):
+def train_schedule(num_examples, train_batch_size, num_train_epochs, max_train_steps,
+                   warmup_proportion, gradient_accumulation_steps=1,
+                   what="training examples", announce=True):
     """(num_train_steps, num_warmup_steps) for `num_examples` with
     --train_batch_size, --num_train_epochs and --warmup_proportion, the
-    steps capped by --max_train_steps (logged with the full count, unless
-    `announce` is False: for an early check whose count the caller replaces
-    later).
+    steps capped by --max_train_steps (if positive; logged with the full
+    count, unless `announce` is False: for an early check whose count the
+    caller replaces later). `what` names the examples in messages.
 
     Raises:
       InputError: the flags make no training step.
     """
-    steps = num_train_steps(num_examples, FLAGS.train_batch_size, FLAGS.num_train_epochs,
-                            options.gradient_accumulation_steps)
+    steps = num_train_steps(num_examples, train_batch_size, num_train_epochs,
+                            gradient_accumulation_steps)
     if steps < 1:
         raise InputError(
             "%d %s, --train_batch_size=%d and --num_train_epochs=%s make 0 training steps"
-            % (num_examples, what, FLAGS.train_batch_size, FLAGS.num_train_epochs))
-    if 0 < FLAGS.max_train_steps < steps and announce:
+            % (num_examples, what, train_batch_size, num_train_epochs))
+    if 0 < max_train_steps < steps and announce:
         tf.logging.info("Training %d of the %d steps of %s epochs (--max_train_steps)",
-                        FLAGS.max_train_steps, steps, FLAGS.num_train_epochs)
-    if 0 < FLAGS.max_train_steps < steps:
-        steps = FLAGS.max_train_steps
-    return steps, int(steps * FLAGS.warmup_proportion)
+                        max_train_steps, steps, num_train_epochs)
+    if 0 < max_train_steps < steps:
+        steps = max_train_steps
+    return steps, int(steps * warmup_proportion)
 
 
 # ---------------------------------------------------------------------------
@@ -293,19 +293,21 @@ def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
                                       predict_batch_size=predict_batch_size)
 
 
-def estimator_from_flags(model_fn, options, **batch_sizes):
-    """The runner of a training script's model_fn, configured by its flags
-    (--output_dir, --save_checkpoints_steps, --iterations_per_loop, the TPU
-    flags) and the `TrainingOptions` `options`, as a `ResumableTrainer`.
+def estimator_from_flags(model_fn, options, settings, **batch_sizes):
+    """The runner of a training script's model_fn, configured by `settings`
+    (the parsed flags, or a fine-tuning run's settings: --output_dir,
+    --save_checkpoints_steps, --iterations_per_loop, the TPU flags) and the
+    `TrainingOptions` `options`, as a `ResumableTrainer`.
 
     Args:
       **batch_sizes: train_batch_size, eval_batch_size, predict_batch_size.
     """
+    s = settings
     run_config = make_run_config(
-        FLAGS.output_dir, FLAGS.save_checkpoints_steps, FLAGS.iterations_per_loop,
-        FLAGS.use_tpu, FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.gcp_project, FLAGS.master,
-        FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name, options=options)
-    return ResumableTrainer(make_estimator(model_fn, run_config, FLAGS.use_tpu, **batch_sizes),
+        s.output_dir, s.save_checkpoints_steps, s.iterations_per_loop, s.use_tpu, s.tpu_name,
+        s.tpu_zone, s.gcp_project, s.master, s.num_tpu_cores, tpu_job_name=s.tpu_job_name,
+        options=options)
+    return ResumableTrainer(make_estimator(model_fn, run_config, s.use_tpu, **batch_sizes),
                             options, batch_sizes.get("train_batch_size"))
 
 
@@ -398,14 +400,14 @@ class ResumableTrainer:
             return input_fn(params)
 
         hook = InterruptHook(model_dir, save=chief)
-        training_progress._TRAINING_CLOCK["current"] = self._clock
+        training_progress.TRAINING_CLOCK["current"] = self._clock
         try:
             with interrupts.interrupts_held(on_hold=hook.stop_soon, raise_after=False), \
-                    checkpoints._runner_restores(checkpoint):
+                    checkpoints.runner_restores(checkpoint):
                 self._runner.train(positioned_input_fn, max_steps=max_steps,
                                    hooks=list(hooks or ()) + [hook], steps=steps)
         finally:
-            training_progress._TRAINING_CLOCK["current"] = None
+            training_progress.TRAINING_CLOCK["current"] = None
         if hook.signum is not None:
             checkpoint = tf.train.latest_checkpoint(model_dir)
             step = hook.step
@@ -427,7 +429,7 @@ class ResumableTrainer:
 
     def evaluate(self, *args, **kwargs):
         """`runner.evaluate`, its checkpoint named by the model_fn's log."""
-        with checkpoints._runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
+        with checkpoints.runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
             return self._runner.evaluate(*args, **kwargs)
 
     def predict(self, *args, **kwargs):
@@ -435,7 +437,7 @@ class ResumableTrainer:
         model_fn's log."""
         predictions = iter(self._runner.predict(*args, **kwargs))
         # The graph is built when the first prediction is asked for.
-        with checkpoints._runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
+        with checkpoints.runner_restores(self._restored_checkpoint(kwargs.get("checkpoint_path"))):
             first = next(predictions, _NO_PREDICTION)
         if first is _NO_PREDICTION:
             return

@@ -11,11 +11,8 @@ import time
 
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
-from absl import flags
 
 import logs
-
-FLAGS = flags.FLAGS
 
 
 # ---------------------------------------------------------------------------
@@ -30,12 +27,13 @@ def log_phase(title, details):
         tf.logging.info("  %s = %s", name, value)
 
 
-def log_training(options, details, num_train_steps):
+def log_training(options, details, num_train_steps, train_batch_size):
     """Logs the start of training as `log_phase` does: `details` ((name,
-    value) pairs: what the data holds), then the batch (with gradient
-    accumulation "16 × 2 accumulated = 32"), the number of optimizer steps
-    and the memory and speed options in effect (`training.TrainingOptions`)."""
-    batch, accumulation = FLAGS.train_batch_size, options.gradient_accumulation_steps
+    value) pairs: what the data holds), then the batch of `train_batch_size`
+    (with gradient accumulation "16 × 2 accumulated = 32"), the number of
+    optimizer steps and the memory and speed options in effect
+    (`training.TrainingOptions`)."""
+    batch, accumulation = train_batch_size, options.gradient_accumulation_steps
     batch_text = str(batch) if accumulation == 1 else "%d × %d accumulated = %d" % (
         batch, accumulation, batch * accumulation)
     log_phase("Running training", list(details) + [
@@ -98,7 +96,7 @@ class TrainingClock:
 
 # The `TrainingClock` of the `ResumableTrainer.train` call under way (its
 # hooks time the run on it), or None.
-_TRAINING_CLOCK = {"current": None}
+TRAINING_CLOCK = {"current": None}
 
 
 class ThroughputHook(tf.train.SessionRunHook):
@@ -143,7 +141,7 @@ class ThroughputHook(tf.train.SessionRunHook):
 
     def begin(self):
         self._global_step = tf.train.get_global_step()
-        self._clock = _TRAINING_CLOCK["current"] or TrainingClock()
+        self._clock = TRAINING_CLOCK["current"] or TrainingClock()
         self._begin = time.time()
 
     def before_run(self, run_context):

@@ -57,7 +57,7 @@ def main():
     optimizer = extra[0] if extra else "adamw"
     flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name,
                  "--optimizer=" + optimizer])
-    options = training.training_options_from_flags()
+    options = training.training_options_from_flags(flags.FLAGS)
 
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=32,

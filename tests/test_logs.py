@@ -77,10 +77,8 @@ def test_evaluation_progress_ends_with_the_count(log_lines):
 def test_training_headline_gives_the_effective_batch_and_options(log_lines):
     options = training.TrainingOptions(gradient_accumulation_steps=2, recompute_grad=True,
                                        fused_ops=bert_ops.FusedOps(layer_norm=True, dropout=True))
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(train_batch_size=16):
-        training_progress.log_training(options, [("Num examples", 100)], num_train_steps=7)
+    training_progress.log_training(options, [("Num examples", 100)], num_train_steps=7,
+                                   train_batch_size=16)
     assert log_lines == ["***** Running training *****", "  Num examples = 100",
                          "  Batch size = 16 × 2 accumulated = 32", "  Num steps = 7",
                          "  Options = precision fp32, recompute_grad, fused "
@@ -284,7 +282,7 @@ def test_rate_and_eta_leave_out_start_up_and_count_evaluations(log_lines, monkey
     clock = _FakeTime()
     monkeypatch.setattr(training_progress, "time", clock)
     training = training_progress.TrainingClock(evaluation_steps=[3, 6, 9])
-    monkeypatch.setitem(training_progress._TRAINING_CLOCK, "current", training)
+    monkeypatch.setitem(training_progress.TRAINING_CLOCK, "current", training)
 
     def hook(loss):
         return training_progress.ThroughputHook(loss, examples_per_step=4, num_train_steps=10,

@@ -464,7 +464,7 @@ def test_default_length_buckets():
         from absl.testing import flagsaver
         with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=max_seq_length,
                                  use_tpu=False, **values):
-            return input_pipeline.length_buckets_from_flags()
+            return input_pipeline.length_buckets_from_flags(run_classifier.FLAGS)
 
     run_classifier  # noqa: B018  (defines the flags)
     assert buckets(128) == (16, 32, 48, 64, 80, 96, 112, 128)
@@ -477,11 +477,11 @@ def test_default_length_buckets():
     with pytest.raises(errors.InputError, match="--length_buckets"):
         from absl.testing import flagsaver
         with flagsaver.flagsaver(dynamic_padding=False, length_buckets=["32"]):
-            input_pipeline.length_buckets_from_flags()
+            input_pipeline.length_buckets_from_flags(run_classifier.FLAGS)
     from absl.testing import flagsaver
     with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=128, use_tpu=True,
                              length_buckets=None):
-        assert input_pipeline.length_buckets_from_flags() is None
+        assert input_pipeline.length_buckets_from_flags(run_classifier.FLAGS) is None
 
 
 def test_dynamic_batches_read_the_same_inputs_cut_to_a_bucket(tmp_path):

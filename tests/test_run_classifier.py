@@ -921,17 +921,21 @@ def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
     try:
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False, task_name="sst-2",
                                  init_checkpoint=None):
-            read = fine_tuning.use_run_record()
-            values = (FLAGS.task_name, FLAGS.max_seq_length, FLAGS.do_lower_case,
-                      FLAGS.vocab_file)
+            before = (FLAGS.max_seq_length, FLAGS.do_lower_case)
+            read, settings = fine_tuning.use_run_record()
+            values = (settings.task_name, settings.max_seq_length, settings.do_lower_case,
+                      settings.vocab_file)
+            # The flags themselves keep their parsed values.
+            after = (FLAGS.max_seq_length, FLAGS.do_lower_case)
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=True):
-            assert fine_tuning.use_run_record() is None
+            assert fine_tuning.use_run_record()[0] is None
     finally:
         tf.logging.set_verbosity(verbosity)
         logging.getLogger("tensorflow").removeHandler(collector)
     assert read.labels == ["0", "1"] and read.bert_config == {"vocab_size": 9}
     # The missing vocabulary is not taken.
     assert values == ("sst-2", 24, False, FLAGS["vocab_file"].default)
+    assert after == before and after != (24, False)
     path = str(tmp_path / "run_config.json")
     assert collector.messages == [
         "--task_name=sst-2 differs from the training run's mrpc in %s; using sst-2" % path,
@@ -948,7 +952,7 @@ def test_tpu_style_padding_changes_nothing(mrpc_run, tmp_path, monkeypatch):
     output_dir = str(tmp_path / "padded")
     os.makedirs(output_dir)
     best_dir = _copy_best_checkpoint(mrpc_run, output_dir)
-    monkeypatch.setattr(run_classifier, "_use_fixed_size_batches", lambda: True)
+    monkeypatch.setattr(fine_tuning.Run, "fixed_batches", property(lambda run: True))
     # 64 dev examples -> padded to lcm(5, 3) multiples = 75; 10 test -> 12.
     run_main(task_name="MRPC", data_dir=mrpc_run["data_dir"], vocab_file=mrpc_run["vocab"],
              bert_config_file=mrpc_run["config"], output_dir=output_dir, do_eval=True,

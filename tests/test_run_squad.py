@@ -1132,8 +1132,8 @@ def test_main_flag_errors(tmp_path):
             (dict(max_query_length=61), r"--max_seq_length \(64\) leaves no room .* "
              r"--max_query_length \(61\) \+ 3"),
             (dict(doc_stride=0), "--doc_stride must be at least 1, not 0"),
-            (dict(max_seq_length=128), "--max_seq_length 128 is longer than the model's "
-             r"max_position_embeddings \(64\)"),
+            (dict(max_seq_length=128), "Cannot use sequence length 128 because the BERT "
+             r"model was only trained up to sequence length 64 \(--max_seq_length"),
             (dict(tune_null_threshold=True), "--tune_null_threshold needs"),
             (dict(vocab_file=None), "--vocab_file")]:
         with pytest.raises(InputError, match=message):
@@ -1142,3 +1142,21 @@ def test_main_flag_errors(tmp_path):
         no_answers = _write_squad(tmp_path / "q.json", [{"paragraphs": [{
             "context": "c", "qas": [{"id": "1", "question": "q"}]}]}])
         _run_main(dict(values, evaluate_only=True, predict_file=no_answers))
+
+
+def test_script_defaults_hold_whichever_script_defined_the_shared_flags():
+    """--max_seq_length and --doc_stride are shared flags, defined once per
+    process by the first script imported; each script's run still takes its
+    own defaults where the command line leaves them unset."""
+    import fine_tuning
+    import run_classifier
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(do_train=True):
+        _, squad = fine_tuning.use_run_record(run_squad.FLAG_DEFAULTS)
+        _, classifier = fine_tuning.use_run_record(run_classifier.FLAG_DEFAULTS)
+        with flagsaver.flagsaver(max_seq_length=64):
+            _, given = fine_tuning.use_run_record(run_squad.FLAG_DEFAULTS)
+    assert (squad.max_seq_length, squad.doc_stride) == (384, 128)
+    assert (classifier.max_seq_length, classifier.doc_stride) == (128, None)
+    assert given.max_seq_length == 64
