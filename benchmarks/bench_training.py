@@ -14,7 +14,7 @@ and process CPU time), examples/s and the child's peak resident memory (the
 larger of ru_maxrss and VmHWM, which is the whole process: TensorFlow, the
 variables, the Adam slots and the activations), and next to it the peak
 of the updates alone ("of steps": VmHWM restarted after the variables'
-initialization, whose temporaries can reach higher).
+initialization, in case its temporaries reach higher).
 
 Heads:
   finetune   run_classifier's: dropout + 2-way softmax on the pooled output.
