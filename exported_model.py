@@ -183,14 +183,14 @@ def split_outputs(outputs):
     A tagger's per-word outputs (beside its num_words) are cut to each
     text's words, fill-mask's per-mask outputs to its num_masks."""
     count_name = "num_masks" if "num_masks" in outputs else "num_words"
-    num_words = outputs.get(count_name)
+    counts = outputs.get(count_name)
     examples = []
     for i in range(len(next(iter(outputs.values())))):
         example = {}
         for name, array in outputs.items():
             value = array[i]
-            if num_words is not None and name != count_name and np.ndim(value) >= 1:
-                value = value[:num_words[i]]
+            if counts is not None and name != count_name and np.ndim(value) >= 1:
+                value = value[:counts[i]]
             example[name] = json_value(name, value)
         examples.append(example)
     return examples

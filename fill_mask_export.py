@@ -290,14 +290,15 @@ def export_fill_mask(bert_config, init_checkpoint, export_dir, vocab_file, do_lo
 # ---------------------------------------------------------------------------
 # run_pretraining.py's --export_dir.
 
-def check_flags(flag_values):
+def check_flags(flag_values, max_seq_length):
     """run_pretraining.py's checks of --export_dir, before any work: the
     flags it needs (--vocab_file and --bert_config_file; without --do_train
     the --init_checkpoint it exports, which must hold the masked-LM head;
-    with --do_train or --do_eval the run's --input_file and --output_dir,
-    so that no export is written before the run's error), a writable
-    folder, a vocabulary with [MASK] and --top_k.
-    `flag_values`: absl's FLAGS. Raises errors.InputError."""
+    with --do_train or --do_eval the run's --input_file and --output_dir),
+    a writable folder, a vocabulary with [MASK] and --top_k.
+    `flag_values`: absl's FLAGS; `max_seq_length`: the script's value of
+    --max_seq_length (its own default where the flag is unset). Raises
+    errors.InputError."""
     names = ["vocab_file", "bert_config_file"]
     if not flag_values.do_train:
         names.append("init_checkpoint")
@@ -309,16 +310,17 @@ def check_flags(flag_values):
         checkpoint = checkpoints.resolve_checkpoint("init_checkpoint",
                                                     flag_values.init_checkpoint, required=True)
         bert_config = checkpoints.load_bert_config(flag_values.bert_config_file,
-                                                   max_seq_length=flag_values.max_seq_length)
+                                                   max_seq_length=max_seq_length)
         checkpoints.check_init_checkpoint("init_checkpoint", checkpoint, bert_config,
                                           flag_values.bert_config_file)
         check_masked_lm_head(checkpoint)
 
 
-def export_from_flags(flag_values, flag_name, masked_lm_output):
+def export_from_flags(flag_values, flag_name, masked_lm_output, max_seq_length):
     """run_pretraining.py's --export_dir: exports the checkpoint that
     --`flag_name` names (init_checkpoint; output_dir after training: its
-    latest) with the flags' tokenizer, max_seq_length, top_k and precision.
+    latest) with the flags' tokenizer, top_k and precision and
+    `max_seq_length` (the script's value of --max_seq_length).
     `flag_values`: absl's FLAGS; masked_lm_output: the script's head.
     Returns the SavedModel's directory."""
     checkpoint = checkpoints.resolve_checkpoint(flag_name, getattr(flag_values, flag_name),
@@ -326,12 +328,12 @@ def export_from_flags(flag_values, flag_name, masked_lm_output):
     check_masked_lm_head(checkpoint, flag_name)
     vocab = tokenization.load_vocab(flag_values.vocab_file)
     bert_config = checkpoints.load_bert_config(
-        flag_values.bert_config_file, max_seq_length=flag_values.max_seq_length,
+        flag_values.bert_config_file, max_seq_length=max_seq_length,
         vocab=vocab, vocab_file=flag_values.vocab_file)
     tf.logging.info("Exporting fill-mask (the top %d pieces per %s) with the weights of %s",
                     flag_values.top_k, MASK_TOKEN, checkpoint)
     return export_fill_mask(bert_config, checkpoint, flag_values.export_dir,
                             flag_values.vocab_file, flag_values.do_lower_case,
-                            masked_lm_output, max_seq_length=flag_values.max_seq_length,
+                            masked_lm_output, max_seq_length=max_seq_length,
                             top_k=flag_values.top_k,
                             options=training.TrainingOptions(precision=flag_values.precision))

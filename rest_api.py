@@ -308,8 +308,9 @@ def words_read(config, name):
     """The most words of one text of the input `name` that an export's text
     signature reads, from the settings it records (tokenizer_config.json:
     max_seq_length, and doc_stride and max_windows for windows, pooling for
-    sentence embeddings); None where it reads the whole text (a tagger's
-    document, windows without max_windows, an input it does not know).
+    sentence embeddings, max_query_length for question answering); None
+    where it reads the whole text (a tagger's document, windows without
+    max_windows, a question answering context, an input it does not know).
 
     A text gives at least one WordPiece per word, and the signature reads
     at most max_seq_length - 2 pieces of each text ([CLS] and [SEP] take

@@ -1017,7 +1017,7 @@ def prepare_run():
     """
     shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
     if not (FLAGS.do_train or FLAGS.do_eval):
-        raise errors.InputError("Nothing to do: set --do_train and/or --do_eval.")
+        raise errors.InputError("Nothing to do: set --do_train, --do_eval and/or --export_dir.")
     max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
     max_predictions = FLAGS.max_predictions_per_seq
     if not 0 < max_predictions <= max_seq_length:
@@ -1076,13 +1076,17 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
 
     # Every input is checked before anything is built or written.
+    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
     if FLAGS.export_dir:  # A fill-mask SavedModel (fill_mask_export.py).
-        fill_mask_export.check_flags(FLAGS)
-        if not FLAGS.do_train:
-            fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output)
-            if not FLAGS.do_eval:
-                return
+        fill_mask_export.check_flags(FLAGS, max_seq_length)
+        if not (FLAGS.do_train or FLAGS.do_eval):  # Only the export.
+            fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output,
+                                               max_seq_length)
+            return
     run = prepare_run()
+    if FLAGS.export_dir and not run.do_train:  # Export, then evaluate.
+        fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output,
+                                           max_seq_length)
     if run.do_train:  # The one training run of --output_dir.
         output_lock.lock_output_dir(run.output_dir)
     tf.io.gfile.makedirs(run.output_dir)
@@ -1110,7 +1114,8 @@ def main(_):
             estimator.train(input_fn=run.input_fn(True), max_steps=run.num_train_steps)
         checkpoints.report_trained_checkpoint(run.output_dir)
         if FLAGS.export_dir:
-            fill_mask_export.export_from_flags(FLAGS, "output_dir", get_masked_lm_output)
+            fill_mask_export.export_from_flags(FLAGS, "output_dir", get_masked_lm_output,
+                                               max_seq_length)
 
     if run.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(run.output_dir):
         tf.logging.info("--do_eval: %s was evaluated on --eval_file during training "

@@ -1083,8 +1083,8 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
     files; see `squad_evaluate.run_evaluation`).
 
     Args:
-      estimator: what `training.make_estimator` returns for this script's
-        model_fn (its predict_batch_size is `predict_batch_size`).
+      estimator: the runner of this script's model_fn (`fine_tuning.Run.trainer`;
+        its predict_batch_size is `predict_batch_size`).
       tokenizer: the FullTokenizer of the model's vocabulary.
       examples, dataset: the predict file read by `read_squad_examples` and
         `load_squad_json` (`_read_predict_file` does both).
@@ -1275,16 +1275,15 @@ def main(_):
     # Every input file is read before training: a broken --predict_file
     # stops the run now, not after hours of training.
     predict_input = _read_predict_file(settings) if settings.do_predict else (None, None)
-    if settings.export_dir:
-        squad_export.check_export_checkpoint(settings.do_train, run.output_dir,
-                                             run.init_checkpoint)
-    run.start_output()
-
+    run.check_export_checkpoint()
     train_examples = num_train_steps = num_warmup_steps = None
     if settings.do_train:
         train_examples = _read_train_file(settings)
         num_train_steps, num_warmup_steps = run.train_schedule(
             len(train_examples), what="training questions")
+    run.start_output()
+
+    if settings.do_train:
         run.write_record("question_answering", [
             "do_lower_case", "max_seq_length", "doc_stride", "max_query_length",
             "version_2_with_negative", "vocab_file"])
@@ -1315,10 +1314,10 @@ def main(_):
     tuned = None
     if settings.do_predict and settings.tune_null_threshold:
         tuned = squad_export.record_tuned_threshold(run.output_dir, predict_input[1],
-                                                    run.init_checkpoint, settings.predict_file)
+                                                    run.checkpoint(), settings.predict_file)
     if settings.export_dir:
         squad_export.export_run(
-            create_model, bert_config, run.init_checkpoint, run.options, settings,
+            create_model, bert_config, run.checkpoint(), run.options, settings,
             threshold_given=not FLAGS["null_score_diff_threshold"].using_default_value,
             tuned=tuned)
 

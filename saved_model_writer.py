@@ -4,8 +4,8 @@ Every export of the project ends here: the session runner's
 `export_saved_model` (runtime.py) and the raw-text exports (serving.py).
 `write_saved_model` builds the graph, restores its variables from a
 checkpoint, writes the SavedModel to a temporary folder with its assets and
-fingerprint, and renames it into place, so a failed export leaves nothing
-behind.
+fingerprint, and renames it into place, so a failed export leaves no
+half-written SavedModel at the final path (its temp-<stamp> folder may stay).
 
 A checkpoint need not hold the variables that no signature reads: the
 global step, which checkpoints converted or pre-trained elsewhere lack, and

@@ -295,7 +295,7 @@ def define_flags(*names, helps=None, **defaults):
       dict name -> this script's default of each flag named: a flag is
       defined once per process, by the first script imported, so where
       several scripts share a process, its registered default may be
-      another script's (`fine_tuning.prepare_run` applies these).
+      another script's (`flag_value` applies these).
     """
     # The defining script's module: --help lists its key flags. (absl names
     # the module run as a program by its path.)

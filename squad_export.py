@@ -43,18 +43,15 @@ import numpy as np
 import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 
-import checkpoints
 import file_io
 import fine_tuning
 import graph_tokenization
 import runtime
 import serving
 import squad_evaluate
-from errors import InputError
 
 
 # The variable that only a fine-tuned SQuAD checkpoint holds.
-HEAD_VARIABLE = "cls/squad/output_weights"
 
 # The run record's entry for a threshold tuned by --tune_null_threshold
 # (not a flag value: a later --do_predict keeps its own flag's default).
@@ -370,30 +367,14 @@ def export_model(create_model, bert_config, checkpoint_path, export_dir, vocab_f
                           settings=settings)
 
 
-def fine_tuned(output_dir, init_checkpoint):
-    """The checkpoint that --do_predict answers with and --export_dir
-    exports: the latest in `output_dir`, else a fine-tuned
-    `init_checkpoint`; None if there is none."""
-    return checkpoints.fine_tuned_checkpoint(output_dir, init_checkpoint, HEAD_VARIABLE)
-
-
-def check_export_checkpoint(do_train, output_dir, init_checkpoint):
-    """--export_dir's check before any work (the folder and the vocabulary
-    are `serving.check_export_flags`'): without --do_train, a fine-tuned
-    checkpoint to export. Raises InputError."""
-    if not do_train and fine_tuned(output_dir, init_checkpoint) is None:
-        raise InputError("--export_dir: no fine-tuned checkpoint in --output_dir=%s or "
-                         "--init_checkpoint to export (train first with --do_train)"
-                         % output_dir)
-
-
-def record_tuned_threshold(output_dir, dataset, init_checkpoint, predict_file):
+def record_tuned_threshold(output_dir, dataset, checkpoint, predict_file):
     """After --do_predict with --tune_null_threshold: the threshold this run
     chose (eval_results_best_threshold.json), written to the run record in
     `output_dir` (if it has one) with the checkpoint it was tuned for.
 
     Args:
       dataset: the parsed --predict_file (nothing was tuned without answers).
+      checkpoint: the fine-tuned checkpoint the threshold was tuned with.
       predict_file: its path, for the record.
 
     Returns:
@@ -408,13 +389,24 @@ def record_tuned_threshold(output_dir, dataset, init_checkpoint, predict_file):
     if file_io.exists(path):
         record = file_io.read_json_object(path, None)
         record[TUNED_THRESHOLD_KEY] = {
-            "value": threshold, "checkpoint": fine_tuned(output_dir, init_checkpoint),
+            "value": threshold, "checkpoint": checkpoint,
             "predict_file": predict_file}
         with file_io.atomic_output(path) as writer:
             writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
         file_io.report_output(path, "the run record, with the tuned "
                                     "null_score_diff_threshold %r" % threshold)
     return threshold
+
+
+def _same_path(recorded, path):
+    """Whether two names of a checkpoint are the same file: local paths are
+    compared made absolute (one run may name --output_dir relatively),
+    others (gs://...) as written."""
+    if not recorded or not path:
+        return False
+    if "://" in recorded or "://" in path:
+        return recorded == path
+    return os.path.abspath(recorded) == os.path.abspath(path)
 
 
 def null_threshold(checkpoint, settings, threshold_given, tuned=None):
@@ -433,7 +425,7 @@ def null_threshold(checkpoint, settings, threshold_given, tuned=None):
                                      settings.init_checkpoint)
     entry = path and file_io.read_json_object(path, None).get(TUNED_THRESHOLD_KEY)
     if entry:
-        if entry.get("checkpoint") == checkpoint:
+        if _same_path(entry.get("checkpoint"), checkpoint):
             return entry["value"], "tuned by --tune_null_threshold on %s (%s)" % (
                 entry.get("predict_file"), path)
         tf.logging.warning("%s holds a null_score_diff_threshold tuned for %s, not for %s: "
@@ -441,7 +433,7 @@ def null_threshold(checkpoint, settings, threshold_given, tuned=None):
     return settings.null_score_diff_threshold, "--null_score_diff_threshold's default"
 
 
-def export_run(create_model, bert_config, init_checkpoint, options, settings,
+def export_run(create_model, bert_config, checkpoint, options, settings,
                threshold_given, tuned=None):
     """--export_dir: exports the fine-tuned checkpoint with the run's
     settings (after training and prediction). Returns the SavedModel's
@@ -449,12 +441,11 @@ def export_run(create_model, bert_config, init_checkpoint, options, settings,
 
     Args:
       create_model, bert_config, options: as `export_model`.
-      init_checkpoint: the run's resolved --init_checkpoint.
+      checkpoint: the fine-tuned checkpoint to export (`fine_tuning.Run.checkpoint`).
       settings: the run's settings (fine_tuning.Run.settings: the flags with
         the run record applied).
       threshold_given, tuned: as `null_threshold`.
     """
-    checkpoint = fine_tuned(settings.output_dir, init_checkpoint)
     values = {name: getattr(settings, name) for name in SETTING_NAMES}
     if settings.version_2_with_negative:
         values["null_score_diff_threshold"], source = null_threshold(

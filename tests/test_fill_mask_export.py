@@ -351,6 +351,21 @@ def _write_checkpoint_without_head(model, path):
     return path
 
 
+def test_export_reads_this_scripts_max_seq_length_default(model, tmp_path):
+    """A process that defined --max_seq_length for another script first
+    (run_squad.py: 384) exports with this script's own default, 128, which
+    the tiny model's 64 positions refuse by that number."""
+    from absl import flags
+    from absl.testing import flagsaver
+    values = _export_flags(model, str(tmp_path / "export"))
+    del values["max_seq_length"]
+    with flagsaver.flagsaver():
+        flags.FLAGS.set_default("max_seq_length", 384)
+        with pytest.raises(InputError, match=r"\b128\b"):
+            run_main(**values)
+    assert not os.path.exists(tmp_path / "export")
+
+
 @pytest.mark.parametrize("overrides, message", [
     (dict(vocab_file=""), "--vocab_file"),
     (dict(init_checkpoint=""), "--init_checkpoint"),
@@ -359,6 +374,9 @@ def _write_checkpoint_without_head(model, path):
     (dict(init_checkpoint="NO_HEAD"), "--init_checkpoint .* has no masked-LM head"),
     (dict(export_dir="FILE"), "--export_dir"),
     (dict(do_eval=True), "--input_file"),
+    # Export, then evaluate: the evaluation's own checks come first too.
+    (dict(do_eval=True, input_file="IN", output_dir="OUT", max_predictions_per_seq=0),
+     "--max_predictions_per_seq=0"),
 ])
 def test_bad_flags_are_refused_before_anything_is_written(model, tmp_path, overrides,
                                                           message):
@@ -374,6 +392,9 @@ def test_bad_flags_are_refused_before_anything_is_written(model, tmp_path, overr
             model, str(tmp_path / "no_head" / "model.ckpt"))
     if overrides.get("export_dir") == "FILE":
         overrides["export_dir"] = str(tmp_path / "FILE")
+    if overrides.get("input_file") == "IN":
+        overrides["input_file"] = str(tmp_path / "FILE")
+        overrides["output_dir"] = str(tmp_path / "out")
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(InputError, match=message):
         run_main(**dict(_export_flags(model, str(tmp_path / "export")), **overrides))
