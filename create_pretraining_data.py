@@ -49,9 +49,11 @@ import hashlib
 import math
 import multiprocessing
 import os
+import pickle
 import random
 import signal
 import sys
+import tempfile
 import time
 
 from absl import flags
@@ -871,6 +873,18 @@ def _start_worker(config):
     _init_worker(config)
 
 
+def _process_shard_file(shard_index, path):
+    """`_process_shard` of the lines pickled in `path` (in a worker), which
+    it removes. The pool's tasks carry a path, not the lines: a task bigger
+    than the pipe to the workers leaves the pool's task thread blocked in
+    the middle of sending it, and ending the pool after a Ctrl-C then
+    waits for that thread for ever."""
+    with open(path, "rb") as f:
+        lines = pickle.load(f)
+    os.remove(path)
+    return _process_shard(shard_index, lines)
+
+
 def _process_shard(shard_index, lines):
     """Tokenizes one shard and makes its instances (in a worker).
 
@@ -1012,11 +1026,16 @@ def _run_sharded_mode(input_files, vocab, writer, settings):
         # A KeyboardInterrupt raised inside the pool's own waiting can
         # leave its locks taken, and ending the pool then hangs: a signal is
         # only recorded here, and the waits below stop at it.
-        with interrupts.interrupts_held(), context.Pool(
-                num_workers, initializer=_start_worker, initargs=(config,)) as pool:
+        with tempfile.TemporaryDirectory(prefix="create_pretraining_data_") as shard_dir, \
+                interrupts.interrupts_held(), context.Pool(
+                    num_workers, initializer=_start_worker, initargs=(config,)) as pool:
             pending = []
             for index, lines in enumerate(shards):
-                pending.append(pool.apply_async(_process_shard, (index, lines)))
+                path = os.path.join(shard_dir, "%d.pickle" % index)
+                with open(path, "wb") as f:
+                    pickle.dump(lines, f, protocol=pickle.HIGHEST_PROTOCOL)
+                del lines
+                pending.append(pool.apply_async(_process_shard_file, (index, path)))
                 # At most one queued shard per worker beyond the running
                 # ones, so memory does not grow with the corpus.
                 while len(pending) > 2 * num_workers:
