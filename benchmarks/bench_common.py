@@ -51,6 +51,37 @@ def model_config(modeling, **overrides):
         intermediate_size=values.intermediate_size, type_vocab_size=2), **overrides))
 
 
+def time_calls(call, warmup, requests):
+    """Calls `call()` `warmup` + `requests` times. Returns (the timed calls'
+    latencies in ms, the last call's result)."""
+    import time
+    latencies = []
+    for index in range(warmup + requests):
+        start = time.perf_counter()
+        result = call()
+        if index >= warmup:
+            latencies.append((time.perf_counter() - start) * 1000.0)
+    return latencies, result
+
+
+def latency_summary(latencies):
+    """{"p50", "p99", "mean"} of latencies in ms (p99: the nearest rank)."""
+    import statistics
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return {"p50": statistics.median(ordered), "p99": p99, "mean": statistics.mean(ordered)}
+
+
+def load_text_signature(export_dir, threads):
+    """serving_default of a raw-text export, loaded with TensorFlow and
+    TensorFlow Text alone (as a server would), on `threads` threads."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the export's WordPiece op)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    return tf.saved_model.load(export_dir).signatures["serving_default"]
+
+
 def print_result(result):
     """A child's answer to its parent (`child_result`): one "RESULT <json>"
     line."""

@@ -30,7 +30,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,29 +78,14 @@ def export(workdir):
         pooling="mean", normalize=True)
 
 
-def _latencies(call):
-    """Calls `call()` --warmup + --requests times; the timed ones'
-    latencies in ms, and the last call's result."""
-    latencies = []
-    for index in range(FLAGS.warmup + FLAGS.requests):
-        start = time.perf_counter()
-        result = call()
-        if index >= FLAGS.warmup:
-            latencies.append((time.perf_counter() - start) * 1000.0)
-    return latencies, result
-
-
 def _text_child(export_dir):
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the export's WordPiece op)
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
-    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+    signature = bench_common.load_text_signature(export_dir, FLAGS.threads)
     sentence = FLAGS.sentence
 
     def call():
         return signature(text=tf.constant([sentence]))["embedding"].numpy()[0]
-    return _latencies(call)
+    return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
 def _st_child(model_dir):
@@ -121,17 +105,14 @@ def _st_child(model_dir):
             mask = encoded["attention_mask"].unsqueeze(-1).to(last.dtype)
             mean = (last * mask).sum(dim=1) / torch.clamp(mask.sum(dim=1), min=1e-9)
             return torch.nn.functional.normalize(mean, p=2, dim=1)[0].numpy()
-    return _latencies(call)
+    return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
 def run_child(spec):
     variant, path = spec.split(":", 1)
     latencies, embedding = (_text_child if variant == "text" else _st_child)(path)
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
-    bench_common.print_result({"p50": statistics.median(latencies), "p99": p99,
-                               "mean": statistics.mean(latencies),
-                               "embedding": [float(x) for x in embedding]})
+    bench_common.print_result(dict(bench_common.latency_summary(latencies),
+                                   embedding=[float(x) for x in embedding]))
 
 
 def main(argv):

@@ -27,7 +27,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,29 +102,14 @@ def write_models(workdir):
     return export_dir, hf_dir
 
 
-def _latencies(call):
-    """Calls `call()` --warmup + --requests times; the timed ones'
-    latencies in ms, and the last call's result."""
-    latencies = []
-    for index in range(FLAGS.warmup + FLAGS.requests):
-        start = time.perf_counter()
-        result = call()
-        if index >= FLAGS.warmup:
-            latencies.append((time.perf_counter() - start) * 1000.0)
-    return latencies, result
-
-
 def _text_child(export_dir):
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the export's WordPiece op)
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
-    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+    signature = bench_common.load_text_signature(export_dir, FLAGS.threads)
     text = FLAGS.text
 
     def call():
         return signature(text=tf.constant([text]))["token_ids"].numpy()[0, 0].tolist()
-    return _latencies(call)
+    return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
 def _pipeline_child(hf_dir):
@@ -138,16 +122,13 @@ def _pipeline_child(hf_dir):
 
     def call():
         return [candidate["token"] for candidate in fill(text, top_k=TOP_K)]
-    return _latencies(call)
+    return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
 def run_child(spec):
     variant, path = spec.split(":", 1)
     latencies, ids = (_text_child if variant == "text" else _pipeline_child)(path)
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
-    bench_common.print_result({"p50": statistics.median(latencies), "p99": p99,
-                               "mean": statistics.mean(latencies), "ids": ids})
+    bench_common.print_result(dict(bench_common.latency_summary(latencies), ids=ids))
 
 
 def main(argv):

@@ -36,7 +36,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,29 +104,14 @@ def export(workdir):
                                      settings)
 
 
-def _latencies(call):
-    """Calls `call()` --warmup + --requests times; the timed ones'
-    latencies in ms, and the last call's result."""
-    latencies = []
-    for index in range(FLAGS.warmup + FLAGS.requests):
-        start = time.perf_counter()
-        result = call()
-        if index >= FLAGS.warmup:
-            latencies.append((time.perf_counter() - start) * 1000.0)
-    return latencies, result
-
-
 def _text_child(export_dir):
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the export's WordPiece op)
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
-    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+    signature = bench_common.load_text_signature(export_dir, FLAGS.threads)
     question, context = tf.constant([QUESTION]), tf.constant([CONTEXT])
 
     def call():
         return signature(question=question, context=context)["answer"].numpy()[0].decode()
-    return _latencies(call)
+    return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
 def _hf_child(vocab_file):
@@ -163,16 +147,13 @@ def _hf_child(vocab_file):
                     best = (float(scores[first, last]), window, first, last)
             _, window, first, last = best
             return CONTEXT[int(offsets[window][first][0]):int(offsets[window][last][1])]
-    return _latencies(call)
+    return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
 def run_child(spec):
     variant, path = spec.split(":", 1)
     latencies, answer = (_text_child if variant == "text" else _hf_child)(path)
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
-    bench_common.print_result({"p50": statistics.median(latencies), "p99": p99,
-                               "mean": statistics.mean(latencies), "answer": answer})
+    bench_common.print_result(dict(bench_common.latency_summary(latencies), answer=answer))
 
 
 def main(argv):
