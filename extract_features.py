@@ -48,9 +48,9 @@ from absl import flags
 
 import checkpoints
 import file_io
+import fine_tuning
 import input_packing
 import input_pipeline
-import logs
 import modeling
 import runtime
 import script_runner
@@ -866,15 +866,18 @@ def write_features_file(run, estimator, input_fn, num_examples):
     writer = _feature_writer(run)
     try:
         start = time.time()
-        progress = None
         done = 0
-        tf.logging.info("Computing features with the weights of %s", run.init_checkpoint)
-        for result in estimator.predict(input_fn, yield_single_examples=True):
-            if progress is None:
+        # The model_fn restores --init_checkpoint; the runner's model
+        # directory is a scratch one, without checkpoints.
+        for result in fine_tuning.iter_predictions(
+                estimator, input_fn, num_examples, run.batch_size, num_examples,
+                init_checkpoint=run.init_checkpoint, phase="Computing features",
+                unit="examples", last_line=False):
+            if done == 0:
                 # The first result comes after building the graph and
-                # restoring the checkpoint: measure the rate from here.
+                # restoring the checkpoint (the progress lines' rate is
+                # measured from here).
                 tf.logging.info("First predictions after %.1f s", time.time() - start)
-                progress = logs.Progress("Computing features", num_examples)
             num_tokens = int(np.sum(result["input_mask"]))
             # Every token came from the vocabulary, so ids map back to them.
             tokens = run.tokenizer.convert_ids_to_tokens(
@@ -885,9 +888,6 @@ def write_features_file(run, estimator, input_fn, num_examples):
                 layers.append(layer if run.pooling != "none" else layer[:num_tokens])
             writer.write(int(result["unique_id"]), tokens, layers)
             done += 1
-            progress.update()
-        if done != num_examples:
-            raise RuntimeError("Got %d predictions for %d examples" % (done, num_examples))
         writer.close()
         writer = None
     finally:

@@ -24,6 +24,7 @@ from absl import flags
 
 import checkpoints
 import file_io
+import logs
 import output_lock
 import serving
 import shared_flags
@@ -437,13 +438,17 @@ def prepare_run(defaults, min_seq_length=None, needs=None, check_flags=None,
 # ---------------------------------------------------------------------------
 # Prediction.
 
-def predict(trainer, input_fn, num_records, batch_size, count, checkpoint=None,
-            init_checkpoint=None, phase="Predicting", what="examples"):
-    """The first `count` predictions of `trainer` (a
-    `training.ResumableTrainer`) on the `num_records` records of `input_fn`
-    (the rest are padding records), in input order, with a progress line
-    per --log_every_seconds and a first line naming the weights used
-    (`checkpoints.log_checkpoint_used`).
+def iter_predictions(trainer, input_fn, num_records, batch_size, count, checkpoint=None,
+                     init_checkpoint=None, phase="Predicting", what="examples",
+                     name_weights=True, unit="batches", last_line=True):
+    """Yields the first `count` predictions of `trainer` (a
+    `training.ResumableTrainer`, or what `training.make_estimator` returns)
+    on the `num_records` records of `input_fn` (the rest are padding
+    records), in input order, as they come: the one predict loop of the
+    scripts. Logs a first line naming the weights used
+    (`checkpoints.log_checkpoint_used`) and a progress line per
+    --log_every_seconds, then a last one with the time it took (see
+    `last_line`).
 
     Args:
       batch_size: the records per batch (for the progress lines).
@@ -451,21 +456,55 @@ def predict(trainer, input_fn, num_records, batch_size, count, checkpoint=None,
         trainer's model_dir (else `init_checkpoint`).
       phase: "Predicting", "Evaluating", ...: the logs' name of the pass.
       what: what the records stand for, in the error message.
+      name_weights: whether to log the line naming the weights (False where
+        the caller has named them, for a pass of an evaluation).
+      unit: "batches": the progress lines count the session's batches
+        (`training_progress.ProgressHook`); another unit ("features", ...):
+        they count the predictions in that unit (`logs.Progress`), from the
+        first one on, so that the rate leaves out building the graph and
+        restoring the weights.
+      last_line: with a unit other than "batches", whether to log the last
+        line (False where the caller reports the count and time itself).
 
-    Returns:
-      list of the predictions (dicts of name -> NumPy array).
+    Yields:
+      The predictions (dicts of name -> NumPy array, one record each).
 
     Raises:
       RuntimeError: fewer than `count` predictions came.
     """
-    checkpoints.log_checkpoint_used(phase, checkpoint, trainer.model_dir, init_checkpoint)
-    hooks = [training_progress.ProgressHook(
-        phase, training_progress.num_batches(num_records, batch_size))]
-    predictions = list(itertools.islice(
-        trainer.predict(input_fn=input_fn, checkpoint_path=checkpoint, hooks=hooks), count))
-    if len(predictions) != count:
-        raise RuntimeError("Got %d predictions for %d %s" % (len(predictions), count, what))
-    return predictions
+    if name_weights:
+        checkpoints.log_checkpoint_used(phase, checkpoint, trainer.model_dir, init_checkpoint)
+    hooks = []
+    if unit == "batches":
+        hooks.append(training_progress.ProgressHook(
+            phase, training_progress.num_batches(num_records, batch_size)))
+    predictions = iter(trainer.predict(input_fn=input_fn, checkpoint_path=checkpoint,
+                                       hooks=hooks))
+    progress = None
+    done = 0
+    for prediction in itertools.islice(predictions, count):
+        if progress is None and unit != "batches":
+            progress = logs.Progress(phase, num_records, unit=unit)
+        done += 1
+        yield prediction
+        if progress is not None:
+            progress.update()
+    # The padding records' predictions, read to the end of the pass: a pass
+    # left open never ends its session, whose hooks log the last line.
+    for _ in predictions:
+        pass
+    if done != count:
+        raise RuntimeError("Got %d predictions for %d %s" % (done, count, what))
+    if progress is not None and last_line:
+        progress.done()
+
+
+def predict(trainer, input_fn, num_records, batch_size, count, checkpoint=None,
+            init_checkpoint=None, phase="Predicting", what="examples", name_weights=True):
+    """`iter_predictions` (see there for the arguments) as a list of the
+    `count` predictions (dicts of name -> NumPy array), in input order."""
+    return list(iter_predictions(trainer, input_fn, num_records, batch_size, count,
+                                 checkpoint, init_checkpoint, phase, what, name_weights))
 
 
 # ---------------------------------------------------------------------------

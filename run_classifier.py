@@ -33,6 +33,7 @@ from absl import flags
 
 import checkpoints
 import errors
+import evaluation
 import file_io
 import fine_tuning
 import input_packing
@@ -1579,22 +1580,19 @@ def evaluate(estimator, run, eval_set, processor, checkpoint_path=None):
         ("Num examples", eval_set.describe_count()),
         ("Batch size", run.settings.eval_batch_size)])
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(run.output_dir)
-    checkpoints.log_checkpoint_used("Evaluating", checkpoint_path, run.output_dir,
-                                    run.init_checkpoint)
     if eval_set.windows:
         return _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path)
-    batches = training_progress.num_batches(eval_set.num_examples, run.settings.eval_batch_size)
-    result = estimator.evaluate(input_fn=eval_set.input_fn, steps=eval_set.steps,
-                                checkpoint_path=checkpoint_path,
-                                hooks=[training_progress.ProgressHook("Evaluating", batches)])
+    result = evaluation.evaluate(
+        estimator, eval_set.input_fn,
+        training_progress.num_batches(eval_set.num_examples, run.settings.eval_batch_size),
+        checkpoint_path, run.init_checkpoint, steps=eval_set.steps)
     if processor.metric_names:
         output_name = "scores" if processor.is_regression else "probabilities"
         label_ids, outputs, is_real = [], [], []
-        batches = training_progress.num_batches(eval_set.num_examples,
-                                                run.settings.predict_batch_size)
-        for prediction in estimator.predict(
-                input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
-                hooks=[training_progress.ProgressHook("Computing the task's metrics", batches)]):
+        for prediction in fine_tuning.iter_predictions(
+                estimator, eval_set.input_fn, eval_set.num_examples,
+                run.settings.predict_batch_size, eval_set.num_examples, checkpoint_path,
+                phase="Computing the task's metrics", name_weights=False):
             label_ids.append(prediction["label_ids"])
             outputs.append(prediction[output_name])
             is_real.append(prediction["is_real_example"])
@@ -1607,10 +1605,10 @@ def evaluate(estimator, run, eval_set, processor, checkpoint_path=None):
 def _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path):
     """`evaluate` of a dev set read in windows: every metric over the inputs'
     combined outputs (`example_outputs`), one value per input."""
-    batches = training_progress.num_batches(eval_set.num_examples, run.settings.predict_batch_size)
-    predictions = list(estimator.predict(
-        input_fn=eval_set.input_fn, checkpoint_path=checkpoint_path,
-        hooks=[training_progress.ProgressHook("Evaluating", batches)]))
+    predictions = fine_tuning.predict(
+        estimator, eval_set.input_fn, eval_set.num_examples, run.settings.predict_batch_size,
+        eval_set.num_examples, checkpoint_path, run.init_checkpoint, phase="Evaluating",
+        what="windows")
     outputs, logits = example_outputs(predictions, eval_set.example_of_record,
                                       eval_set.num_actual, processor, eval_set.windows)
     label_ids = aggregate_windows([p["label_ids"] for p in predictions],
@@ -1618,8 +1616,8 @@ def _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path):
     if not processor.is_regression:
         label_ids = label_ids.astype(np.int64)
     loss = float(np.mean(example_losses(outputs, logits, label_ids, processor)))
-    result = {"eval_loss": loss, "loss": loss,
-              "global_step": _checkpoint_step(checkpoint_path or run.init_checkpoint)}
+    result = {"eval_loss": loss, "loss": loss, "global_step": evaluation.checkpoint_step(
+        checkpoint_path or run.init_checkpoint)}
     real = np.ones(len(outputs))
     if not (processor.is_regression or processor.is_multi_label):
         result.update(compute_metrics(["accuracy"], label_ids, outputs, real, False))
@@ -1629,47 +1627,11 @@ def _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path):
     return result
 
 
-def _checkpoint_step(checkpoint_path):
-    """The global step saved in a checkpoint (0 if it has none, or for
-    None)."""
-    if not checkpoint_path:
-        return 0
-    try:
-        return int(tf.train.load_variable(checkpoint_path, tf.GraphKeys.GLOBAL_STEP))
-    except (tf.errors.NotFoundError, ValueError):
-        return 0
-
-
-def _is_better(metric, value, best_value):
-    if best_value is None:
-        return True
-    if "loss" in metric:
-        return value < best_value
-    return value > best_value
-
-
-def _copy_checkpoint(checkpoint_path, target_dir):
-    """Copies a checkpoint's files into target_dir (replacing any checkpoint
-    there) and writes its `checkpoint` state file. Returns the new path."""
-    tf.io.gfile.makedirs(target_dir)
-    for old in tf.io.gfile.glob(os.path.join(target_dir, "model.ckpt-*")):
-        tf.io.gfile.remove(old)
-    name = os.path.basename(checkpoint_path)
-    for source in tf.io.gfile.glob(checkpoint_path + ".*"):
-        tf.io.gfile.copy(source, os.path.join(target_dir, os.path.basename(source)),
-                         overwrite=True)
-    # Written last, so that it only ever names complete files.
-    with file_io.atomic_output(os.path.join(target_dir, "checkpoint")) as writer:
-        writer.write('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n'
-                     % (name, name))
-    return os.path.join(target_dir, name)
-
-
 def train_and_evaluate(estimator, run, train_input_fn, num_train_steps, eval_sets,
                        processor, eval_every_n_steps, keep_best, best_metric):
     """Trains to num_train_steps, evaluating the first dev set every
     eval_every_n_steps (and at the end), and with keep_best copies the best
-    checkpoint to <output_dir>/best/.
+    checkpoint to <output_dir>/best/ (`evaluation.train_and_evaluate`).
 
     Args:
       run: the `fine_tuning.Run`.
@@ -1679,44 +1641,19 @@ def train_and_evaluate(estimator, run, train_input_fn, num_train_steps, eval_set
     Returns:
       (results of the last evaluation, best checkpoint path or None).
     """
-    best_value = None
-    best_path = None
-    best_dir = os.path.join(run.output_dir, "best")
-    result = None
-    step = _global_step(estimator)
-    estimator.evaluations_at(range(eval_every_n_steps, num_train_steps, eval_every_n_steps))
-    while step < num_train_steps:
-        next_step = min(num_train_steps, (step // eval_every_n_steps + 1) * eval_every_n_steps)
-        estimator.train(input_fn=train_input_fn, max_steps=next_step)
-        step = _global_step(estimator)
-        result = evaluate(estimator, run, eval_sets[0], processor)
+    best = evaluation.BestCheckpoint(best_metric, os.path.join(run.output_dir, "best")) \
+        if keep_best else None
+
+    def evaluate_fn(checkpoint, step):
+        result = evaluate(estimator, run, eval_sets[0], processor, checkpoint)
         training_progress.log_phase("Eval results at step %d" % step,
-                             [(key, result[key]) for key in sorted(result)])
-        if keep_best:
-            if best_metric not in result:
-                raise errors.InputError(
-                    "--best_checkpoint_metric=%s is not among the eval metrics: %s"
-                    % (best_metric, ", ".join(sorted(result))))
-            value = float(result[best_metric])
-            if _is_better(best_metric, value, best_value):
-                best_value = value
-                best_path = _copy_checkpoint(tf.train.latest_checkpoint(run.output_dir),
-                                             best_dir)
-                fine_tuning.write_eval_results(result, best_dir,
-                                               header="***** Best eval results *****",
-                                               headline=best_metric)
-                tf.logging.info("New best checkpoint: step %d, %s = %s (copied to %s)",
-                                step, best_metric, value, best_dir)
-    if keep_best and best_path:
-        file_io.report_output(best_path, "the best checkpoint, %s = %s"
-                              % (best_metric, best_value))
-    return result, best_path
+                                    [(key, result[key]) for key in sorted(result)])
+        return result
 
-
-def _global_step(estimator):
-    """The global step of the latest checkpoint in the runner's model
-    directory, --output_dir (0 if none)."""
-    return _checkpoint_step(tf.train.latest_checkpoint(estimator.model_dir))
+    steps = list(range(eval_every_n_steps, num_train_steps, eval_every_n_steps))
+    result, _ = evaluation.train_and_evaluate(estimator, train_input_fn,
+                                              steps + [num_train_steps], evaluate_fn, best)
+    return result, best.path if best else None
 
 
 def write_predictions(estimator, run, examples, suffix, submission_name, label_list,

@@ -28,6 +28,7 @@ from absl import flags
 import checkpoints
 import dynamic_masking
 import errors
+import evaluation
 import file_io
 import fill_mask_export
 import fine_tuning
@@ -725,10 +726,8 @@ def evaluate(run, estimator, checkpoint_path, file_name, header):
     results and writes them to `run.output_dir`/file_name. Returns them."""
     training_progress.log_phase("Running evaluation", [("Checkpoint", checkpoint_path),
                                                        ("Batch size", run.eval_batch_size)])
-    result = estimator.evaluate(input_fn=run.input_fn(False), steps=run.max_eval_steps,
-                                checkpoint_path=checkpoint_path,
-                                hooks=[training_progress.ProgressHook("Evaluating",
-                                                                      run.max_eval_steps)])
+    result = evaluation.evaluate(estimator, run.input_fn(False), run.max_eval_steps,
+                                 checkpoint_path, steps=run.max_eval_steps, name_weights=False)
     fine_tuning.write_eval_results(result, run.output_dir, file_name=file_name,
                                    header=header, headline="masked_lm_accuracy")
     return result
@@ -808,12 +807,8 @@ def train_with_evaluation(run, estimator):
             "higher target", latest, done, run.stop_threshold, met,
             os.path.join(run.output_dir, RESULTS_FILE))
         return latest
-    checkpoint, result = None, None
-    estimator.evaluations_at(steps[:-1])
-    for target in [step for step in steps if step > done] or steps[-1:]:
-        estimator.train(input_fn=run.input_fn(True), max_steps=target)
-        done = target
-        checkpoint = tf.train.latest_checkpoint(run.output_dir)
+
+    def evaluate_fn(checkpoint, _):  # The step: the result's global_step.
         result = dict(estimator.evaluate(input_fn=run.input_fn(False),
                                          steps=run.max_eval_steps, checkpoint_path=checkpoint))
         step = int(result["global_step"])
@@ -836,8 +831,12 @@ def train_with_evaluation(run, estimator):
         if run.stop_threshold > 0:
             result["stop_threshold"] = run.stop_threshold
             result["stop_threshold_reached"] = reached
-        if reached:
-            break
+        return result
+
+    result, checkpoint = evaluation.train_and_evaluate(
+        estimator, run.input_fn(True), steps, evaluate_fn,
+        stop=lambda result: result.get("stop_threshold_reached", False),
+        evaluate_when_done=True)
     fine_tuning.write_eval_results(result, run.output_dir, header="***** Eval results *****",
                                    headline="masked_lm_accuracy")
     return checkpoint

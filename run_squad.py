@@ -1121,17 +1121,15 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
     input_fn = input_fn_builder(writer.filename, max_seq_length, is_training=False,
                                 drop_remainder=False, length_buckets=length_buckets)
     results = []
-    checkpoints.log_checkpoint_used("Predicting", None, output_dir, init_checkpoint)
-    progress = logs.Progress("Predicting", len(features), unit="features")
-    for prediction in estimator.predict(input_fn, yield_single_examples=True):
-        progress.update(count=len(results) + 1)
+    for prediction in fine_tuning.iter_predictions(
+            estimator, input_fn, len(features), predict_batch_size, len(features),
+            init_checkpoint=init_checkpoint, what="features", unit="features"):
         # float32 arrays: a quarter of the memory of lists of Python floats,
         # and the same values once converted.
         results.append(RawResult(
             unique_id=int(prediction["unique_ids"]),
             start_logits=np.array(prediction["start_logits"], dtype=np.float32).ravel(),
             end_logits=np.array(prediction["end_logits"], dtype=np.float32).ravel()))
-    progress.done()
 
     all_predictions, all_nbest_json, null_odds = write_predictions(
         examples, features, results, n_best_size, max_answer_length, do_lower_case,

@@ -36,6 +36,7 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 
 import checkpoints
+import evaluation
 import file_io
 import fine_tuning
 import input_packing
@@ -554,13 +555,10 @@ def main(_):
     if settings.do_eval:
         num_records, input_fn = _eval_input(run, dev, "eval.tf_record", "Running evaluation",
                                             settings.eval_batch_size)
-        checkpoints.log_checkpoint_used("Evaluating", checkpoint, run.output_dir,
-                                        run.init_checkpoint)
         batches = training_progress.num_batches(num_records, settings.eval_batch_size)
-        result = trainer.evaluate(
-            input_fn=input_fn, steps=batches if run.fixed_batches else None,
-            checkpoint_path=checkpoint,
-            hooks=[training_progress.ProgressHook("Evaluating", batches)])
+        result = evaluation.evaluate(trainer, input_fn, batches, checkpoint,
+                                     run.init_checkpoint,
+                                     steps=batches if run.fixed_batches else None)
         fine_tuning.write_eval_results(result, run.output_dir, headline="eval_accuracy")
 
     if settings.do_predict:

@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TF_FREE_MODULES = ("errors", "shared_flags", "interrupts", "logs", "file_io", "output_lock",
                    "script_runner", "input_packing")
 SHARED_MODULES = TF_FREE_MODULES + ("checkpoints", "input_pipeline", "training_progress",
-                                    "training", "fine_tuning", "runtime", "saved_model_writer",
-                                    "serving", "exported_model", "rest_api", "rest_server")
+                                    "training", "evaluation", "fine_tuning", "runtime",
+                                    "saved_model_writer", "serving", "exported_model", "rest_api",
+                                    "rest_server")
 
 
 def test_imports_without_tensorflow():
