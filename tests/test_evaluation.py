@@ -12,25 +12,6 @@ import evaluation
 import fine_tuning
 
 
-@pytest.fixture
-def log_lines():
-    """The messages TensorFlow's logger gets at INFO level during the test."""
-    messages = []
-
-    class Collector(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    collector = Collector()
-    logger = logging.getLogger("tensorflow")
-    logger.addHandler(collector)
-    verbosity = tf.logging.get_verbosity()
-    tf.logging.set_verbosity(tf.logging.INFO)
-    yield messages
-    tf.logging.set_verbosity(verbosity)
-    logger.removeHandler(collector)
-
-
 def _save_checkpoint(model_dir, step, value=0.0):
     """Saves model.ckpt-<step> in `model_dir` with global_step = `step` and
     a variable "weight" = `value`. Returns its path."""
@@ -115,10 +96,11 @@ def test_stop_ends_training_at_the_first_result_that_asks(tmp_path):
     assert checkpoint.endswith("model.ckpt-4")
 
 
-def test_best_checkpoint_is_copied_with_its_results(tmp_path, log_lines):
+def test_best_checkpoint_is_copied_with_its_results(tmp_path, caplog):
     """A loss: the lowest wins (step 4 of losses 0.7, 0.2, 0.4); its copy in
     best/ restores its weight, and best/eval_results.txt holds its
     results."""
+    caplog.set_level(logging.INFO, logger="tensorflow")
     model_dir = str(tmp_path / "out")
     best_dir = os.path.join(model_dir, "best")
     trainer = _Trainer(model_dir, weights={2: 0.7, 4: 0.2, 6: 0.4})
@@ -131,7 +113,7 @@ def test_best_checkpoint_is_copied_with_its_results(tmp_path, log_lines):
     assert not tf.io.gfile.glob(os.path.join(best_dir, "model.ckpt-2*"))
     with open(os.path.join(best_dir, "eval_results.txt")) as f:
         assert f.read().splitlines() == ["global_step = 4", "loss = %s" % best.value]
-    assert [line for line in log_lines if line.startswith("New best")] == [
+    assert [line for line in caplog.messages if line.startswith("New best")] == [
         "New best checkpoint: step 2, loss = %s (copied to %s)" % (
             float(tf.train.load_variable(os.path.join(model_dir, "model.ckpt-2"), "weight")),
             best_dir),
@@ -171,22 +153,23 @@ class _Predictor:
                         yield {"value": value}
 
 
-def test_predict_loop_keeps_count_and_ends_the_pass(log_lines):
+def test_predict_loop_keeps_count_and_ends_the_pass(caplog):
     """The first `count` predictions of 5 records (the rest padding), and
     the progress's last line, logged once the pass has ended."""
+    caplog.set_level(logging.INFO, logger="tensorflow")
     predictions = fine_tuning.predict(_Predictor(5), "input", 5, 2, 3, checkpoint="ckpt")
     assert [p["value"] for p in predictions] == [0, 1, 2]
-    assert log_lines[0] == "Predicting with the weights of ckpt"
-    assert log_lines[-1].startswith("Predicting: 3 batches (")
-    assert log_lines[-1].endswith(" in all)")
+    assert caplog.messages[0] == "Predicting with the weights of ckpt"
+    assert caplog.messages[-1].startswith("Predicting: 3 batches (")
+    assert caplog.messages[-1].endswith(" in all)")
 
-    del log_lines[:]
+    caplog.clear()
     values = [p["value"] for p in fine_tuning.iter_predictions(
         _Predictor(5), "input", 5, 2, 5, checkpoint="ckpt", phase="Scoring", unit="features",
         name_weights=False)]
     assert values == [0, 1, 2, 3, 4]
-    assert log_lines[-1].startswith("Scoring: 5 features (")
-    assert not any("weights" in line for line in log_lines)
+    assert caplog.messages[-1].startswith("Scoring: 5 features (")
+    assert not any("weights" in line for line in caplog.messages)
 
     with pytest.raises(RuntimeError, match="Got 5 predictions for 6 windows"):
         fine_tuning.predict(_Predictor(5), "input", 6, 2, 6, checkpoint="ckpt",
