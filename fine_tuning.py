@@ -500,11 +500,11 @@ def iter_predictions(trainer, input_fn, num_records, batch_size, count, checkpoi
 
 
 def predict(trainer, input_fn, num_records, batch_size, count, checkpoint=None,
-            init_checkpoint=None, phase="Predicting", what="examples", name_weights=True):
+            init_checkpoint=None, phase="Predicting", what="examples"):
     """`iter_predictions` (see there for the arguments) as a list of the
     `count` predictions (dicts of name -> NumPy array), in input order."""
     return list(iter_predictions(trainer, input_fn, num_records, batch_size, count,
-                                 checkpoint, init_checkpoint, phase, what, name_weights))
+                                 checkpoint, init_checkpoint, phase, what))
 
 
 # ---------------------------------------------------------------------------
