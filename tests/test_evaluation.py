@@ -8,6 +8,7 @@ import os
 import pytest
 import tensorflow.compat.v1 as tf
 
+import errors
 import evaluation
 import fine_tuning
 
@@ -129,7 +130,7 @@ def test_best_checkpoint_is_copied_with_its_results(tmp_path, caplog):
 
 def test_best_checkpoint_metric_must_be_a_result(tmp_path):
     best = evaluation.BestCheckpoint("f1", str(tmp_path / "best"))
-    with pytest.raises(evaluation.InputError, match=r"--best_checkpoint_metric=f1 .*: loss"):
+    with pytest.raises(errors.InputError, match=r"--best_checkpoint_metric=f1 .*: loss"):
         best.consider({"loss": 1.0}, "unused", 1)
 
 
