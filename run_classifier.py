@@ -638,9 +638,14 @@ class XnliProcessor(DataProcessor):
 
 
 class GenericProcessor(own_data.OwnDataProcessor, DataProcessor):
-    """--task_name=generic: your own CSV, TSV or JSON Lines files, read as
-    own_data.Settings say (from the flags by default); classification,
-    multi-label classification or regression. See own_data.py."""
+    """--task_name=generic (own data): your own CSV, TSV or JSON Lines
+    files, read as own_data.Settings say (from the flags by default);
+    classification, multi-label classification or regression.
+
+    Named after its task, as the other processors are. The reading is
+    `own_data.OwnDataProcessor`'s; this class only adds this module's
+    DataProcessor and InputExample, which own_data.py cannot import (this
+    script runs as __main__)."""
 
     example_class = InputExample
 
@@ -679,8 +684,7 @@ def get_processor(task_name, xnli_language="zh", settings=None):
     if name == "xnli":
         return XnliProcessor(language=xnli_language)
     if name == own_data.TASK_NAME:
-        return GenericProcessor(own_data.Settings.from_flags(settings) if settings
-                                else None)
+        return GenericProcessor.from_flags(settings) if settings else GenericProcessor()
     return PROCESSORS[name]()
 
 

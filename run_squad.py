@@ -1158,21 +1158,20 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
 # ---------------------------------------------------------------------------
 # Main.
 
-def validate_flags_or_throw(bert_config, settings):
+def validate_flags_or_throw(settings):
     """Checks a run's flag `settings` (`fine_tuning.Run.settings`) against
-    each other. --max_seq_length against the model (`bert_config`) is
-    `fine_tuning.prepare_run`'s check.
+    each other, and that the data files of the actions asked for exist
+    (`fine_tuning.prepare_run` has already required those flags, and checks
+    --max_seq_length against the model's max_position_embeddings when it
+    loads the config).
 
     Raises:
       InputError: naming the flags at fault (also missing data files).
     """
-    del bert_config  # Checked by fine_tuning.load_model_inputs.
     if not settings.do_train and not settings.do_predict and not settings.export_dir:
         raise InputError("Nothing to do: set --do_train, --do_predict or --export_dir.")
     for action, file_flag in (("do_train", "train_file"), ("do_predict", "predict_file")):
         if getattr(settings, action):
-            if not getattr(settings, file_flag):
-                raise InputError("--%s needs --%s." % (action, file_flag))
             file_io.require_file(file_flag, getattr(settings, file_flag))
 
     # [CLS] question [SEP] context [SEP]: at least one context piece.
@@ -1266,8 +1265,7 @@ def main(_):
         # The data files of the actions asked for, named with the model's flags.
         needs=lambda settings: (fine_tuning.data_file_flags(
             settings, ("do_train", "train_file"), ("do_predict", "predict_file")), ()),
-        check_model=lambda settings, bert_config: validate_flags_or_throw(bert_config,
-                                                                          settings),
+        check_flags=validate_flags_or_throw,
         head_variable="cls/squad/output_weights")
     settings, bert_config = run.settings, run.bert_config
     checkpoints.check_output_dir_checkpoint(run.output_dir, bert_config,
