@@ -453,8 +453,8 @@ def fine_tuned_checkpoint(output_dir, init_checkpoint, head_variable, preferred=
     """The checkpoint that evaluation, prediction and export use: `preferred`
     (the best one kept), else the latest in `output_dir`, else
     `init_checkpoint` (resolved) if it holds the task head `head_variable`,
-    a fine-tuned model as in the original README's prediction commands;
-    None if there is none."""
+    a fine-tuned model given as --init_checkpoint (as Google's README's
+    prediction commands give it); None if there is none."""
     if preferred:
         return preferred
     checkpoint = tf.train.latest_checkpoint(output_dir) if output_dir else None
@@ -518,7 +518,7 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
     restored = {}
     scaffold_fn = None
     if init_checkpoint:
-        # Trainable variables only, like the original: taking the source's
+        # Trainable variables only: taking the source's
         # global_step as well would start a new run (fine-tuning, or
         # pre-training continued in a new --output_dir) at the source's step,
         # past its own num_train_steps and learning-rate schedule.
@@ -533,8 +533,8 @@ def init_from_checkpoint(init_checkpoint, use_tpu):
         else:
             tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
 
-    # One summary line (a BERT-Base graph has 200 variables); the original's
-    # line per variable at DEBUG level. (`restored` holds each name with and
+    # One summary line (a BERT-Base graph has 200 variables); a line per
+    # variable only at DEBUG level. (`restored` holds each name with and
     # without its ":0".)
     num_parameters = sum(var.shape.num_elements() or 0 for var in variables)
     summary = "Trainable variables: %d, %s parameters" % (len(variables),

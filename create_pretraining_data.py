@@ -1,25 +1,22 @@
 """Create masked-LM / next-sentence TFRecord examples for BERT pre-training.
 
 Input: plain text, one sentence per line, blank lines between documents.
-Output: `tf.train.Example`s in TFRecord files with the original's features
-(input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids,
-masked_lm_weights, next_sentence_labels), written round-robin across the
-comma-separated --output_file list. With --dynamic_masking the records hold
-the pairs without masks (input_ids as in the text, input_mask, segment_ids,
+Output: `tf.train.Example`s in TFRecord files with the features that
+run_pretraining.py reads (input_ids, input_mask, segment_ids,
+masked_lm_positions, masked_lm_ids, masked_lm_weights,
+next_sentence_labels), written round-robin across the comma-separated
+--output_file list. With --dynamic_masking the records hold the pairs
+without masks (input_ids as in the text, input_mask, segment_ids,
 next_sentence_labels), written once (--dupe_factor 1 unless given), and
 run_pretraining.py draws the masks as it reads them (dynamic_masking.py).
 
 Two modes:
 
-* Default (--num_workers=1, --shard_size_mb=0): the original algorithm with the
-  original's random-number draws, so the output is byte-identical to Google's
-  create_pretraining_data.py for the same input, flags and seed (the same
-  examples in the same order; protobuf 7, as used by TensorFlow 2.21,
-  orders map entries differently in each process, so there the original's
-  bytes are not reproducible, while ours keep TensorFlow 2.15's order).
-  Tokens are kept as integer arrays and instances as serialized bytes until
-  the final global shuffle (less than half the original's memory per MB of
-  text, and no TensorFlow), but memory still grows with the corpus.
+* Default (--num_workers=1, --shard_size_mb=0; "original mode" in the
+  code): the whole corpus is read, made into instances with one random
+  generator seeded by --random_seed, and the instances are shuffled all
+  together. Tokens are kept as integer arrays and instances as serialized
+  bytes until that shuffle, but memory still grows with the corpus.
 * Sharded (--num_workers=N > 1, or --shard_size_mb > 0): the corpus is cut, at
   document boundaries, into shards of about --shard_size_mb of text; each
   shard is processed on its own (random-next sentences come from the same
@@ -35,14 +32,31 @@ other remote paths): examples are serialized and framed as TFRecords by
 pretraining_records.py, which writes the protobuf wire format directly,
 byte for byte as tf.train.Example.SerializeToString() does.
 
-As a library, the module offers the original's functions on token strings,
-with the same arguments and random draws: `create_training_instances`,
+As a library, the module offers `create_training_instances`,
 `create_instances_from_document`, `create_masked_lm_predictions`,
 `truncate_seq_pair`, `write_instance_to_example_files` and
-`TrainingInstance` (whole-word masking through a `do_whole_word_mask`
-argument rather than the flag).
-"""
+`TrainingInstance`, on token strings.
 
+Differences from the original:
+
+* None in the default mode's output: the same instances from the same
+  random draws in the same order, so the files are byte-identical to
+  Google's create_pretraining_data.py for the same input, flags and seed.
+  (Under protobuf 7, as TensorFlow 2.21 ships it, Google's script orders
+  map entries differently in each process, so its bytes cannot be
+  reproduced there; ours stay those of TensorFlow 2.15.)
+* Less than half the memory per MB of text, and no TensorFlow for local
+  files.
+* New: the sharded mode (memory bounded, output independent of the number
+  of processes, not equal to the default mode's) and --dynamic_masking.
+* Output files appear complete or not at all; a line that is not UTF-8
+  stops the run with one line naming the file and line; instances whose
+  masked-LM predictions were capped at --max_predictions_per_seq are
+  counted in a warning instead of silently.
+* The library functions keep Google's names, arguments and random draws
+  (equal seeds give equal instances); whole-word masking is their
+  `do_whole_word_mask` argument instead of the flag.
+"""
 import array
 import dataclasses
 import hashlib
@@ -120,7 +134,8 @@ _LOG_EXAMPLES = 20
 class _AtomicRecordFiles:
     """TFRecord files written under temporary names, renamed into place only
     when all are complete (`commit`); `abort` removes them. Records go
-    round-robin across the files, as in the original."""
+    round-robin across the files (record i to file i mod the number of
+    files)."""
 
     def __init__(self, paths):
         self._paths = list(paths)
@@ -221,7 +236,7 @@ def _decode_line(raw, path, line_number):
 
 
 def _documents_from_lines(numbered_lines, vocab, documents=None):
-    """Tokenizes lines into documents as the original does.
+    """Tokenizes lines into documents: a blank line ends a document.
 
     Args:
       numbered_lines: iterable of (path, line number, raw bytes of a line).
@@ -249,7 +264,8 @@ def _documents_from_lines(numbered_lines, vocab, documents=None):
 def _numbered_lines(input_files):
     """(path, line number, raw line bytes) of every line of the files.
 
-    Lines end at b"\\n" only, as tf.gfile's readline (the original's reader).
+    Lines end at b"\\n" only, as tf.gfile's readline does, which Google's
+    script reads with.
     """
     for path in input_files:
         try:
@@ -261,11 +277,12 @@ def _numbered_lines(input_files):
 
 
 # ---------------------------------------------------------------------------
-# Instances: the original's algorithm and random draws, on token ids.
+# Instances: the algorithm and its random draws, on token ids.
 
 class InstanceMaker:
-    """Creates training instances from documents, drawing random numbers
-    exactly as the original's create_instances_from_document does.
+    """Creates training instances from documents, drawing random numbers in
+    a fixed order: the draws decide the output, which the module docstring
+    promises byte for byte.
 
     Args:
       vocab: a `_Vocab` (tokens are ids) or `_TokenStrings` (tokens are
@@ -287,7 +304,7 @@ class InstanceMaker:
         self.do_whole_word_mask = do_whole_word_mask
         self._encoder = None
         # Instances whose masked-LM predictions were capped at
-        # max_predictions_per_seq (the original does so silently).
+        # max_predictions_per_seq, for the warning at the end.
         self.num_capped = 0
 
     def from_document(self, all_documents, document_index, rng, output):
@@ -297,7 +314,7 @@ class InstanceMaker:
           all_documents: list of documents, each a non-empty list of
             sentences, each a non-empty sequence of token ids.
           document_index: which document to make instances from.
-          rng: `random.Random`; the draws are the original's, in its order.
+          rng: `random.Random`; drawn from in a fixed order (see `instances`).
           output: list to append tf.train.Example bytes to.
         """
         if self._encoder is None:
@@ -318,7 +335,8 @@ class InstanceMaker:
     def instances(self, all_documents, document_index, rng):
         """Yields the instances of one document, as tuples (masked tokens of
         [CLS] A [SEP] B [SEP], number of tokens in A, masked positions, their
-        original tokens, is_random_next); arguments as for `from_document`.
+        tokens before masking, is_random_next); arguments as for
+        `from_document`.
 
         Each instance draws from `rng` as it is made: consume them in order
         and before drawing from `rng` elsewhere.
@@ -326,8 +344,9 @@ class InstanceMaker:
         vocab = self.vocab
         for tokens_a, tokens_b, is_random_next in self._sentence_pairs(
                 all_documents, document_index, rng):
-            # Masking draws from `rng` before the next pair is made, as in
-            # the original (the generator resumes only after this).
+            # Masking draws from `rng` before the next pair is made (the
+            # generator resumes only after this): the order of the draws
+            # decides the output.
             tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
             masked, positions, labels = self._mask(tokens, rng)
             yield masked, len(tokens_a), positions, labels, is_random_next
@@ -377,12 +396,12 @@ class InstanceMaker:
             i += 1
 
     def _mask(self, tokens, rng):
-        """The original's create_masked_lm_predictions, on the vocabulary's
-        token type (ids or strings); see `create_masked_lm_predictions`.
+        """`create_masked_lm_predictions` on the vocabulary's token type (ids
+        or strings).
 
         Returns:
-          (output tokens, masked positions ascending, original tokens at
-          those positions).
+          (output tokens, masked positions ascending, the tokens that stood
+          at those positions).
         """
         vocab = self.vocab
         cls_id, sep_id = vocab.cls_id, vocab.sep_id
@@ -392,8 +411,9 @@ class InstanceMaker:
             for i, token in enumerate(tokens):
                 if token == cls_id or token == sep_id:
                     continue
-                # As the original: a "##" piece joins the previous candidate,
-                # even across [SEP] when B starts with a truncated word.
+                # A "##" piece joins the previous candidate, even across
+                # [SEP] when B starts with a truncated word: the candidates,
+                # and so the draws, must not change.
                 if cand_indexes and is_continuation[token]:
                     cand_indexes[-1].append(i)
                 else:
@@ -437,7 +457,7 @@ class InstanceMaker:
         return output, masked, [tokens[i] for i in masked]
 
     def _masked_token(self, token, random_value, rng):
-        # 80% [MASK], 10% the original token, 10% a random vocabulary word.
+        # 80% [MASK], 10% the token itself, 10% a random vocabulary word.
         if random_value() < 0.8:
             return self.vocab.mask_id
         if random_value() < 0.5:
@@ -527,7 +547,7 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
 
 
 def _make_instances(documents, from_document, dupe_factor, rng, progress=None):
-    """The original's create_training_instances after reading: shuffles the
+    """What `create_training_instances` does after reading: shuffles the
     documents, makes `dupe_factor` passes, shuffles the instances.
 
     Args:
@@ -553,9 +573,9 @@ def _make_instances(documents, from_document, dupe_factor, rng, progress=None):
 
 
 # ---------------------------------------------------------------------------
-# Library API: the original module's functions, on token strings. They run
-# the same code as the script (on strings instead of ids) and draw from
-# `rng` as the original functions do, so equal seeds give equal instances.
+# Library API: the module's functions on token strings. They run the same
+# code as the script (on strings instead of ids), so their draws from `rng`
+# are the script's and equal seeds give equal instances.
 
 class _TokenStrings:
     """What `InstanceMaker` needs to work on token strings: the special
@@ -586,7 +606,7 @@ class TrainingInstance:
       tokens: [CLS] A [SEP] B [SEP], with the masked-LM replacements made.
       segment_ids: 0 for [CLS] A [SEP], 1 for B [SEP].
       masked_lm_positions: the masked positions, ascending.
-      masked_lm_labels: the original tokens at those positions.
+      masked_lm_labels: the tokens that stood at those positions.
       is_random_next: whether B is random text rather than A's continuation.
     """
 
@@ -625,7 +645,7 @@ def create_training_instances(input_files, tokenizer, max_seq_length, dupe_facto
       tokenizer: `tokenization.FullTokenizer`.
       max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob,
       max_predictions_per_seq, do_whole_word_mask: as the script's flags.
-      rng: `random.Random`, drawn from as by the original function.
+      rng: `random.Random`, drawn from as the script draws.
 
     Returns:
       List of `TrainingInstance`, shuffled.
@@ -665,7 +685,7 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
         sentences are taken from the other documents.
       document_index: which document to use.
       vocab_words: list of the vocabulary's tokens (random replacements).
-      rng: `random.Random`, drawn from as by the original function.
+      rng: `random.Random`, drawn from as the script draws.
       (The rest: as the script's flags.)
 
     Returns:
@@ -688,8 +708,8 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     of `vocab_words` with 0.1.
 
     Returns:
-      (tokens after replacement, chosen positions ascending, the original
-      tokens at those positions).
+      (tokens after replacement, chosen positions ascending, the tokens
+      that stood at those positions).
     """
     maker = InstanceMaker(_TokenStrings(vocab_words), None, None, masked_lm_prob,
                           max_predictions_per_seq, do_whole_word_mask)
@@ -747,7 +767,8 @@ def write_instance_to_example_files(instances, tokenizer, max_seq_length,
 # Logging.
 
 def _log_example(vocab, features):
-    """Logs one instance like the original's "*** Example ***" blocks."""
+    """Logs one instance as an "*** Example ***" block: the tokens, then
+    each feature's values."""
     length = sum(features["input_mask"])
     logging.info("*** Example ***")
     logging.info("tokens: %s", " ".join(
@@ -768,7 +789,7 @@ def _log_capped(num_capped, total, max_predictions_per_seq):
 
 
 # ---------------------------------------------------------------------------
-# Default mode: the original's algorithm, all instances in memory.
+# Default mode: all instances in memory, one generator, one global shuffle.
 
 def _total_megabytes(input_files):
     """Size of the input files in MB (for the progress lines' ETA)."""
@@ -776,8 +797,8 @@ def _total_megabytes(input_files):
 
 
 def _run_original_mode(input_files, vocab, writer, settings):
-    """Makes the instances of `input_files` with the original's algorithm
-    and draws (the corpus in memory) and writes them to `writer`;
+    """Makes the instances of `input_files` (the corpus in memory, one
+    generator, one global shuffle) and writes them to `writer`;
     `settings`: a `Settings`."""
     start = time.time()
     documents = [[]]
@@ -1060,7 +1081,7 @@ class Settings:
       dupe_factor: --dupe_factor, whose default is 1 with --dynamic_masking
         (the masks vary as the data is read, so a copy per pass would only
         vary the pairs).
-      shard_mb: MB of text per shard; 0: the original mode (--shard_size_mb,
+      shard_mb: MB of text per shard; 0: the default mode (--shard_size_mb,
         or 0.5 when it is 0 and --num_workers is more than 1).
       The others: the flags of the same names.
     """

@@ -1,8 +1,8 @@
 """Writes BERT's contextual vectors (its encoder layers' outputs) for every
 line of a text file, for use as fixed features by other models.
 
-Same flags, input and JSON Lines output as Google's original
-``extract_features.py``: one line per input line, in input order,
+The default output is JSON Lines: one line per input line, in input
+order,
 
     {"linex_index": 0, "features": [{"token": "[CLS]", "layers": [
         {"index": -1, "values": [0.123456, ...]}, ...]}, ...]}
@@ -10,7 +10,10 @@ Same flags, input and JSON Lines output as Google's original
 with every value rounded to 6 decimals, the tokens including [CLS] and
 [SEP] and the padding left out. An input line ``A ||| B`` is a sentence pair.
 
-Beyond the original:
+Differences from the original:
+
+The flags, the input and the JSON Lines format are the same (the rounding
+and the keys' order included). Added:
 
 * Streaming: the input is tokenized into a temporary TFRecord file that the
   estimator reads back (nothing is held in memory as constant tensors), and
@@ -146,7 +149,8 @@ def iter_examples(input_file):
     """Yields an `InputExample` per line of `input_file`, in order.
 
     A line "A ||| B" is the pair (A, B); any other line is one text. Lines are
-    stripped; an empty line is an example with empty text (as in the original).
+    stripped; an empty line is an example with empty text (its output line
+    keeps the input's numbering).
 
     Raises:
       InputError: a line is not valid UTF-8 (names the file and line).
@@ -176,7 +180,7 @@ def convert_example(ex_index, example, seq_length, tokenizer):
 
     Single texts become [CLS] A [SEP]; pairs [CLS] A [SEP] B [SEP] with
     type ids 0 for the first segment (and its [SEP]) and 1 for the second.
-    The first five examples are logged, as in the original.
+    The first five examples are logged.
     """
     tokens_a = tokenizer.tokenize(example.text_a)
     tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
@@ -486,7 +490,7 @@ def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_l
 # [hidden]; `close` completes the file, `abort` removes what was written.
 
 class JsonlWriter(file_io.AtomicWriter):
-    """The original's JSON Lines (pooling "none"), or with pooling one line
+    """JSON Lines with one entry per token (pooling "none"), or with pooling one line
     {"linex_index": i, "layers": [{"index": -1, "values": [...]}, ...]}."""
 
     def __init__(self, output_file, layer_indexes):
@@ -495,9 +499,9 @@ class JsonlWriter(file_io.AtomicWriter):
 
     @staticmethod
     def _values(vector):
-        # Exactly the original's rounding: Python's round() of the float64
-        # value of each float32 (not np.round, which can differ in the last
-        # digit).
+        # Python's round() of the float64 value of each float32, not
+        # np.round, which can differ in the last digit: the same vectors
+        # must give the same text as Google's script.
         return [round(x, 6) for x in vector.tolist()]
 
     def _layers(self, vectors):
@@ -508,7 +512,7 @@ class JsonlWriter(file_io.AtomicWriter):
 
     def write(self, linex_index, tokens, layers):
         # Plain dicts keep their insertion order, which json.dumps follows:
-        # the keys come out in the original's order.
+        # the keys come out in the documented order.
         record = {"linex_index": linex_index}
         if layers and layers[0].ndim == 1:
             record["layers"] = self._layers(layers)

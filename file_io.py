@@ -454,6 +454,12 @@ def report_output(path, what=""):
     _OUTPUTS.append((path, what))
 
 
+def forget_outputs():
+    """Empties the list of `report_output`: a run starts with none (a
+    process may run several, as the tests do)."""
+    del _OUTPUTS[:]
+
+
 def log_outputs():
     """Logs "Wrote <path>: <what>" for each file of `report_output` (the
     scripts' last lines, see `script_runner.run_script`)."""

@@ -27,7 +27,8 @@ class InterruptedExit(SystemExit):
 # a first signal is only recorded (see `interrupts_held`).
 # early: the handlers of `hold_interrupts_until_run` are in place (and
 # before_early: the handlers they replaced). caught: how many
-# `interrupts_caught` blocks are open.
+# `interrupts_caught` blocks are open. exit_signal: the signal the run ends
+# by, or None (see `set_exit_signal`).
 _INTERRUPT = {"signal": None, "held": 0, "on_hold": None, "exit_signal": None,
               "early": False, "before_early": {}, "caught": 0}
 
@@ -96,6 +97,20 @@ def interrupts_caught():
 def interrupted():
     """The number of the SIGINT or SIGTERM this run got, or None."""
     return _INTERRUPT["signal"]
+
+
+def set_exit_signal(signum):
+    """Records `signum` (an int, or None to clear it) as the signal that
+    ends the run: `script_runner.run_script` sets it when a signal stopped
+    the script, and ends the process by it once absl's cleanup is done
+    (`interrupted()` no longer tells it then: leaving `interrupts_caught`
+    forgets the signal)."""
+    _INTERRUPT["exit_signal"] = signum
+
+
+def exit_signal():
+    """The signal of `set_exit_signal` (an int), or None."""
+    return _INTERRUPT["exit_signal"]
 
 
 def raise_if_interrupted():

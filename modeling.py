@@ -6,8 +6,11 @@ Google's checkpoints load unchanged. Only core ops of ``tensorflow.compat.v1``
 are used (no ``tf.contrib``, no ``tf.layers``, no Keras), which keeps graphs
 buildable on TensorFlow 2.16 and later.
 
-Three keyword arguments of `BertModel` go beyond the original; the training
-scripts expose them as memory and speed options:
+Differences from the original:
+
+The public functions, the numerics and the variables are the same. New are
+three keyword arguments of `BertModel`, which the training scripts expose
+as memory and speed options:
 
 * ``compute_type``: ``tf.float32`` (default), ``tf.float16`` or
   ``tf.bfloat16``. Variables stay float32, so checkpoints do not change;

@@ -1,12 +1,14 @@
 """Functions and classes related to optimization (weight updates).
 
-Same schedule and update rule as Google's original BERT ``optimization.py``:
-linear warm-up to ``init_lr``, then linear (polynomial power 1.0) decay to 0
-at ``num_train_steps``; Adam without bias correction and with decoupled
-weight decay (0.01, not applied to LayerNorm and bias variables); gradients
-clipped to a global norm of 1.0.
+The schedule: linear warm-up to ``init_lr``, then linear (polynomial power
+1.0) decay to 0 at ``num_train_steps``. The update: Adam without bias
+correction and with decoupled weight decay (0.01, not applied to LayerNorm
+and bias variables); gradients clipped to a global norm of 1.0.
 
-Differences, all deliberate:
+Differences from the original:
+
+The schedule, the update rule, the API and the slot names are the same.
+Deliberately different:
 
 * The update of step t always uses the learning rate of step t: the global
   step is incremented only after every variable update ran (the original did
@@ -15,18 +17,18 @@ Differences, all deliberate:
   (bias correction disabled by passing beta powers of 0, which makes it the
   very same update), which saves several model-sized temporaries a step.
   The weight decay runs after the backward pass, so the forward pass and the
-  gradient see the step's starting weights, as in the original, and no
-  variable is copied while a read of it is alive. The slots' zeros cannot be
-  constant-folded (see `_unfolded_zeros`). Together these lower BERT-Base's
-  peak training memory by about 0.4 GB.
+  gradient see the step's starting weights and no variable is copied while
+  a read of it is alive. The slots' zeros cannot be constant-folded (see
+  `_unfolded_zeros`). Together these lower BERT-Base's peak training memory
+  by about 0.4 GB.
 * ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
   of several micro-batches before one update.
-
-Beyond the original, for pre-training with large batches: the LAMB optimizer
-(`LambOptimizer`, ``optimizer_name="lamb"``), and a schedule with a
-polynomial decay of any power and a warm-up that may start at a later step
-(``poly_power``, ``start_warmup_step``; the keyword names of the MLPerf
-reference). Their defaults give the original's optimizer and schedule.
+* New, for pre-training with large batches: the LAMB optimizer
+  (`LambOptimizer`, ``optimizer_name="lamb"``), and a schedule with a
+  polynomial decay of any power and a warm-up that may start at a later
+  step (``poly_power``, ``start_warmup_step``; the keyword names of the
+  MLPerf reference). Their defaults give Adam and the linear schedule, with
+  the same graph op for op.
 """
 
 import re
@@ -45,8 +47,8 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
     polynomial decay from `init_lr` to 0 at `num_train_steps` (both counted
     in optimizer updates):
     ``init_lr * (1 - min(step, num_train_steps) / num_train_steps) ** poly_power``.
-    With the defaults this is exactly the original's formula (linear decay;
-    during warm-up ``init_lr * step / num_warmup_steps``).
+    With the defaults this is the linear schedule (during warm-up
+    ``init_lr * step / num_warmup_steps``).
 
     `start_warmup_step` moves the warm-up only: it runs while
     ``step - start_warmup_step < num_warmup_steps`` at
@@ -73,8 +75,8 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
         raise ValueError("poly_power must be positive, got %r" % (poly_power,))
     step = tf.cast(global_step, tf.float32)
     remaining = 1.0 - tf.minimum(step, float(num_train_steps)) / float(num_train_steps)
-    # (Only a non-default power adds an op: the default graph stays the
-    # original's, op for op.)
+    # (Only a non-default power adds an op: the default graph keeps its ops,
+    # and so its numerics.)
     if poly_power != 1.0:
         remaining = tf.pow(remaining, float(poly_power))
     decayed = init_lr * remaining
@@ -129,7 +131,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         unscaled, and a step with non-finite gradients is skipped (its
         learning-rate step is not consumed).
       tvars: variables to train (default: all trainable variables).
-      optimizer_name: "adamw" (`AdamWeightDecayOptimizer`, the original's)
+      optimizer_name: "adamw" (`AdamWeightDecayOptimizer`, the default)
         or "lamb" (`LambOptimizer`, for large batches); both with the same
         hyperparameters, exclusions, clipping and schedule.
       poly_power, start_warmup_step: the schedule's decay power and the
@@ -367,8 +369,8 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     Written against the standard `tf.compat.v1.train.Optimizer` hooks (slots,
     `_resource_apply_dense`), so `tf.distribute` strategies and
     `CrossShardOptimizer` aggregate gradients as for any built-in optimizer.
-    As in the original, `apply_gradients` is called without `global_step`:
-    `create_optimizer` increments it after the update.
+    `apply_gradients` is called without `global_step`: `create_optimizer`
+    increments it after the update.
 
     Args:
       learning_rate: float or scalar float tensor.
@@ -461,7 +463,8 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         return self._lr_t * step
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
-        # The original densified sparse (embedding) gradients; so do we.
+        # Sparse (embedding) gradients are made dense: the same update as
+        # for a dense gradient, decay of every row included.
         dense = tf.math.unsorted_segment_sum(grad, indices, tf.shape(handle)[0])
         return self._resource_apply_dense(dense, handle)
 

@@ -448,8 +448,9 @@ _MISSING = object()
 
 class OwnDataProcessor:
     """Reads own data into examples for run_classifier (see the module
-    docstring); run_classifier.GenericProcessor puts its DataProcessor below
-    this class and sets `example_class` to its InputExample.
+    docstring). Not used alone: run_classifier.GenericProcessor, the
+    processor of --task_name=generic, puts its DataProcessor below this
+    class and sets `example_class` to its InputExample.
 
     Examples: guid "<split>-<id>" (the id column's value, else the row's
     0-based position in the file); label a string (classification; a

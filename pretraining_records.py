@@ -24,6 +24,15 @@ reads:
 The wire-format assumptions are stated where they are used, and
 tests/test_pretraining_records.py holds them against TensorFlow's own
 parser and TFRecord reader.
+
+Differences from the original (where create_pretraining_data.py and
+run_pretraining.py each spell out the features):
+
+* The records are written without TensorFlow or protobuf, and are
+  byte-identical to those of Google's script under TensorFlow 2.15
+  (`SERIALIZED_ORDER`).
+* New: the unmasked records of dynamic masking (`UNMASKED_FEATURES`), and a
+  TFRecord file's framing checked before training (`check_tfrecord_file`).
 """
 
 import struct
@@ -61,7 +70,7 @@ class FeatureSpec(NamedTuple):
         return self.length
 
 
-# In the order the original script builds (and logs) them.
+# In the order create_pretraining_data.py builds (and logs) them.
 FEATURES = (
     FeatureSpec("input_ids", "int64", "max_seq_length"),
     FeatureSpec("input_mask", "int64", "max_seq_length"),
@@ -130,8 +139,8 @@ class VocabTables:
     Attributes:
       cls_id, sep_id, mask_id: ids of [CLS], [SEP], [MASK].
       word_ids: the ids random replacements are drawn from, one per entry
-        of the vocabulary in its order (the original draws a random entry
-        of list(vocab.keys())).
+        of the vocabulary in its order (so that a random index picks the
+        word that Google's script picks from list(vocab.keys())).
       is_continuation: list of bools by id: whether the token is a "##"
         piece (continues the word before it).
       size: largest id + 1.
@@ -186,12 +195,12 @@ _KIND_TAG = {"float": b"\x12", "int64": b"\x1a"}
 _KIND_OF_FIELD = {2: "float", 3: "int64"}
 
 # The order in which the entries of the features map are written. Any
-# order parses to the same example (a map has none), but the original's
-# bytes have this one: protobuf 4 (upb, with TensorFlow 2.15) serializes the
-# original's seven-entry map in this order, the order of its hash table, so
-# writing it makes our files byte-identical to the original's. (Protobuf 7,
-# with TensorFlow 2.21, seeds its map order per process: there no fixed
-# order reproduces the original, and this one is as good as any.)
+# order parses to the same example (a map has none), but Google's script's
+# bytes have this one: protobuf 4 (upb, with TensorFlow 2.15) serializes its
+# seven-entry map in this order, the order of its hash table, so writing it
+# makes the files byte-identical. (Protobuf 7, with TensorFlow 2.21, seeds
+# its map order per process: there no fixed order reproduces that script's
+# bytes, and this one is as good as any.)
 SERIALIZED_ORDER = ("masked_lm_ids", "input_ids", "masked_lm_positions",
                     "next_sentence_labels", "input_mask", "masked_lm_weights",
                     "segment_ids")

@@ -1,8 +1,12 @@
 """Fine-tunes BERT on a sentence or sentence-pair task (classification, or
 regression for STS-B), evaluates it and predicts.
 
-Same flags, building blocks and output files as Google's original
-``run_classifier.py`` (``eval_results.txt``, ``test_results.tsv``), plus:
+Differences from the original:
+
+Nothing of it is removed: its flags (names, meanings, defaults), building
+blocks (`convert_single_example`, `create_model`, `model_fn_builder`, ...;
+new arguments are keywords with defaults), variable names and output files
+(``eval_results.txt``, ``test_results.tsv``) stay. Added:
 
 * processors for the whole GLUE benchmark in the standard GLUE download
   layout (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) and XNLI in
@@ -13,6 +17,8 @@ Same flags, building blocks and output files as Google's original
 * evaluation during training (``--eval_every_n_steps``) and keeping the best
   checkpoint (``--keep_best_checkpoint``);
 * a SavedModel for serving (``--export_dir``);
+* inputs longer than ``--max_seq_length`` read in overlapping windows
+  (``--doc_stride``) instead of cut;
 * clear errors for bad input before training starts;
 * your own data without code (``--task_name=generic``, see own_data.py and
   docs/own_data.md): CSV, TSV or JSON Lines files with the columns named by
@@ -52,8 +58,7 @@ import training_progress
 
 FLAGS = flags.FLAGS
 
-# The original's flags, with its names, meanings and defaults, and the shared
-# ones beyond it (export, own data, training options).
+# The task's flags, and the shared ones (export, own data, training options).
 # This script's defaults, whichever script defined a shared flag first.
 FLAG_DEFAULTS = shared_flags.define_flags(
     shared_flags.FINE_TUNING_FLAGS, "labels", "skip_malformed_rows", "doc_stride",
@@ -94,7 +99,8 @@ flags.DEFINE_string(
     "--text_column, --label_column and docs/own_data.md). Without --do_train it "
     "defaults to the training run's task (from its run_config.json).")
 
-# Beyond the original.
+# This script's own flags: XNLI's language, evaluation during training,
+# windows over long inputs.
 flags.DEFINE_string(
     "xnli_language", "zh",
     "XNLI only: the language to train and evaluate on (zh, de, fr, ...).")
@@ -219,7 +225,7 @@ class DataProcessor:
     file and line at fault.
     """
 
-    # Beyond the original: what main needs to know about the task.
+    # What main needs to know about the task.
     is_regression = False
     # Several labels per example (multi-hot label ids, one sigmoid per label);
     # a label counts as predicted where its probability reaches
@@ -375,8 +381,9 @@ class GlueProcessor(DataProcessor):
         """Creates examples from rows.
 
         Args:
-          lines: list of (line number, row) from `_read_rows`, or (as in the
-            original) a list of rows including the header.
+          lines: list of (line number, row) from `_read_rows`, or a list of
+            rows including the header (what `_read_tsv` returns, as custom
+            processors pass it).
           set_type: "train", "dev", "test", or a name starting with one of
             them; test sets have no labels.
           input_file: the file's name, for error messages.
@@ -483,7 +490,7 @@ class MnliProcessor(GlueProcessor):
 
     train.tsv, dev_matched.tsv, dev_mismatched.tsv: header, sentence1 and
     sentence2 in columns 8 and 9, the gold label last. test_matched.tsv,
-    test_mismatched.tsv: the first 10 columns only. Like the original,
+    test_mismatched.tsv: the first 10 columns only.
     get_dev_examples/get_test_examples are the matched sets; the mismatched
     sets are evaluated and predicted too when their files exist.
     """
@@ -639,9 +646,14 @@ class XnliProcessor(DataProcessor):
 
 
 class GenericProcessor(own_data.OwnDataProcessor, DataProcessor):
-    """--task_name=generic: your own CSV, TSV or JSON Lines files, read as
-    own_data.Settings say (from the flags by default); classification,
-    multi-label classification or regression. See own_data.py."""
+    """--task_name=generic (own data): your own CSV, TSV or JSON Lines
+    files, read as own_data.Settings say (from the flags by default);
+    classification, multi-label classification or regression.
+
+    Named after its task, as the other processors are. The reading is
+    `own_data.OwnDataProcessor`'s; this class only adds this module's
+    DataProcessor and InputExample, which own_data.py cannot import (this
+    script runs as __main__)."""
 
     example_class = InputExample
 
@@ -680,8 +692,7 @@ def get_processor(task_name, xnli_language="zh", settings=None):
     if name == "xnli":
         return XnliProcessor(language=xnli_language)
     if name == own_data.TASK_NAME:
-        return GenericProcessor(own_data.Settings.from_flags(settings) if settings
-                                else None)
+        return GenericProcessor.from_flags(settings) if settings else GenericProcessor()
     return PROCESSORS[name]()
 
 
@@ -727,8 +738,8 @@ def convert_example(ex_index, example, label_list, max_seq_length, tokenizer,
       tokenizer: FullTokenizer.
       multi_label: the example's label is a tuple of labels (multi-label
         task).
-      doc_stride: None: a text that does not fit is cut (the original's
-        way). Else the first text is read in windows that start this many
+      doc_stride: None: a text that does not fit is cut. Else the first
+        text is read in windows that start this many
         pieces apart (`first_text_windows`), each with the whole second text.
       max_windows: with doc_stride, the most windows (0: all).
 
@@ -912,7 +923,7 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
                                             drop_remainder, length_buckets=length_buckets)
 
 
-# The original's name for it.
+# The name that code written against Google's run_classifier.py calls.
 _truncate_seq_pair = input_packing.truncate_seq_pair
 
 
@@ -925,7 +936,8 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
     """BERT with a classification (or regression) layer on the pooled output.
 
     Variables: BERT's (bert/...), plus output_weights [num_labels, hidden]
-    and output_bias [num_labels] at the top level, as in the original.
+    and output_bias [num_labels] at the top level: Google's names, so that
+    fine-tuned checkpoints load in either code.
 
     Args:
       bert_config: modeling.BertConfig.
@@ -1218,8 +1230,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
 
 def input_fn_builder(features, seq_length, is_training, drop_remainder):
     """Builds an `input_fn` serving a list of `InputFeatures` from memory,
-    as constant tensors: for small data sets and notebooks (the original's
-    Colab uses it). `main` goes through TFRecord files instead.
+    as constant tensors: for small data sets and notebooks. `main` goes
+    through TFRecord files instead.
 
     Returns:
       input_fn(params) -> tf.data.Dataset of dicts of int32 input_ids,
@@ -1397,8 +1409,8 @@ def _num_multi_labels(processor, label_list):
 
 class Windows:
     """How inputs too long for --max_seq_length are read (`convert_example`)
-    and their windows' outputs combined (`aggregate_windows`); None stands
-    for the original's cutting."""
+    and their windows' outputs combined (`aggregate_windows`); None: inputs
+    are cut to fit."""
 
     def __init__(self, doc_stride, max_windows=0, aggregation="mean", loss="window"):
         self.doc_stride = doc_stride
@@ -1879,9 +1891,9 @@ def _needs(settings):
     """The flags a run requires besides the model's, and the data file flags
     it reads (`fine_tuning.prepare_run`). Own data may name each file
     (--train_file etc.) instead of a --data_dir; an export alone reads no
-    data. A run that does nothing yet needs a --data_dir too (the original
-    requires it always): named with the other missing flags, not after
-    them."""
+    data. A run that does nothing yet needs a --data_dir too (whatever the
+    actions, a GLUE task reads its files there): named with the other
+    missing flags, not after them."""
     reads_data = settings.do_train or settings.do_eval or settings.do_predict
     data_dir_flag, data_files = (), ()
     if own_data.is_generic_task(settings.task_name):

@@ -2,18 +2,26 @@
 of `modeling.BertModel`, trained (or evaluated) on the TFRecord files that
 create_pretraining_data.py writes.
 
-Flags, variable names (`cls/predictions/*` and `cls/seq_relationship/*`, so
-that Google's pre-trained checkpoints restore completely) and output files
-(checkpoints and eval_results.txt in --output_dir) are those of Google's
-original run_pretraining.py. Beyond it: --eval_at_start, evaluation of a
-fresh --output_dir, and the input files checked before training starts;
-evaluation during training on --eval_file with a stop at a target accuracy
-(--stop_threshold); distinct input files for each worker of several, and a
-seeded input stream (--input_seed) that a run from a checkpoint continues
-at its next batch; records written without masks
-(create_pretraining_data.py --dynamic_masking), masked as they are read
-(dynamic_masking.py). The training options (training.py), --optimizer=lamb
-among them, apply as in every training script.
+Differences from the original:
+
+The flags, the variable names (`cls/predictions/*` and
+`cls/seq_relationship/*`, so that Google's pre-trained checkpoints restore
+completely) and the output files (checkpoints and eval_results.txt in
+--output_dir) are the same. Added:
+
+* --eval_at_start; --do_eval on a fresh --output_dir (the initial model is
+  saved as checkpoint 0 and evaluated); the input files checked before
+  training starts;
+* evaluation during training on --eval_file, with a stop at a target
+  accuracy (--stop_threshold);
+* distinct input files for each worker of several, and a seeded input
+  stream (--input_seed) that a run from a checkpoint continues at its next
+  batch;
+* records written without masks (create_pretraining_data.py
+  --dynamic_masking), masked as they are read (dynamic_masking.py);
+* the training options (training.py), --optimizer=lamb among them, as in
+  every training script; a fill-mask SavedModel (--export_dir,
+  fill_mask_export.py).
 """
 
 import dataclasses
@@ -511,8 +519,8 @@ def input_fn_builder(input_files,
             d = tf.data.Dataset.from_tensor_slices((tf.gather(file_indices, order),
                                                     tf.gather(files, order)))
             # Records of several files at once. Unseeded, taken in whatever
-            # order the readers deliver them (like the original's "sloppy"
-            # interleave): faster, and more mixing on top of the shuffles.
+            # order the readers deliver them ("sloppy" interleave): faster,
+            # and more mixing on top of the shuffles.
             # Seeded, in a fixed rotation over the open files.
             d = d.interleave(_tagged_records, cycle_length=readers,
                              num_parallel_calls=readers, deterministic=seed is not None)
@@ -1120,7 +1128,7 @@ def main(_):
         tf.logging.info("--do_eval: %s was evaluated on --eval_file during training "
                         "(eval_results.txt)", os.path.basename(evaluated))
     elif run.do_eval:
-        # The original evaluates the latest checkpoint of --output_dir. With
+        # --do_eval evaluates the latest checkpoint of --output_dir. With
         # none there (a --do_eval-only run on a fresh directory, e.g. to score
         # --init_checkpoint on new data), the initial model becomes
         # checkpoint 0 first instead of failing.

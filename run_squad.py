@@ -3,9 +3,13 @@
 A question and a window of its context go in as "[CLS] question [SEP]
 context [SEP]"; the model scores every token as the start and as the end of
 the answer, and the best valid span is mapped back to the context's text.
-Flags, data pipeline, variable names and output files (predictions.json,
-nbest_predictions.json, null_odds.json) are those of Google's original
-run_squad.py. In addition:
+
+Differences from the original:
+
+Its flags, data pipeline (examples, windows, features, and which training
+answers are kept), variable names, predictions and output files
+(predictions.json, nbest_predictions.json, null_odds.json) stay. Added or
+changed:
 
 * the official evaluation is built in (squad_evaluate.py, whose names are
   also run_squad's): when --predict_file carries answers, eval_results.json
@@ -16,7 +20,10 @@ run_squad.py. In addition:
   predictions_best_threshold.json next to the untuned predictions.json;
 * clear errors for files that are not SQuAD JSON (naming the field and the
   question id), a summary of skipped training answers, atomic output files,
-  and no crash when every n-best answer of a 2.0 question is the null answer.
+  and no crash when every n-best answer of a 2.0 question is the null answer
+  (that question gets null odds `NO_ANSWER_NULL_ODDS`: "" at any threshold);
+* a SavedModel that answers questions from text (--export_dir,
+  squad_export.py).
 
 The building blocks (read_squad_examples, convert_examples_to_features,
 create_model, model_fn_builder, input_fn_builder, write_predictions and the
@@ -135,7 +142,7 @@ flags.DEFINE_bool(
     "eval_results_best_threshold.json besides the untuned predictions.json.")
 
 # null_odds.json value of a 2.0 question without any valid non-null span: it
-# is predicted "" at every threshold (the original crashed there).
+# is predicted "" at every threshold.
 NO_ANSWER_NULL_ODDS = 1000000.0
 
 # unique_id of the first window; later windows count up from it.
@@ -224,7 +231,8 @@ PredictionFeature = collections.namedtuple(
      "token_is_max_context"])
 
 # The characters that separate words of a context. U+202F (narrow no-break
-# space) is one of them, as in the original.
+# space) is one of them: the words, and with them the answers' positions,
+# must be those of Google's preprocessing.
 _WORD_SEPARATORS = frozenset(" \t\r\n\u202f")
 
 
@@ -280,7 +288,7 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False):
     """Reads a SQuAD json file into SquadExamples, one per question.
 
     Training answers whose text is not found at their answer_start are
-    skipped (as in the original) and reported in one summary warning.
+    skipped and reported in one summary warning.
 
     Args:
       input_file: SQuAD json path.
@@ -370,9 +378,10 @@ def _locate_answer(text, start, context, words, char_to_word):
 
     Returns:
       (first, last) word indexes, or None when the characters from `start`
-      on do not fall in words that contain `text` (whitespace collapsed). As
-      in the original, containing it is enough: an answer that is part of a
-      word (e.g. "Japan" in "Japanese") is kept, as that word.
+      on do not fall in words that contain `text` (whitespace collapsed).
+      Containing it is enough, so that the same training answers are kept as
+      in the original: an answer that is part of a word (e.g. "Japan" in
+      "Japanese") is kept, as that word.
     """
     end = start + len(text)  # exclusive
     if not text or start < 0 or end > len(context):
@@ -884,7 +893,8 @@ def compute_predictions(all_examples, all_features, all_results, n_best_size,
         if version_2_with_negative and "" not in texts:
             nbest.append(_NbestPrediction("", null.start_logit, null.end_logit))
         if not nbest:
-            # No valid span at all: a placeholder, as the original.
+            # No valid span at all: a placeholder, so that every question
+            # has an n-best list.
             nbest.append(_NbestPrediction("empty", 0.0, 0.0))
 
         probabilities = _compute_softmax([e.start_logit + e.end_logit for e in nbest])
@@ -898,8 +908,8 @@ def compute_predictions(all_examples, all_features, all_results, n_best_size,
         if not version_2_with_negative:
             all_predictions[example.qas_id] = nbest[0].text
         elif best_non_null is None:
-            # Every n-best entry is the null answer (no valid span at all): the
-            # original crashed here. Predict null at any threshold.
+            # Every n-best entry is the null answer (no valid span at all):
+            # null at any threshold.
             scores_diff_json[example.qas_id] = NO_ANSWER_NULL_ODDS
             all_predictions[example.qas_id] = ""
         else:
@@ -971,7 +981,7 @@ def write_predictions(all_examples, all_features, all_results, n_best_size,
 
     Writes predictions.json (qas_id -> text), nbest_predictions.json (qas_id
     -> n-best list) and, for SQuAD 2.0, null_odds.json (qas_id -> null odds)
-    to the given paths, in the original's format.
+    to the given paths, in the format SQuAD's evaluation scripts read.
 
     Returns:
       (all_predictions, all_nbest_json, scores_diff_json), as
@@ -1156,21 +1166,20 @@ def predict_and_evaluate(estimator, tokenizer, examples, dataset, output_dir, pr
 # ---------------------------------------------------------------------------
 # Main.
 
-def validate_flags_or_throw(bert_config, settings):
+def validate_flags_or_throw(settings):
     """Checks a run's flag `settings` (`fine_tuning.Run.settings`) against
-    each other. --max_seq_length against the model (`bert_config`) is
-    `fine_tuning.prepare_run`'s check.
+    each other, and that the data files of the actions asked for exist
+    (`fine_tuning.prepare_run` has already required those flags, and checks
+    --max_seq_length against the model's max_position_embeddings when it
+    loads the config).
 
     Raises:
       InputError: naming the flags at fault (also missing data files).
     """
-    del bert_config  # Checked by fine_tuning.load_model_inputs.
     if not settings.do_train and not settings.do_predict and not settings.export_dir:
         raise InputError("Nothing to do: set --do_train, --do_predict or --export_dir.")
     for action, file_flag in (("do_train", "train_file"), ("do_predict", "predict_file")):
         if getattr(settings, action):
-            if not getattr(settings, file_flag):
-                raise InputError("--%s needs --%s." % (action, file_flag))
             file_io.require_file(file_flag, getattr(settings, file_flag))
 
     # [CLS] question [SEP] context [SEP]: at least one context piece.
@@ -1264,8 +1273,7 @@ def main(_):
         # The data files of the actions asked for, named with the model's flags.
         needs=lambda settings: (fine_tuning.data_file_flags(
             settings, ("do_train", "train_file"), ("do_predict", "predict_file")), ()),
-        check_model=lambda settings, bert_config: validate_flags_or_throw(bert_config,
-                                                                          settings),
+        check_flags=validate_flags_or_throw,
         head_variable="cls/squad/output_weights")
     settings, bert_config = run.settings, run.bert_config
     checkpoints.check_output_dir_checkpoint(run.output_dir, bert_config,

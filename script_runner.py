@@ -51,7 +51,7 @@ def run_script(main):
     def wrapped(argv):
         _log_each_message_once()
         _silence_deprecation_warnings()
-        del file_io._OUTPUTS[:]
+        file_io.forget_outputs()
         with interrupts.interrupts_caught():
             try:
                 # A signal that came while the script was starting.
@@ -61,12 +61,12 @@ def run_script(main):
                 return status
             except KeyboardInterrupt:
                 signum = interrupts.interrupted() or signal.SIGINT
-                interrupts._INTERRUPT["exit_signal"] = signum
+                interrupts.set_exit_signal(signum)
                 _exit_with_error("interrupted by %s" % signal.Signals(signum).name,
                                  status=128 + signum)
             except SystemExit as e:
                 if isinstance(e, interrupts.InterruptedExit):
-                    interrupts._INTERRUPT["exit_signal"] = e.code - 128
+                    interrupts.set_exit_signal(e.code - 128)
                 raise
             except InputError as e:
                 _exit_with_error(str(e))
@@ -85,13 +85,13 @@ def run_script(main):
         for flag in list(FLAGS.flags_by_module_dict().get("absl.testing.absltest", ())):
             if flag.name in FLAGS:
                 delattr(FLAGS, flag.name)
-    interrupts._INTERRUPT["exit_signal"] = None
+    interrupts.set_exit_signal(None)
     try:
         app.run(wrapped)
     except SystemExit as e:
         if asks_for_help and e.code == 1:
             sys.exit(0)
-        signum = interrupts._INTERRUPT["exit_signal"]
+        signum = interrupts.exit_signal()
         # Only for a script run as the program (not a test calling this).
         if signum and getattr(main, "__module__", None) == "__main__":
             _end_by_signal(signum)

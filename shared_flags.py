@@ -15,6 +15,16 @@ has.
 In: flag names (and a script's own defaults and help texts). Out: the flags
 defined on absl's FLAGS; `require_flags` raises an InputError naming the
 unset ones. Needs no TensorFlow.
+
+Differences from the original:
+
+* The flags that Google's scripts have keep their names, defaults and
+  meanings; the help texts are this project's own.
+* New flags: the training options (`TRAINING_OPTION_FLAGS`: memory, speed,
+  several devices, the input's seed), --max_train_steps, the data files
+  (--train_file, ...), the export and input padding. Their defaults train
+  as Google's scripts do (--fused_ops=auto changes how GELU, LayerNorm and
+  dropout are computed, not what).
 """
 
 import sys
@@ -26,8 +36,7 @@ from errors import InputError
 FLAGS = flags.FLAGS
 
 
-# name -> (define function, default, help[, enum values]). Names, defaults and
-# meanings are the original scripts'; the help texts are this project's.
+# name -> (define function, default, help[, enum values]).
 _SHARED_FLAGS = {
     "bert_config_file": (
         flags.DEFINE_string, None,
@@ -137,8 +146,8 @@ _SHARED_FLAGS = {
         flags.DEFINE_bool, False,
         "Look up word embeddings as a one-hot matrix product instead of a "
         "gather: the faster way on TPUs, the slower one elsewhere."),
-    # Options beyond the original (memory, speed, several devices); all off
-    # by default, so default behaviour stays the original's.
+    # The training options (memory, speed, several devices); their defaults
+    # leave the training as it is without them.
     "input_seed": (
         flags.DEFINE_integer, 0,
         "If not 0: the seed of the training input's order, the same in every "
@@ -267,8 +276,9 @@ TRAINING_OPTION_FLAGS = ("gradient_accumulation_steps", "recompute_grad", "use_x
                          "optimizer", "poly_power", "start_warmup_step", "input_seed")
 
 # What the fine-tuning scripts that train, evaluate and predict have in common
-# (run_classifier.py, run_ner.py, run_swag.py): the original run_classifier's
-# flags, the training options and the export.
+# (run_classifier.py, run_ner.py, run_swag.py): the model, the actions, batch
+# sizes and schedule, the TPU, the training options, the data files and the
+# export.
 FINE_TUNING_FLAGS = ("bert_config_file", "vocab_file", "output_dir", "init_checkpoint",
                      "do_lower_case", "max_seq_length", "do_train", "do_eval", "do_predict",
                      "train_batch_size", "eval_batch_size", "predict_batch_size",

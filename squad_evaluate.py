@@ -90,8 +90,8 @@ def iterate_questions(dataset, where):
 
 
 def write_json(path, value):
-    """Writes `value` to `path` (gs:// too) as JSON in the original run_squad's
-    format (indent 4, final newline), atomically (see file_io.atomic_output)."""
+    """Writes `value` to `path` (gs:// too) as JSON in run_squad's format
+    (indent 4, final newline), atomically (see file_io.atomic_output)."""
     with file_io.atomic_output(path) as writer:
         writer.write(json.dumps(value, indent=4) + "\n")
     file_io.report_output(path)
@@ -398,9 +398,9 @@ def best_non_null_predictions(all_nbest_json):
 
 
 def apply_null_threshold(non_null_predictions, null_odds, threshold):
-    """Predictions at `threshold`: "" where null_odds > threshold (the
-    original's rule for --null_score_diff_threshold), else the best non-null
-    answer."""
+    """Predictions at `threshold`: "" where null_odds > threshold
+    (run_squad's rule for --null_score_diff_threshold), else the best
+    non-null answer."""
     return collections.OrderedDict(
         (qid, "" if null_odds[qid] > threshold else text)
         for qid, text in non_null_predictions.items())
@@ -410,7 +410,7 @@ def tune_null_threshold(dataset, all_nbest_json, null_odds, where="dataset"):
     """Chooses the null_score_diff_threshold with the best F1 on `dataset`.
 
     The official best_f1_thresh is a threshold on na_prob (null predicted
-    where na_prob > thresh), the same rule and quantity as the original's
+    where na_prob > thresh), the same rule and quantity as run_squad's
     `null_odds > null_score_diff_threshold`, so it is used as such. The
     search scores every question's best non-null n-best answer (not
     predictions.json, whose nulls at the run's threshold would hide the

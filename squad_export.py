@@ -51,8 +51,6 @@ import serving
 import squad_evaluate
 
 
-# The variable that only a fine-tuned SQuAD checkpoint holds.
-
 # The run record's entry for a threshold tuned by --tune_null_threshold
 # (not a flag value: a later --do_predict keeps its own flag's default).
 TUNED_THRESHOLD_KEY = "tuned_null_score_diff_threshold"
@@ -76,7 +74,7 @@ def max_context_window(position, num_pieces, room, step, count):
     start, end - p) rises, then falls with k; its first maximum is at c0 =
     floor((2p - room + 1) / (2 step)) or c0 + 1 (kept to the full windows
     starting at or before p). Those two and the last window are scored as
-    the original scores them (float64), and the first best wins.
+    run_squad scores them (float64), and the first best wins.
 
     Args:
       position, num_pieces, room, step, count: int32 tensors of one shape:
@@ -147,19 +145,19 @@ def _row_softmax(scores, rows, num_rows):
     return exps / tf.gather(tf.math.unsorted_segment_sum(exps, rows, num_rows), rows)
 
 
-def text_signature(tokenizer, piece_lengths, settings):
+def text_signature(tokenizer, piece_lengths, export_settings):
     """serving_default of the export (see the module docstring), for
     `serving.export`.
 
     Args:
       tokenizer: the graph_tokenization.GraphTokenizer.
       piece_lengths: list of ints, each vocabulary entry's characters.
-      settings: dict of SETTING_NAMES.
+      export_settings: dict of SETTING_NAMES.
 
     Returns:
       (inputs, features, outputs_fn), as `serving.export` wants them.
     """
-    s = settings
+    s = export_settings
     question = serving.string_input("question")
     context = serving.string_input("context")
     batch = tf.size(context)
@@ -220,7 +218,8 @@ def text_signature(tokenizer, piece_lengths, settings):
         s3, e3 = starts[:, :, tf.newaxis], ends[:, tf.newaxis, :]
         valid = (valid_start[:, :, tf.newaxis] & in_context(ends)[:, tf.newaxis, :]
                  & (s3 <= e3) & (e3 < s3 + s["max_answer_length"]))
-        # The valid spans in the original's order: window, start rank, end rank.
+        # The valid spans in run_squad's order (window, start rank, end
+        # rank), on which its ties are broken.
         found = tf.cast(tf.where(valid), tf.int32)
         window = found[:, 0]
         start = tf.gather_nd(starts, found[:, :2])
@@ -281,7 +280,7 @@ def text_signature(tokenizer, piece_lengths, settings):
 
         # The answer: the first entry, or with SQuAD 2.0 the best non-null
         # one unless the null answer beats it by more than the threshold
-        # (computed as the original computes it).
+        # (computed as run_squad's compute_predictions computes it).
         chosen = _segment_first(tf.logical_not(is_null), span_example, batch)
         if null_score is not None:
             null_entry = _segment_first(is_null, span_example, batch)
@@ -336,7 +335,7 @@ def vocab_piece_lengths(vocab_file):
 
 
 def export_model(create_model, bert_config, checkpoint_path, export_dir, vocab_file,
-                 do_lower_case, settings, options=None):
+                 do_lower_case, export_settings, options=None):
     """Exports a SavedModel for serving from `checkpoint_path` (see the module
     docstring) and returns its directory (timestamped, in `export_dir`).
 
@@ -346,7 +345,7 @@ def export_model(create_model, bert_config, checkpoint_path, export_dir, vocab_f
       bert_config: modeling.BertConfig.
       checkpoint_path: the fine-tuned weights.
       export_dir, vocab_file, do_lower_case: as the flags.
-      settings: dict of SETTING_NAMES (stored in tokenizer_config.json).
+      export_settings: dict of SETTING_NAMES (stored in tokenizer_config.json).
       options: training.TrainingOptions (made fit for serving).
     """
     builder = fine_tuning.export_builder_args(options)
@@ -363,8 +362,8 @@ def export_model(create_model, bert_config, checkpoint_path, export_dir, vocab_f
 
     lengths = vocab_piece_lengths(vocab_file)
     return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
-                          lambda tokenizer: text_signature(tokenizer, lengths, settings),
-                          settings=settings)
+                          lambda tokenizer: text_signature(tokenizer, lengths, export_settings),
+                          settings=export_settings)
 
 
 def record_tuned_threshold(output_dir, dataset, checkpoint, predict_file):
@@ -446,16 +445,16 @@ def export_run(create_model, bert_config, checkpoint, options, settings,
         the run record applied).
       threshold_given, tuned: as `null_threshold`.
     """
-    values = {name: getattr(settings, name) for name in SETTING_NAMES}
+    export_settings = {name: getattr(settings, name) for name in SETTING_NAMES}
     if settings.version_2_with_negative:
-        values["null_score_diff_threshold"], source = null_threshold(
+        export_settings["null_score_diff_threshold"], source = null_threshold(
             checkpoint, settings, threshold_given, tuned)
         tf.logging.info("Exporting question answering (SQuAD 2.0): no answer where the null "
                         "score exceeds the best span's by more than %r (%s)",
-                        values["null_score_diff_threshold"], source)
+                        export_settings["null_score_diff_threshold"], source)
     else:
-        del values["null_score_diff_threshold"]
+        del export_settings["null_score_diff_threshold"]
         tf.logging.info("Exporting question answering (SQuAD 1.1: every question has an "
                         "answer)")
     return export_model(create_model, bert_config, checkpoint, settings.export_dir,
-                        settings.vocab_file, settings.do_lower_case, values, options)
+                        settings.vocab_file, settings.do_lower_case, export_settings, options)

@@ -83,11 +83,11 @@ def _squad(folder, files):
     import run_squad
     import squad_export
     config = modeling.BertConfig.from_json_file(files["config"])
-    settings = {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
-                "n_best_size": 3, "max_answer_length": 5, "version_2_with_negative": True,
-                "null_score_diff_threshold": 0.0}
+    export_settings = {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
+                       "n_best_size": 3, "max_answer_length": 5,
+                       "version_2_with_negative": True, "null_score_diff_threshold": 0.0}
     path = squad_export.export_model(run_squad.create_model, config, files["squad"],
-                                     str(folder), files["vocab"], True, settings)
+                                     str(folder), files["vocab"], True, export_settings)
     return path, {"question": ["Where is the film?", "what"],
                   "context": ["The film went to Kingston! " * 6, "中文 cafe ends well."]}
 

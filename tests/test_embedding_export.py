@@ -190,7 +190,7 @@ def tiny_export(model, tmp_path_factory):  # noqa: F811
     logger = logging.getLogger("tensorflow")
     logger.addHandler(handler)
     try:
-        del file_io._OUTPUTS[:]  # The outputs of earlier runs in this process.
+        file_io.forget_outputs()  # The outputs of earlier runs in this process.
         run_extract(model, "", input_file="", export_dir=str(tmp / "export"))
         file_io.log_outputs()  # The script's last lines, as run_script logs them.
     finally:

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import file_io
+import logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,3 +92,22 @@ def test_atomic_output_leaves_nothing_on_failure(tmp_path):
         writer.write("caf\u00e9\n")
     with open(path, encoding="utf-8") as f:
         assert f.read() == "caf\u00e9\n"
+
+
+def test_outputs_are_named_once_each_and_forgotten_for_the_next_run(monkeypatch):
+    """`log_outputs` names each reported file once, in the order written,
+    with its latest headline; after `forget_outputs` it names none."""
+    lines = []
+    monkeypatch.setattr(logs, "log_info", lambda message, *args: lines.append(message % args))
+    file_io.forget_outputs()
+    try:
+        file_io.report_output("/out/a.txt", "3 lines")
+        file_io.report_output("/out/b.json")
+        file_io.report_output("/out/a.txt", "4 lines")
+        file_io.log_outputs()
+        assert lines == ["Wrote /out/b.json", "Wrote /out/a.txt: 4 lines"]
+        file_io.forget_outputs()
+        file_io.log_outputs()
+        assert lines == ["Wrote /out/b.json", "Wrote /out/a.txt: 4 lines"]
+    finally:
+        file_io.forget_outputs()

@@ -63,18 +63,18 @@ def test_max_context_window_equals_the_original():
 # The span search on given logits: the same windows, n-best and answers as
 # run_squad's Python code.
 
-SETTINGS = dict(max_seq_length=48, doc_stride=16, max_query_length=8, n_best_size=5,
-                max_answer_length=10)
+EXPORT_SETTINGS = dict(max_seq_length=48, doc_stride=16, max_query_length=8,
+                       n_best_size=5, max_answer_length=10)
 
 
-def _signature_on_logits(vocab, settings, questions, contexts, logits_of, runs=1):
+def _signature_on_logits(vocab, export_settings, questions, contexts, logits_of, runs=1):
     """serving_default's post-processing in a graph, on logits given by
     `logits_of(features, run)` -> float32 [windows, 2, length], for each run
     in range(runs): [(features, outputs)]."""
     with tf.Graph().as_default(), tf.Session() as session:
         tokenizer = graph_tokenization.GraphTokenizer(vocab, do_lower_case=True)
         inputs, features, outputs_fn = squad_export.text_signature(
-            tokenizer, squad_export.vocab_piece_lengths(vocab), settings)
+            tokenizer, squad_export.vocab_piece_lengths(vocab), export_settings)
         start = tf.placeholder(tf.float32, [None, None])
         end = tf.placeholder(tf.float32, [None, None])
         outputs = outputs_fn({"start_logits": start, "end_logits": end})
@@ -109,19 +109,21 @@ def test_span_search_equals_the_scripts_predictions(tmp_path, version_2):
     examples = run_squad.read_squad_examples(_write_squad(tmp_path / "dev.json", dev), False,
                                              version_2)
     features = []
+    s = EXPORT_SETTINGS
     run_squad.convert_examples_to_features(
-        examples, tokenization.FullTokenizer(vocab, True), SETTINGS["max_seq_length"],
-        SETTINGS["doc_stride"], SETTINGS["max_query_length"], False, features.append)
+        examples, tokenization.FullTokenizer(vocab, True), s["max_seq_length"],
+        s["doc_stride"], s["max_query_length"], False, features.append)
     qas = [(qa["question"], p["context"]) for a in dev for p in a["paragraphs"]
            for qa in p["qas"]]
-    settings = dict(SETTINGS, version_2_with_negative=version_2,
-                    null_score_diff_threshold=-0.5)
-    length = SETTINGS["max_seq_length"]
+    export_settings = dict(s, version_2_with_negative=version_2,
+                           null_score_diff_threshold=-0.5)
+    length = s["max_seq_length"]
     all_logits = np.round(np.random.RandomState(0).randn(3, len(features), 2, length) * 3,
                           1).astype(np.float32)
     for i, feature in enumerate(features):
         all_logits[:, i, :, len(feature.tokens):] = -1e4
-    runs = _signature_on_logits(vocab, settings, [q for q, _ in qas], [c for _, c in qas],
+    runs = _signature_on_logits(vocab, export_settings, [q for q, _ in qas],
+                                [c for _, c in qas],
                                 lambda f, run: all_logits[run, :, :, :f["input_ids"].shape[1]],
                                 runs=len(all_logits))
     for seed, (logits, (graph_features, outputs)) in enumerate(zip(all_logits, runs)):
@@ -134,7 +136,7 @@ def test_span_search_equals_the_scripts_predictions(tmp_path, version_2):
             examples, features,
             [run_squad.RawResult(f.unique_id, logits[i, 0], logits[i, 1])
              for i, f in enumerate(features)],
-            SETTINGS["n_best_size"], SETTINGS["max_answer_length"], True, version_2, -0.5)
+            s["n_best_size"], s["max_answer_length"], True, version_2, -0.5)
         for i, example in enumerate(examples):
             texts, scores = _nbest(outputs, i)
             assert texts == [e["text"] for e in nbest[example.qas_id]], (seed, i)
@@ -190,11 +192,12 @@ def test_hand_worked_answers_and_offsets(tmp_path):
         return (exps / exps.sum()).tolist()
 
     for threshold, second in ((0.0, "JOHNSON"), (-0.5, "")):
-        settings = dict(max_seq_length=16, doc_stride=8, max_query_length=4, n_best_size=3,
-                        max_answer_length=6, version_2_with_negative=True,
-                        null_score_diff_threshold=threshold)
-        ((_, outputs),) = _signature_on_logits(vocab, settings, ["Who?"] * 2, [context] * 2,
-                                               lambda f, _: logits_of(f))
+        export_settings = dict(max_seq_length=16, doc_stride=8, max_query_length=4,
+                               n_best_size=3, max_answer_length=6,
+                               version_2_with_negative=True,
+                               null_score_diff_threshold=threshold)
+        ((_, outputs),) = _signature_on_logits(vocab, export_settings, ["Who?"] * 2,
+                                               [context] * 2, lambda f, _: logits_of(f))
         assert [a.decode() for a in outputs["answer"]] == ["JOHNSON", second]
         assert outputs["answers"].tolist() == [
             [b"JOHNSON", b"JOHNSON (1895-1943", b"1895-1943", b""],
@@ -212,8 +215,8 @@ def test_hand_worked_answers_and_offsets(tmp_path):
 
     # SQuAD 1.1; the best start inside a word, at ##son (9): 6-6 (12.0), 6-10
     # (10.5), 5-6 (5.0).
-    settings = dict(settings, version_2_with_negative=False)
-    ((_, outputs),) = _signature_on_logits(vocab, settings, ["Who?"], [context],
+    export_settings = dict(export_settings, version_2_with_negative=False)
+    ((_, outputs),) = _signature_on_logits(vocab, export_settings, ["Who?"], [context],
                                            lambda f, _: logits_of(f, start_inside=True))
     assert outputs["answer"].tolist() == [b"SON"]
     assert (outputs["answer_start"][0], outputs["answer_end"][0]) == (10, 13)

@@ -64,7 +64,7 @@ def run_main_seeded(main, flag_values, seed=1234):
     with flagsaver.flagsaver(**flag_values):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(training, "make_run_config", seeded_run_config)
-            del file_io._OUTPUTS[:]
+            file_io.forget_outputs()
             main([])
             file_io.log_outputs()
 
