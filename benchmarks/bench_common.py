@@ -120,10 +120,14 @@ def define_variant_flags(variants, hf_variant):
     their own child process: --threads (1), --requests (50), --warmup (5),
     --rounds (2), --variants (default: `variants`, a list of names),
     --hf_python (the interpreter of the `hf_variant` variant) and the
-    internal --child."""
+    internal --child. They are the calling script's own (its --helpshort
+    lists them)."""
     import sys
 
     from absl import flags
+    # absl counts a flag as the key flag of the module that defines it; from
+    # here on, of the module that called into this one.
+    flags.disclaim_key_flags()
     flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
     flags.DEFINE_integer("requests", 50, "Timed calls per variant and round.")
     flags.DEFINE_integer("warmup", 5, "Untimed calls before them.")
