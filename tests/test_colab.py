@@ -147,43 +147,81 @@ def test_notebook_is_stored_without_outputs():
 # A stand-in for Python 3.13 that answers .ci/run's questions: its version,
 # `-m venv` (a venv whose python is this script), pip (nothing to do), the
 # colab leg's header, and pytest (FAKE_PYTEST_LINE, FAKE_PYTEST_STATUS).
+# A stand-in Python 3.13. Its pytest records the newest environment it was
+# handed (BERT_OTHER_PYTHON) in $FAKE_LOG and prints $FAKE_PYTEST_LINE; with
+# FAKE_PYTEST_HANG, it writes its pid to $FAKE_LOG.pid and runs until a
+# SIGINT, as pytest in a test whose training took SIGTERM as "stop the run"
+# would.
 FAKE_PYTHON = """#!/bin/bash
 case "$1 $2" in
   "-V "*) echo "Python 3.13.0" ;;
   "-m venv") mkdir -p "$3/bin" && ln -s "$0" "$3/bin/python" ;;
   "-m pip") ;;
-  "-m pytest") echo "$FAKE_PYTEST_LINE"; exit "${FAKE_PYTEST_STATUS:-0}" ;;
+  "-m pytest")
+    echo "pytest BERT_OTHER_PYTHON=$BERT_OTHER_PYTHON" >> "$FAKE_LOG"
+    if [ -n "$FAKE_PYTEST_HANG" ]; then
+      echo $$ > "$FAKE_LOG.pid"
+      trap 'echo "SIGTERM: this run stops, the tests go on"' TERM
+      while :; do sleep 0.1 & wait $!; done
+    fi
+    echo "$FAKE_PYTEST_LINE"; exit "${FAKE_PYTEST_STATUS:-0}" ;;
   "-c "*importlib*) echo "Python 3.13, TensorFlow 2.20.0, TensorFlow Text 2.20.0" ;;
   "-c "*) echo "3.13" ;;
   *) exit 2 ;;
 esac
 """
 
+# A stand-in scripts/setup_env.sh: records what it was asked to build and
+# makes the environment's python the stand-in's.
+FAKE_SETUP_ENV = """#!/bin/bash
+echo "setup_env $VENV BERT_TF=$BERT_TF $*" >> "$FAKE_LOG"
+mkdir -p "$VENV/bin" && ln -sf "$PYTHON" "$VENV/bin/python"
+"""
 
-def run_ci(tmp_path, with_python, pytest_line=""):
-    """`bash .ci/run colab` in a copy of the repository's CI files, with
-    `with_python` a stand-in Python 3.13 on the PATH (else none: only the
-    system's folders) whose pytest prints `pytest_line` (failing if it
-    counts failures); returns the finished process."""
+
+def start_ci(tmp_path, with_python, pytest_line="", hang=False):
+    """Starts `bash .ci/run colab` (in its own session, SIGINT not ignored)
+    in a copy of the repository's CI files, with `with_python` a stand-in
+    Python 3.13 on the PATH (else none: only the system's folders) whose
+    pytest prints `pytest_line` (failing if it counts failures), or runs
+    until a SIGINT with `hang`. Returns (the process, the stand-ins' log
+    path)."""
     import shutil
+    import signal
     import stat
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     (repo / "scripts").mkdir()
     shutil.copy(os.path.join(ROOT, ".ci", "run"), str(repo / ".ci" / "run"))
     shutil.copy(os.path.join(ROOT, "requirements.txt"), str(repo / "requirements.txt"))
-    (repo / "scripts" / "install_into.sh").write_text("#!/bin/bash\nexit 0\n")
-    (repo / "scripts" / "install_into.sh").chmod(0o755)
+    for name, text in (("install_into.sh", "#!/bin/bash\nexit 0\n"),
+                       ("setup_env.sh", FAKE_SETUP_ENV)):
+        (repo / "scripts" / name).write_text(text)
+        (repo / "scripts" / name).chmod(0o755)
     path = "/usr/bin:/bin"
     if with_python:
         (tmp_path / "bin").mkdir()
         (tmp_path / "bin" / "python3.13").write_text(FAKE_PYTHON)
         (tmp_path / "bin" / "python3.13").chmod(stat.S_IRWXU)
         path = "%s:%s" % (tmp_path / "bin", path)
+    log = tmp_path / "fake.log"
     env = {"PATH": path, "HOME": str(tmp_path), "FAKE_PYTEST_LINE": pytest_line,
-           "FAKE_PYTEST_STATUS": "1" if "failed" in pytest_line else "0"}
-    return subprocess.run(["bash", str(repo / ".ci" / "run"), "colab"], env=env,
-                          capture_output=True, text=True, timeout=60)
+           "FAKE_PYTEST_STATUS": "1" if "failed" in pytest_line else "0",
+           "FAKE_LOG": str(log), "FAKE_PYTEST_HANG": "1" if hang else ""}
+    process = subprocess.Popen(
+        ["bash", str(repo / ".ci" / "run"), "colab"], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return process, log
+
+
+def run_ci(tmp_path, with_python, pytest_line=""):
+    """`start_ci`, run to its end: (the finished process's
+    CompletedProcess, the stand-ins' log lines)."""
+    process, log = start_ci(tmp_path, with_python, pytest_line)
+    stdout, stderr = process.communicate(timeout=60)
+    lines = log.read_text().splitlines() if log.exists() else []
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), lines
 
 
 @pytest.mark.parametrize("with_python, pytest_line, status, last_line", [
@@ -200,10 +238,79 @@ def test_ci_summary_says_whether_the_colab_tests_ran(tmp_path, with_python, pyte
     """.ci/run's last line names each leg's outcome and whether the Colab
     tests ran; where Python 3.13 is found, the colab leg fails if any of its
     tests is skipped (there they must all run)."""
-    result = run_ci(tmp_path, with_python, pytest_line)
+    result, calls = run_ci(tmp_path, with_python, pytest_line)
     assert result.returncode == status, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1] == last_line, result.stdout + result.stderr
     assert ("ERROR: leg colab skipped 2 test(s)" in result.stdout) == ("skipped in" in pytest_line)
+    if with_python:
+        # The latest leg's environment is built (not tested) for the colab
+        # leg's export test, which is handed its python.
+        newest = tmp_path / "repo" / ".venv-ci-latest" / "bin" / "python"
+        assert calls == ["setup_env .venv-ci-latest BERT_TF=latest dev",
+                         "pytest BERT_OTHER_PYTHON=%s" % newest], result.stdout
+    else:
+        assert calls == []
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _running(pid):
+    """Whether process `pid` is there and not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["sigint_to_pid", "sigterm_to_pid", "ctrl_c_from_terminal",
+                                 "pkill_int_by_command_line"])
+def test_ci_run_interrupted_ends_its_legs(tmp_path, how):
+    """.ci/run, ended by SIGINT or SIGTERM to its pid, Ctrl-C at a terminal
+    (SIGINT to its process group; its legs run in groups of their own) or
+    `pkill -INT -f .ci/run` (its job subshells share the command line),
+    ends a leg whose pytest goes on after a SIGTERM."""
+    import signal
+    import time
+    process, log = start_ci(tmp_path, True, hang=True)
+    try:
+        pid_file = log.with_name(log.name + ".pid")
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert process.poll() is None and time.monotonic() < deadline, \
+                process.communicate()
+            time.sleep(0.1)
+        leg = int(pid_file.read_text())
+        if how == "sigint_to_pid":
+            os.kill(process.pid, signal.SIGINT)
+        elif how == "sigterm_to_pid":
+            os.kill(process.pid, signal.SIGTERM)
+        elif how == "ctrl_c_from_terminal":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            script = str(tmp_path / "repo" / ".ci" / "run")
+            for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+                if script in _cmdline(pid):
+                    os.kill(pid, signal.SIGINT)
+        process.communicate(timeout=60)
+        assert process.returncode in (130, 143)
+        deadline = time.monotonic() + 30
+        while _running(leg) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(leg)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        pid_file = log.with_name(log.name + ".pid")
+        if pid_file.exists() and _running(int(pid_file.read_text() or 0)):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def versions():

@@ -71,17 +71,6 @@ def read_records(paths):
     return records
 
 
-def parse(record):
-    """tf.train.Example bytes -> {name: (kind, list of values)} via protobuf."""
-    import tensorflow as tf
-    example = tf.train.Example.FromString(record)
-    out = {}
-    for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof("kind")
-        out[name] = (kind, list(getattr(feature, kind).value))
-    return out
-
-
 def protobuf_map_order_is_fixed():
     """Whether protobuf, in this process, serializes an example built as the
     original builds it (features added in FEATURE_NAMES order) with the map
@@ -114,7 +103,8 @@ def assert_same_tfrecords(ours_path, original_path):
     else:
         ours, original = read_records([ours_path]), read_records([original_path])
         assert len(ours) == len(original)
-        assert [parse(r) for r in ours] == [parse(r) for r in original], \
+        assert ([tiny.example_features(r) for r in ours]
+                == [tiny.example_features(r) for r in original]), \
             "%s differs from the original" % original_path
 
 
@@ -465,7 +455,7 @@ def test_serialization_equals_protobuf(tmp_path):
     records = read_records([out])
     assert len(records) > 20
     for record in records:
-        features = parse(record)
+        features = tiny.example_features(record)
         example = tf.train.Example(features=tf.train.Features(feature={
             name: (tf.train.Feature(float_list=tf.train.FloatList(value=values))
                    if kind == "float_list" else
@@ -474,7 +464,7 @@ def test_serialization_equals_protobuf(tmp_path):
         if fixed_order:
             assert example.SerializeToString() == record
         else:
-            assert parse(example.SerializeToString()) == features
+            assert tiny.example_features(example.SerializeToString()) == features
         assert pretraining_records.decode_example(record) == {
             k: v for k, (_, v) in features.items()}
 
@@ -497,7 +487,7 @@ def test_features_names_shapes_dtypes(tmp_path):
     with open(vocab, encoding="utf-8") as f:
         vocab_size = len(f.read().split())
     for record in read_records(outputs):
-        f = parse(record)
+        f = tiny.example_features(record)
         assert sorted(f) == sorted(lengths)
         for name, length in lengths.items():
             assert len(f[name][1]) == length, name
@@ -525,7 +515,7 @@ def test_masking_rate_and_80_10_10(tmp_path):
     records = read_records([out])
     assert len(records) > 1000
     for record in records:
-        f = parse(record)
+        f = tiny.example_features(record)
         n = sum(f["input_mask"][1])
         weights = f["masked_lm_weights"][1]
         k = int(sum(weights))
@@ -579,7 +569,7 @@ def test_dynamic_masking_writes_unmasked_pairs_once(tmp_path):
     with open(vocab, encoding="utf-8") as f:
         tokens = f.read().split()
     for record in outputs["once"] + outputs["sharded"]:
-        f = parse(record)
+        f = tiny.example_features(record)
         assert sorted(f) == ["input_ids", "input_mask", "next_sentence_labels", "segment_ids"]
         n = sum(f["input_mask"][1])
         ids = f["input_ids"][1]
@@ -607,7 +597,7 @@ def test_next_sentence_labels(tmp_path):
              max_predictions_per_seq=20, dupe_factor=10, short_seq_prob=0.0)
     flips = random_flips = forced = 0
     for record in read_records([out]):
-        f = parse(record)
+        f = tiny.example_features(record)
         tokens = [inv_vocab[i] for i in original_tokens(f)]
         sep = tokens.index("[SEP]")
         a_tags = [where[t] for t in tokens[1:sep] if t in where]
@@ -643,7 +633,7 @@ def test_whole_word_masking(tmp_path):
                  do_whole_word_mask=whole_word_mask)
         partial = words = 0
         for record in read_records([out]):
-            f = parse(record)
+            f = tiny.example_features(record)
             tokens = [inv_vocab[i] for i in original_tokens(f)]
             k = int(sum(f["masked_lm_weights"][1]))
             masked = set(f["masked_lm_positions"][1][:k])
@@ -706,8 +696,8 @@ def test_sharded_mode_deterministic_and_independent_of_workers(tmp_path):
         inv_vocab = f.read().split("\n")
     seen = set()
     for record in records:
-        seen.update(t for t in (inv_vocab[i] for i in original_tokens(parse(record)))
-                    if t in where)
+        tokens = original_tokens(tiny.example_features(record))
+        seen.update(t for t in (inv_vocab[i] for i in tokens) if t in where)
     assert len(seen) > 0.95 * len(where)
     # A different algorithm from the default (original-identical) mode's,
     # giving about as many instances.
@@ -821,14 +811,14 @@ def test_one_sentence_documents(tmp_path):
     run_ours(input_file=corpus, vocab_file=vocab, output_file=out, dupe_factor=4)
     records = read_records([out])
     assert len(records) == 12
-    assert all(parse(r)["next_sentence_labels"][1] == [1] for r in records)
+    assert all(tiny.example_features(r)["next_sentence_labels"][1] == [1] for r in records)
 
     single = write_lines(str(tmp_path / "single.txt"), ["alpha beta gamma"])
     run_ours(input_file=single, vocab_file=vocab, output_file=out, dupe_factor=3)
     records = read_records([out])
     assert len(records) == 3
     for record in records:
-        assert original_tokens(parse(record)) == [2, 5, 6, 7, 3, 5, 6, 7, 3]
+        assert original_tokens(tiny.example_features(record)) == [2, 5, 6, 7, 3, 5, 6, 7, 3]
 
 
 def test_max_predictions_smaller_than_needed_caps_with_warning(tmp_path, caplog):
@@ -839,7 +829,7 @@ def test_max_predictions_smaller_than_needed_caps_with_warning(tmp_path, caplog)
                  max_predictions_per_seq=2, short_seq_prob=0.0)
     records = read_records([out])
     for record in records:
-        f = parse(record)
+        f = tiny.example_features(record)
         # Every instance has n >= 23 tokens (two 10-token sentences) and
         # wants round(n * 0.15) >= 3 predictions: capped at 2, as the original.
         assert sum(f["input_mask"][1]) >= 23

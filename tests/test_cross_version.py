@@ -67,8 +67,7 @@ def task(tmp_path_factory):
     root = tmp_path_factory.mktemp("cross")
     data_dir = str(root / "data")
     _write_task(data_dir)
-    vocab = tiny.write_vocab(str(root), WORDS)
-    config = tiny.write_config(str(root), vocab_size=len(WORDS) + 5)
+    vocab, config = tiny.write_model_files(root, WORDS)
     return root, ["--task_name=MRPC", "--data_dir=" + data_dir, "--vocab_file=" + vocab,
                   "--bert_config_file=" + config, "--max_seq_length=16",
                   "--predict_batch_size=4"]

@@ -14,9 +14,6 @@ the pooler's dense tanh layer applied in NumPy to the checkpoint's weights.
 import json
 import logging
 import os
-import shutil
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -32,6 +29,7 @@ import serving
 import test_predict
 import test_real_model
 import test_serving
+import tiny
 from errors import InputError
 from test_extract_features import (  # noqa: F401  (model: a fixture of the tests here)
     EXPECTED_TOKENS, LINES, MAX_SEQ_LENGTH, model, run_extract)
@@ -217,36 +215,13 @@ def test_export_alone_pools_by_mean_and_says_so(model, tiny_export):  # noqa: F8
     assert sorted(os.listdir(os.path.dirname(export_dir))) == [os.path.basename(export_dir)]
 
 
-_LOADER = r"""
-import json, sys
-try:
-    import extract_features  # noqa: F401
-    sys.exit("this repository is importable")
-except ImportError:
-    pass
-import tensorflow as tf
-import tensorflow_text  # noqa: F401
-path, texts = json.loads(sys.argv[1])
-outputs = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))
-print("RESULTS" + json.dumps({k: v.numpy().tolist() for k, v in outputs.items()}))
-"""
-
-
 @pytest.mark.slow
 def test_export_loads_without_this_repository(tiny_export, tmp_path):
     """Moved to another folder, the export loads with `python -I` in a bare
     environment and answers as in this process."""
     export_dir, _ = tiny_export
-    moved = shutil.copytree(export_dir, str(tmp_path / "elsewhere" / "1"))
     texts = ["The dog is hairy.", "hello world", ""]
-    workdir = tmp_path / "workdir"
-    workdir.mkdir()
-    proc = subprocess.run([sys.executable, "-I", "-c", _LOADER, json.dumps([moved, texts])],
-                          cwd=str(workdir), capture_output=True, text=True, timeout=600,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                               "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert proc.returncode == 0 and "RESULTS" in proc.stdout, proc.stderr[-3000:]
-    loaded = json.loads(proc.stdout.split("RESULTS", 1)[1])
+    loaded = tiny.serve_text_elsewhere(export_dir, texts, tmp_path, "extract_features")
     assert list(loaded) == ["embedding"]
     np.testing.assert_allclose(loaded["embedding"],
                                _signature(export_dir, {"text": texts})["embedding"], atol=1e-6)

@@ -299,14 +299,9 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(model):
     """In a fresh process that never parses flags: read_examples,
     convert_examples_to_features, input_fn_builder and model_fn_builder give
     the reference vectors of every line."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_SCRIPT, model["vocab_file"], model["bert_config_file"],
-         model["init_checkpoint"], model["input_file"], str(MAX_SEQ_LENGTH)],
-        capture_output=True, text=True, cwd=root, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    out = tiny.run_library_script(_LIBRARY_SCRIPT, model["vocab_file"],
+                                  model["bert_config_file"], model["init_checkpoint"],
+                                  model["input_file"], MAX_SEQ_LENGTH)
     assert not out["parsed"]
     assert out["tokens"] == EXPECTED_TOKENS
     assert out["unique_ids"] == list(range(len(LINES)))

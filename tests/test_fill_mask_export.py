@@ -12,9 +12,6 @@ text cut by hand where the model stops reading.
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -212,37 +209,12 @@ def test_ids_signature_finds_the_masks_in_the_ids(exported, vocab):
                                 "top_k": TOP_K}
 
 
-_LOADER = r"""
-import json, sys
-try:
-    import fill_mask_export  # noqa: F401
-    sys.exit("this repository is importable")
-except ImportError:
-    pass
-import tensorflow as tf
-import tensorflow_text  # noqa: F401
-path, texts = json.loads(sys.argv[1])
-outputs = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))
-outputs = {k: v.numpy().astype(str) if v.dtype == tf.string else v.numpy()
-           for k, v in outputs.items()}
-print("RESULTS" + json.dumps({k: v.tolist() for k, v in outputs.items()}))
-"""
-
-
 @pytest.mark.slow
 def test_export_loads_without_this_repository(exported, tmp_path):
     """Moved to another folder, the export loads with `python -I` (TensorFlow
     and TensorFlow Text only) and answers as in this process."""
-    moved = shutil.copytree(exported, str(tmp_path / "elsewhere" / "1"))
     texts = ["The dog is [MASK].", "[MASK] [MASK] is a big city?"]
-    workdir = tmp_path / "workdir"
-    workdir.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-I", "-c", _LOADER, json.dumps([moved, texts])],
-        cwd=str(workdir), capture_output=True, text=True, timeout=600,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert proc.returncode == 0 and "RESULTS" in proc.stdout, proc.stderr[-3000:]
-    loaded = json.loads(proc.stdout.split("RESULTS", 1)[1])
+    loaded = tiny.serve_text_elsewhere(exported, texts, tmp_path, "fill_mask_export")
     here = _signature(exported, texts)
     assert sorted(loaded) == sorted(here)
     assert loaded["filled"] == here["filled"].astype(str).tolist()

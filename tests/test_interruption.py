@@ -67,9 +67,9 @@ def task(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("interrupt")
     data_dir = str(tmp / "data")
     _write_task(data_dir)
-    vocab = tiny.write_vocab(str(tmp), WORDS)
-    config = tiny.write_config(str(tmp), vocab_size=len(WORDS) + 6, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0)
+    vocab, config = tiny.write_model_files(tmp, WORDS, vocab_size=len(WORDS) + 6,
+                                           hidden_dropout_prob=0.0,
+                                           attention_probs_dropout_prob=0.0)
     return dict(tmp=tmp, data_dir=data_dir, vocab=vocab, config=config)
 
 
@@ -103,23 +103,14 @@ def _assert_same_variables(first, second):
         np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6, err_msg=name)
 
 
-class _Messages(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture
 def messages():
-    handler = _Messages()
+    handler = tiny.LogMessages()
     logger = logging.getLogger("tensorflow")
     logger.addHandler(handler)
     verbosity = tf.logging.get_verbosity()
     tf.logging.set_verbosity(tf.logging.INFO)
-    yield handler.lines
+    yield handler.messages
     tf.logging.set_verbosity(verbosity)
     logger.removeHandler(handler)
 

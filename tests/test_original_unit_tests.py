@@ -25,7 +25,6 @@ import functools
 import importlib.util
 import os
 import re
-import sys
 import types
 import unittest
 
@@ -33,6 +32,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import optimization
+import reference
 import tokenization
 
 OUR_MODULES = {"tokenization": tokenization, "optimization": optimization}
@@ -89,21 +89,14 @@ def _execute_with_our_module(name, path, source):
     import bert
     ours = OUR_MODULES[name]
     missing = object()
-    saved_modules = {key: sys.modules.get(key, missing) for key in ("bert." + name, name)}
     saved_attribute = getattr(bert, name, missing)
-    for key in saved_modules:
-        sys.modules[key] = ours
     setattr(bert, name, ours)
     try:
-        module = types.ModuleType("google_%s_test" % name)
-        module.__file__ = path
-        exec(compile(source, path, "exec"), module.__dict__)
+        with reference.modules_in_place({"bert." + name: ours, name: ours}):
+            module = types.ModuleType("google_%s_test" % name)
+            module.__file__ = path
+            exec(compile(source, path, "exec"), module.__dict__)
     finally:
-        for key, saved in saved_modules.items():
-            if saved is missing:
-                sys.modules.pop(key, None)
-            else:
-                sys.modules[key] = saved
         if saved_attribute is missing:
             delattr(bert, name)
         else:

@@ -359,10 +359,7 @@ def _write_scores(data_dir, seed=2, num_train=256, num_dev=48):
 
 
 def _model_files(directory):
-    words = WORDS + ["good", "bad", "it", "said", ","]
-    vocab = tiny.write_vocab(str(directory), words)
-    config = tiny.write_config(str(directory), vocab_size=len(tiny.SPECIAL_TOKENS) + len(words))
-    return vocab, config
+    return tiny.write_model_files(directory, WORDS + ["good", "bad", "it", "said", ","])
 
 
 def _flag_values(**overrides):
@@ -402,22 +399,28 @@ def _test_features(processor, data_dir, vocab, multi_label=False):
         multi_label=multi_label)
 
 
+def _full_run(tmp, write_data, **overrides):
+    """Writes a task's data (`write_data(data_dir)`) and the tiny model's
+    files under `tmp`, then runs main there: train, eval, predict and
+    export, with these flags. Returns the run's paths: {tmp, data_dir,
+    vocab, config, output_dir, export_dir}."""
+    paths = dict(tmp=tmp, data_dir=str(tmp / "data"), output_dir=str(tmp / "output"),
+                 export_dir=str(tmp / "export"))
+    write_data(paths["data_dir"])
+    paths["vocab"], paths["config"] = _model_files(tmp)
+    run_main(data_dir=paths["data_dir"], vocab_file=paths["vocab"],
+             bert_config_file=paths["config"], output_dir=paths["output_dir"],
+             do_train=True, do_eval=True, do_predict=True, export_dir=paths["export_dir"],
+             **overrides)
+    return paths
+
+
 @pytest.fixture(scope="module")
 def sentiment_run(tmp_path_factory):
     """Fine-tunes the tiny model on the three-class CSV task: train, eval,
     predict and export."""
-    tmp = tmp_path_factory.mktemp("sentiment")
-    data_dir = str(tmp / "data")
-    _write_sentiment(data_dir)
-    vocab, config = _model_files(tmp)
-    output_dir = str(tmp / "output")
-    export_dir = str(tmp / "export")
     # 256 examples / 16 * 10 epochs = 160 steps.
-    run_main(data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
-             output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
-             id_column="id", export_dir=export_dir)
-    return dict(tmp=tmp, data_dir=data_dir, vocab=vocab, config=config,
-                output_dir=output_dir, export_dir=export_dir)
+    return _full_run(tmp_path_factory.mktemp("sentiment"), _write_sentiment, id_column="id")
 
 
 @pytest.mark.slow
@@ -485,15 +488,10 @@ def test_saved_model_and_prediction_without_training(sentiment_run, tmp_path):
 
 @pytest.mark.slow
 def test_multi_label_end_to_end(tmp_path):
-    data_dir = str(tmp_path / "data")
-    _write_topics(data_dir)
-    vocab, config = _model_files(tmp_path)
-    output_dir = str(tmp_path / "output")
-    export_dir = str(tmp_path / "export")
-    run_main(data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
-             output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
-             multi_label=True, label_column="labels", id_column="id", export_dir=export_dir,
-             num_train_epochs=64.0)
+    run = _full_run(tmp_path, _write_topics, multi_label=True, label_column="labels",
+                    id_column="id", num_train_epochs=64.0)
+    data_dir, vocab, output_dir, export_dir = (
+        run[key] for key in ("data_dir", "vocab", "output_dir", "export_dir"))
     result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_loss", "eval_micro_f1", "eval_macro_f1", "global_step",
                            "loss"}
@@ -534,20 +532,15 @@ def test_multi_label_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_regression_end_to_end(tmp_path):
-    data_dir = str(tmp_path / "data")
-    _write_scores(data_dir)
-    vocab, config = _model_files(tmp_path)
-    output_dir = str(tmp_path / "output")
-    export_dir = str(tmp_path / "export")
     # TSV without a header: columns by number. At the other tests' learning
     # rate (2e-3) the tiny model stayed on the constant-prediction plateau in
     # about half of the seeds (either dropout); at 1e-3 it reached Pearson
     # 0.87-0.98 in all of 14 seeds tried.
-    run_main(data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
-             output_dir=output_dir, do_train=True, do_eval=True, do_predict=True,
-             regression=True, has_header=False, id_column="0", text_column="1",
-             label_column="2", num_train_epochs=6.0, learning_rate=1e-3,
-             export_dir=export_dir)
+    run = _full_run(tmp_path, _write_scores, regression=True, has_header=False,
+                    id_column="0", text_column="1", label_column="2", num_train_epochs=6.0,
+                    learning_rate=1e-3)
+    data_dir, vocab, output_dir, export_dir = (
+        run[key] for key in ("data_dir", "vocab", "output_dir", "export_dir"))
     result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     assert set(result) == {"eval_loss", "eval_pearson", "eval_spearman", "global_step", "loss"}
     assert result["eval_pearson"] > 0.8

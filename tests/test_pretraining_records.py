@@ -15,6 +15,7 @@ import tensorflow as tf
 from google import protobuf
 
 import pretraining_records as records
+import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,16 +33,6 @@ MAP_ORDER_IS_FIXED = int(protobuf.__version__.split(".")[0]) < 5
 
 def float32(values):
     return [float(v) for v in np.asarray(values, np.float32)]
-
-
-def parsed(data):
-    """Serialized tf.train.Example -> {name: (kind, values)}, by protobuf."""
-    example = tf.train.Example.FromString(data)
-    out = {}
-    for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof("kind")
-        out[name] = (kind, list(getattr(feature, kind).value))
-    return out
 
 
 def protobuf_example(values):
@@ -172,7 +163,7 @@ def test_encode_example_parses_to_the_same_values(allow_negative):
         values = random_features(rng, allow_negative)
         data = encode_example(values)
         kinds = {s.name: s.kind + "_list" for s in records.FEATURES}
-        assert parsed(data) == {name: (kinds[name], v) for name, v in values.items()}
+        assert tiny.example_features(data) == {name: (kinds[name], v) for name, v in values.items()}
         assert records.decode_example(data) == values
         # TensorFlow's own op, too (variable lengths: VarLenFeature).
         schema = {s.name: tf.io.VarLenFeature(tf.float32 if s.kind == "float" else tf.int64)
@@ -184,7 +175,7 @@ def test_encode_example_parses_to_the_same_values(allow_negative):
         if MAP_ORDER_IS_FIXED:
             assert data == expected
         else:
-            assert parsed(expected) == parsed(data)
+            assert tiny.example_features(expected) == tiny.example_features(data)
 
 
 def test_edge_values():
@@ -239,12 +230,12 @@ def test_unmasked_records_equal_encode_example_and_parse():
         values = {name: v for name, v in padded_features(
             input_ids, num_a, [], [], is_random_next, 40, 6).items() if name in schema}
         assert data == encode_example(values)
-        assert {name: v[1] for name, v in parsed(data).items()} == values
+        assert {name: v[1] for name, v in tiny.example_features(data).items()} == values
         tensors = tf.io.parse_single_example(data, schema)
         assert {name: t.numpy().tolist() for name, t in tensors.items()} == values
-        assert records.record_kind(parsed(data)) == records.UNMASKED
+        assert records.record_kind(tiny.example_features(data)) == records.UNMASKED
     masked = encoder.encode(*random_instance(rng, 1000, 40, 6))
-    assert records.record_kind(parsed(masked)) == records.MASKED
+    assert records.record_kind(tiny.example_features(masked)) == records.MASKED
 
 
 def test_protobuf_writes_the_encoders_map_order():
@@ -266,14 +257,14 @@ def test_any_entry_order_parses_the_same():
     byte identity depends on SERIALIZED_ORDER)."""
     rng = random.Random(5)
     values = random_features(rng)
-    reference = parsed(encode_example(values))
+    reference = tiny.example_features(encode_example(values))
     for _ in range(5):
         names = list(values)
         rng.shuffle(names)
         entries = b"".join(records._feature_entry(
             name, _packed(_SPECS[name].kind, values[name])) for name in names)
         data = b"\x0a" + records._varint(len(entries)) + entries
-        assert parsed(data) == reference
+        assert tiny.example_features(data) == reference
 
 
 def test_decode_example_reads_unpacked_lists():
@@ -292,7 +283,7 @@ def test_decode_example_reads_unpacked_lists():
     features = entry("input_ids", b"\x1a", int_list) + entry("masked_lm_weights", b"\x12",
                                                              float_list)
     data = b"\x0a" + records._varint(len(features)) + features
-    assert parsed(data) == {"input_ids": ("int64_list", [5, 300, -2]),
+    assert tiny.example_features(data) == {"input_ids": ("int64_list", [5, 300, -2]),
                             "masked_lm_weights": ("float_list", [1.0, 0.25])}
     decoded = records.decode_example(data)
     assert decoded["input_ids"] == [5, 300, -2]

@@ -162,8 +162,9 @@ def test_command_parses(all_flags, page, script, args, line):
         return
     # Demo, benchmarks and data generators (argparse or their own absl
     # flags, not importable side by side): each flag must appear in the
-    # source, or in that of the benchmarks' shared flags.
-    if "bench_common.define_model_flags" in source:
+    # source, or in that of the benchmarks' shared flags (define_model_flags,
+    # define_variant_flags).
+    if re.search(r"bench_common\.define_\w+_flags\(", source):
         with open(os.path.join(ROOT, "benchmarks", "bench_common.py"), encoding="utf-8") as f:
             source += f.read()
     for arg in args:

@@ -458,13 +458,8 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     vocab = tiny.write_vocab(str(tmp_path), words)
     config = tiny.write_config(str(tmp_path), vocab_size=len(tiny.SPECIAL_TOKENS) + len(words),
                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_SCRIPT, vocab, config, data_dir,
-         str(tmp_path / "model.ckpt")],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    out = tiny.run_library_script(_LIBRARY_SCRIPT, vocab, config, data_dir,
+                                  tmp_path / "model.ckpt")
     assert not out["parsed"]
 
     # The two training rows, laid out by hand: [CLS] A [SEP] B [SEP], padded
@@ -627,18 +622,7 @@ def run_main(**overrides):
 def _model_files(tmp_path):
     """The vocabulary and config of the end-to-end runs: one layer, enough
     for the synthetic tasks, so each run builds a smaller graph."""
-    vocab = tiny.write_vocab(str(tmp_path), WORDS + ["good"])
-    config = tiny.write_config(str(tmp_path), vocab_size=len(WORDS) + 6, num_hidden_layers=1)
-    return vocab, config
-
-
-class _LogCollector(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
+    return tiny.write_model_files(tmp_path, WORDS + ["good"], num_hidden_layers=1)
 
 
 @pytest.fixture(scope="module")
@@ -647,12 +631,10 @@ def mrpc_run(tmp_path_factory):
     train with evaluation every 64 steps and the best checkpoint kept, eval,
     predict and export."""
     tmp = tmp_path_factory.mktemp("mrpc")
-    data_dir = str(tmp / "data")
+    data_dir, output_dir, export_dir = (str(tmp / name) for name in ("data", "output", "export"))
     _write_mrpc_task(data_dir)
     vocab, config = _model_files(tmp)
-    output_dir = str(tmp / "output")
-    export_dir = str(tmp / "export")
-    collector = _LogCollector()
+    collector = tiny.LogMessages()
     logging.getLogger("tensorflow").addHandler(collector)
     try:
         # 256 examples / 16 * 8 epochs = 128 steps.
@@ -810,7 +792,7 @@ def test_predict_and_export_from_a_fine_tuned_init_checkpoint(mrpc_run, tmp_path
     best = tf.train.latest_checkpoint(os.path.join(mrpc_run["output_dir"], "best"))
     export_dir = str(tmp_path / "export")
     output_dir = str(tmp_path / "out")
-    collector = _LogCollector()
+    collector = tiny.LogMessages()
     logging.getLogger("tensorflow").addHandler(collector)
     try:
         run_main(task_name="MRPC", data_dir=mrpc_run["data_dir"], vocab_file=mrpc_run["vocab"],
@@ -864,7 +846,7 @@ def test_predict_only_run_follows_the_run_record(mrpc_run, tmp_path):
     os.makedirs(output_dir)
     _copy_best_checkpoint(mrpc_run, output_dir)
     shutil.copy(os.path.join(mrpc_run["output_dir"], "run_config.json"), output_dir)
-    collector = _LogCollector()
+    collector = tiny.LogMessages()
     logging.getLogger("tensorflow").addHandler(collector)
     try:
         tiny.run_main_seeded(run_classifier.main, dict(
@@ -914,7 +896,7 @@ def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
     (tmp_path / "run_config.json").write_text(json.dumps(record))
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
-    collector = _LogCollector()
+    collector = tiny.LogMessages()
     logging.getLogger("tensorflow").addHandler(collector)
     verbosity = tf.logging.get_verbosity()
     tf.logging.set_verbosity(tf.logging.INFO)
@@ -1077,7 +1059,7 @@ def test_bad_data_stops_before_training(good_inputs, file_name, rows, message):
 def test_max_train_steps_cuts_the_run_short(good_inputs):
     """--max_train_steps=3 of 8 examples / 2 * 10 epochs = 40 steps: the run
     stops at step 3, and says so once."""
-    collector = _LogCollector()
+    collector = tiny.LogMessages()
     logging.getLogger("tensorflow").addHandler(collector)
     verbosity = tf.logging.get_verbosity()
     tf.logging.set_verbosity(tf.logging.INFO)

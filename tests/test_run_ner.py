@@ -7,8 +7,6 @@ only be solved from context), its outputs, SavedModel and bad input."""
 import json
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -634,19 +632,6 @@ def test_test_and_text_predictions(ner_run):
     assert run_ner.evaluate_tags(expected, [[r[1] for r in s] for s in rows])["f1"] >= 0.8
 
 
-def _saved_model_probabilities(export_dir, windows):
-    (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
-    with tf.Graph().as_default(), tf.Session() as sess:
-        meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["serving_ids"]
-        assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
-        assert set(signature.outputs) == {"probabilities"}
-        feed = {signature.inputs[name].name: np.array([getattr(w, name) for w in windows],
-                                                      dtype=np.int32)
-                for name in ("input_ids", "input_mask", "segment_ids")}
-        return sess.run(signature.outputs["probabilities"].name, feed), path
-
-
 @pytest.mark.slow
 def test_saved_model_as_the_docs_use_it(ner_run):
     """docs/ner.md: words -> windows -> the signature -> a tag per word."""
@@ -656,7 +641,7 @@ def test_saved_model_as_the_docs_use_it(ner_run):
     words = [w for w in test.documents[0][0].words]
     windows = run_ner.convert_document(words, None, pieces, max_seq_length=24, doc_stride=8,
                                        is_training=False)
-    outputs, path = _saved_model_probabilities(ner_run["export_dir"], windows)
+    outputs, path = tiny.serving_ids_probabilities(ner_run["export_dir"], windows)
     with open(os.path.join(path, "assets.extra", "ner_labels.json")) as f:
         saved = json.load(f)
     # The model's tags are IOB2 (O, then B-/I- per type); the data were IOB1.
@@ -861,13 +846,8 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     vocab, _ = _model_files(tmp_path)
     config = tiny.write_config(str(tmp_path), vocab_size=40, hidden_dropout_prob=0.0,
                                attention_probs_dropout_prob=0.0)
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_SCRIPT, vocab, config, data,
-         str(tmp_path / "train.tf_record"), str(tmp_path / "model.ckpt")],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    out = tiny.run_library_script(_LIBRARY_SCRIPT, vocab, config, data,
+                                  tmp_path / "train.tf_record", tmp_path / "model.ckpt")
     assert not out["parsed"]
     assert out["scheme"] == "iob1"
     assert out["labels"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]

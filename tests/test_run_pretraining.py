@@ -2,11 +2,8 @@
 input pipeline, input checking, and short end-to-end runs (training shows
 learning; restoring a checkpoint with cls/* variables)."""
 
-import json
 import logging
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -579,13 +576,7 @@ print("JSON" + json.dumps(out))
 def test_building_blocks_work_as_a_library_with_flags_unparsed(setup):
     """In a fresh process that never parses flags: input_fn_builder reads the
     records back and model_fn_builder's EVAL and TRAIN specs run."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_SCRIPT, setup["config"], setup["data"], str(SEQ),
-         str(PRED)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    out = tiny.run_library_script(_LIBRARY_SCRIPT, setup["config"], setup["data"], SEQ, PRED)
     assert not out["parsed"]
     # Evaluation reads the file in order: the first four instances written.
     for name, values in out["batch"].items():

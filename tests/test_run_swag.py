@@ -8,8 +8,6 @@ import csv
 import json
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -296,20 +294,9 @@ def test_saved_model_reproduces_the_predictions(swag_run):
     tokenizer = tokenization.FullTokenizer(swag_run["vocab"], do_lower_case=True)
     test = run_swag.read_swag_csv(os.path.join(swag_run["data_dir"], "test.csv"))
     features = [run_swag.convert_example(e, 16, tokenizer) for e in test]
-    (path,) = [os.path.join(swag_run["export_dir"], d)
-               for d in os.listdir(swag_run["export_dir"])]
-    with tf.Graph().as_default(), tf.Session() as sess:
-        meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["serving_ids"]
-        assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
-        assert set(signature.outputs) == {"probabilities"}
-        feed = {signature.inputs[name].name: np.array([getattr(f, name) for f in features],
-                                                      dtype=np.int32)
-                for name in ("input_ids", "input_mask", "segment_ids")}
-        served = sess.run(signature.outputs["probabilities"].name, feed)
-        # Any number of choices: the first two endings only.
-        two = sess.run(signature.outputs["probabilities"].name,
-                       {k: v[:, :2] for k, v in feed.items()})
+    served, path = tiny.serving_ids_probabilities(swag_run["export_dir"], features)
+    # Any number of choices: the first two endings only.
+    two, _ = tiny.serving_ids_probabilities(swag_run["export_dir"], features, first_choices=2)
     _, rows = _read_test_results(swag_run["output_dir"])
     np.testing.assert_allclose(served, [[float(x) for x in r[2:]] for r in rows], atol=1e-5)
     # The shared scorer: two choices get the softmax of the same two scores.
@@ -457,13 +444,8 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(tmp_path):
     # Every word is in the vocabulary, so the three endings differ and their
     # scores are not exact ties (an argmax over ties may go either way).
     vocab, config = _model_files(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_SCRIPT, vocab, config, data,
-         str(tmp_path / "dev.tf_record"), str(tmp_path / "model.ckpt")],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.split("JSON", 1)[1])
+    out = tiny.run_library_script(_LIBRARY_SCRIPT, vocab, config, data,
+                                  tmp_path / "dev.tf_record", tmp_path / "model.ckpt")
     assert not out["parsed"]
     probabilities = np.array(out["predict"]["probabilities"])
     assert probabilities.shape == (2, 3)

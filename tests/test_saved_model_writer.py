@@ -59,3 +59,39 @@ def test_a_read_variable_missing_fails_in_one_line(tmp_path):
     assert str(raised.value) == ("checkpoint %s lacks 1 variable(s) the export reads, e.g. b"
                                  % checkpoint)
     assert not os.path.exists(export_dir)
+
+
+def test_a_failed_write_removes_its_temporary_folder(tmp_path):
+    """A write that fails after the SavedModel is in its temp-<stamp> folder
+    (an assets.extra file that is not there) raises and leaves nothing in
+    the export folder."""
+    checkpoint = _checkpoint(str(tmp_path / "model.ckpt"), w=[2.0, -1.0], b=0.5)
+    export_dir = tmp_path / "export"
+    with pytest.raises(tf.errors.NotFoundError):
+        saved_model_writer.write_saved_model(
+            _build_signatures, checkpoint, str(export_dir),
+            assets_extra=[str(tmp_path / "absent.json")])
+    assert os.listdir(export_dir) == []
+
+
+def test_an_interrupted_write_removes_only_its_own_temporary_folder(tmp_path, monkeypatch):
+    """Ctrl-C at the last step (the fingerprint) removes this write's
+    temp-<stamp> folder; another writer's folder of the same second stays,
+    and this write took the next free stamp."""
+    checkpoint = _checkpoint(str(tmp_path / "model.ckpt"), w=[2.0, -1.0], b=0.5)
+    export_dir = tmp_path / "export"
+    (export_dir / "temp-1000").mkdir(parents=True)
+    (export_dir / "temp-1000" / "theirs").write_text("x")
+    monkeypatch.setattr(saved_model_writer.time, "time", lambda: 1000.4)
+    seen = []
+
+    def interrupt(path):
+        seen.append((os.path.basename(path), sorted(os.listdir(path))))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(saved_model_writer, "_write_fingerprint", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        saved_model_writer.write_saved_model(_build_signatures, checkpoint, str(export_dir))
+    assert seen == [("temp-1001", ["saved_model.pb", "variables"])]
+    assert os.listdir(export_dir) == ["temp-1000"]
+    assert os.listdir(export_dir / "temp-1000") == ["theirs"]

@@ -347,21 +347,34 @@ QUESTIONS = [("Who led the company?",
 @pytest.mark.slow
 def test_predict_answers_a_file(trained, tmp_path):
     _, _, export_dir = trained["v1"]
+    # A two-piece context has three spans: fewer than n_best_size (5).
+    questions = QUESTIONS + [("Who led the company?", "Steve.")]
     expected = test_serving._run_signature(export_dir, serving.TEXT_SIGNATURE, {
-        "question": [q.encode() for q, _ in QUESTIONS],
-        "context": [c.encode() for _, c in QUESTIONS]})
+        "question": [q.encode() for q, _ in questions],
+        "context": [c.encode() for _, c in questions]})
     (tmp_path / "in.jsonl").write_text("".join(
         json.dumps({"id": i, "question": q, "context": c}) + "\n"
-        for i, (q, c) in enumerate(QUESTIONS)), encoding="utf-8")
+        for i, (q, c) in enumerate(questions)), encoding="utf-8")
     (tmp_path / "in.tsv").write_text("question\tcontext\n" + "".join(
-        "%s\t%s\n" % qc for qc in QUESTIONS), encoding="utf-8")
+        "%s\t%s\n" % qc for qc in questions), encoding="utf-8")
     for name in ("in.jsonl", "in.tsv"):
         out = test_predict._predict(os.path.dirname(export_dir), input_file=str(tmp_path / name),
                                     output_file=str(tmp_path / (name + ".out")))
         assert [o["answer"] for o in out] == [a.decode() for a in expected["answer"]], name
         assert [o["answer_start"] for o in out] == expected["answer_start"].tolist()
-        for o, (_, context) in zip(out, QUESTIONS):
+        assert len(out) == len(questions)
+        for i, (o, (_, context)) in enumerate(zip(out, questions)):
             assert o["answer"] == context[o["answer_start"]:o["answer_end"]]
+            # The n-best is cut to its num_answers (the signature pads it).
+            count = int(expected["num_answers"][i])
+            assert 1 <= o["num_answers"] == count
+            assert o["answers"] == [a.decode() for a in expected["answers"][i, :count]]
+            np.testing.assert_allclose(o["answer_scores"], expected["answer_scores"][i, :count],
+                                       atol=1e-6)
+            assert o["answer_starts"] == expected["answer_starts"][i, :count].tolist()
+            assert o["answer_ends"] == expected["answer_ends"][i, :count].tolist()
+        # The signature padded the short one's, so there was a cut.
+        assert expected["num_answers"][-1] < expected["answers"].shape[1]
 
 
 def _documented_curl():

@@ -1,6 +1,7 @@
 """Small shared builders for tests: a tiny vocabulary and BERT config."""
 
 import json
+import logging
 import os
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -40,6 +41,102 @@ def write_config(directory, vocab_size, name="bert_config.json", **overrides):
     with open(path, "w") as f:
         json.dump(tiny_config_dict(vocab_size, **overrides), f, indent=2)
     return path
+
+
+def write_model_files(directory, words, vocab_size=None, **overrides):
+    """Writes a vocabulary of SPECIAL_TOKENS + `words` and a tiny config (of
+    `vocab_size` ids, default the vocabulary's size, and `overrides`) to
+    `directory`; returns (vocab path, config path)."""
+    vocab = write_vocab(str(directory), words)
+    if vocab_size is None:
+        vocab_size = len(SPECIAL_TOKENS) + len(words)
+    return vocab, write_config(str(directory), vocab_size=vocab_size, **overrides)
+
+
+class LogMessages(logging.Handler):
+    """A logging handler that keeps each record's message in `messages`."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def example_features(record):
+    """A serialized tf.train.Example -> {feature name: (kind, list of
+    values)}, read by protobuf alone."""
+    import tensorflow as tf
+    example = tf.train.Example.FromString(record)
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[name] = (kind, list(getattr(feature, kind).value))
+    return out
+
+
+def serving_ids_probabilities(export_dir, features, first_choices=None):
+    """Runs the serving_ids signature of the one SavedModel in `export_dir`
+    (after checking its inputs and outputs) on the features' input_ids,
+    input_mask and segment_ids (each [len(features), ...] int32; with
+    `first_choices`, a multiple-choice model's, only that many first
+    entries of axis 1). Returns (its "probabilities", the SavedModel's
+    path)."""
+    import numpy as np
+    import tensorflow.compat.v1 as tf
+    (path,) = [os.path.join(export_dir, d) for d in os.listdir(export_dir)]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        meta = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING], path)
+        signature = meta.signature_def["serving_ids"]
+        assert set(signature.inputs) == {"input_ids", "input_mask", "segment_ids"}
+        assert set(signature.outputs) == {"probabilities"}
+        feed = {signature.inputs[name].name: np.array([getattr(f, name) for f in features],
+                                                      dtype=np.int32)
+                for name in ("input_ids", "input_mask", "segment_ids")}
+        if first_choices:
+            feed = {k: v[:, :first_choices] for k, v in feed.items()}
+        return sess.run(signature.outputs["probabilities"].name, feed), path
+
+
+# Runs with `python -I` (argv[1]: JSON [module, SavedModel folder, texts]):
+# fails if `module` of this repository is importable, else prints
+# "RESULTS" + JSON {output name: values as lists, strings decoded}.
+_BARE_LOADER = r"""
+import importlib, json, sys
+module, path, texts = json.loads(sys.argv[1])
+try:
+    importlib.import_module(module)
+    sys.exit("this repository is importable")
+except ImportError:
+    pass
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+outputs = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))
+outputs = {k: v.numpy().astype(str) if v.dtype == tf.string else v.numpy()
+           for k, v in outputs.items()}
+print("RESULTS" + json.dumps({k: v.tolist() for k, v in outputs.items()}))
+"""
+
+
+def serve_text_elsewhere(export_dir, texts, tmp_path, module):
+    """Copies the text export `export_dir` to tmp_path/elsewhere/1 and calls
+    its serving_default on `texts` with `python -I` from tmp_path/workdir,
+    with only PATH and TF_CPP_MIN_LOG_LEVEL in the environment (so that
+    nothing of this repository, such as `module`, is importable). Returns
+    {output name: nested lists; strings as str}."""
+    import shutil
+    import subprocess
+    import sys
+    moved = shutil.copytree(export_dir, str(tmp_path / "elsewhere" / "1"))
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _BARE_LOADER, json.dumps([module, moved, texts])],
+        cwd=str(workdir), capture_output=True, text=True, timeout=600,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0 and "RESULTS" in proc.stdout, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("RESULTS", 1)[1])
 
 
 def run_main_seeded(main, flag_values, seed=1234):
@@ -172,6 +269,20 @@ from absl import flags
 import modeling, runtime, tiny, tokenization
 assert not flags.FLAGS.is_parsed()
 """
+
+
+def run_library_script(script, *args):
+    """Runs the Python program `script` (say, LIBRARY_PRELUDE + a test's
+    lines) with `args` in a fresh interpreter from the repository root,
+    checks that it succeeded and returns the JSON it printed after "JSON"."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", script] + [str(a) for a in args],
+                          capture_output=True, text=True, cwd=root, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("JSON", 1)[1])
 
 
 # Runs several Python programs at the cost of one TensorFlow import (about
