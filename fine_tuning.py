@@ -448,11 +448,11 @@ class Head:
     Attributes:
       loss: float32 scalar, the mean loss (TRAIN and EVAL).
       eval_metrics: (metric_fn, tensors), the EVAL metrics (see
-        `runtime.TPUEstimatorSpec`); None where the task has no EVAL mode.
-      predictions: name -> tensor [batch, ...], what PREDICT returns; None
-        where the task has no PREDICT mode.
+        `runtime.TPUEstimatorSpec`).
+      predictions: name -> tensor [batch, ...], what PREDICT returns.
       export_outputs: name -> tensor [batch, ...], the outputs of the
-        default serving signature; None: none (the task exports otherwise).
+        default serving signature in PREDICT; None: none (the task exports
+        otherwise).
     """
 
     loss: object = None
@@ -463,7 +463,8 @@ class Head:
 
 def task_model_fn(build_head, init_checkpoint, learning_rate, num_train_steps,
                   num_warmup_steps, use_tpu, options=None, count_tokens=True,
-                  passed_through=()):
+                  passed_through=(), modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.EVAL,
+                                            runtime.ModeKeys.PREDICT)):
     """A task's model_fn for the runner (TPUEstimator API), from its head:
     logs the features, builds the head, sets the trainable variables up to
     start from `init_checkpoint` (`checkpoints.init_from_checkpoint`, which
@@ -486,12 +487,12 @@ def task_model_fn(build_head, init_checkpoint, learning_rate, num_train_steps,
       passed_through: names of features that PREDICT returns as they come,
         where the features have them (label_ids and is_real_example, to
         score the predictions by).
+      modes: the modes the task has; another raises ValueError.
 
     Returns:
       model_fn(features, labels, mode, params) -> runtime.TPUEstimatorSpec.
       `labels` goes unused (the targets come among the features);
-      params["batch_size"] is a training batch's size. A mode whose part
-      the head leaves None raises ValueError.
+      params["batch_size"] is a training batch's size.
     """
 
     def model_fn(features, labels, mode, params):
@@ -501,7 +502,10 @@ def task_model_fn(build_head, init_checkpoint, learning_rate, num_train_steps,
         head = build_head(features, mode)
         scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
-        if mode == runtime.ModeKeys.TRAIN and head.loss is not None:
+        if mode not in modes:
+            raise ValueError("%s's model_fn supports %s, not %s"
+                             % (build_head.__module__, " and ".join(modes), mode))
+        if mode == runtime.ModeKeys.TRAIN:
             tokens_per_step = None
             if count_tokens:
                 tokens_per_step = params["batch_size"]
@@ -512,25 +516,21 @@ def task_model_fn(build_head, init_checkpoint, learning_rate, num_train_steps,
                 options, examples_per_step=params["batch_size"],
                 tokens_per_step=tokens_per_step, scaffold_fn=scaffold_fn)
 
-        if mode == runtime.ModeKeys.EVAL and head.eval_metrics is not None:
+        if mode == runtime.ModeKeys.EVAL:
             return runtime.TPUEstimatorSpec(mode=mode, loss=head.loss,
                                             eval_metrics=head.eval_metrics,
                                             scaffold_fn=scaffold_fn)
 
-        if mode == runtime.ModeKeys.PREDICT and head.predictions is not None:
-            predictions = dict(head.predictions)
-            for name in passed_through:
-                if name in features:
-                    predictions[name] = features[name]
-            export_outputs = None
-            if head.export_outputs is not None:
-                export_outputs = {tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
-                                  runtime.PredictOutput(head.export_outputs)}
-            return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
-                                            export_outputs=export_outputs,
-                                            scaffold_fn=scaffold_fn)
-
-        raise ValueError("%s's model_fn has no %s mode" % (build_head.__module__, mode))
+        predictions = dict(head.predictions)
+        for name in passed_through:
+            if name in features:
+                predictions[name] = features[name]
+        export_outputs = None
+        if head.export_outputs is not None:
+            export_outputs = {tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
+                              runtime.PredictOutput(head.export_outputs)}
+        return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
+                                        export_outputs=export_outputs, scaffold_fn=scaffold_fn)
 
     return model_fn
 

@@ -793,8 +793,9 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         return fine_tuning.Head(predictions={"probabilities": probabilities},
                                 export_outputs={"probabilities": probabilities})
 
-    return fine_tuning.task_model_fn(build_head, init_checkpoint, learning_rate,
-                                     num_train_steps, num_warmup_steps, use_tpu, options)
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT))
 
 
 # ---------------------------------------------------------------------------

@@ -184,12 +184,12 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         metric_inputs = [masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
                          masked_lm_weights, next_sentence_example_loss,
                          next_sentence_log_probs, next_sentence_labels]
-        # No PREDICT: pre-training only trains and evaluates.
         return fine_tuning.Head(loss=masked_lm_loss + next_sentence_loss,
                                 eval_metrics=(metric_fn, metric_inputs))
 
-    return fine_tuning.task_model_fn(build_head, init_checkpoint, learning_rate,
-                                     num_train_steps, num_warmup_steps, use_tpu, options)
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.EVAL))
 
 
 def metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,

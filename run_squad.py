@@ -749,8 +749,9 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                                              "start_logits": start_logits,
                                              "end_logits": end_logits})
 
-    return fine_tuning.task_model_fn(build_head, init_checkpoint, learning_rate,
-                                     num_train_steps, num_warmup_steps, use_tpu, options)
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT))
 
 
 # ---------------------------------------------------------------------------

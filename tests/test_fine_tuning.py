@@ -110,18 +110,20 @@ def test_training_starts_from_the_init_checkpoint(tmp_path):
     assert sorted(out) == ["logits", "probabilities"]
 
 
-def test_a_mode_the_head_leaves_out_raises():
+def test_a_mode_the_task_has_not_raises():
     def predict_only(features, mode):
         w = tf.get_variable("toy/w", initializer=tf.constant(W0))
         return fine_tuning.Head(predictions={"logits": tf.matmul(features["x"], w)})
 
     for mode in (M.TRAIN, M.EVAL):
         with tf.Graph().as_default():
-            with pytest.raises(ValueError, match="test_fine_tuning's model_fn has no %s" % mode):
-                _model_fn(predict_only)(_features(), None, mode, {"batch_size": 3})
+            with pytest.raises(ValueError, match="test_fine_tuning's model_fn supports "
+                                                 "infer, not %s" % mode):
+                _model_fn(predict_only, modes=(M.PREDICT,))(
+                    _features(), None, mode, {"batch_size": 3})
     with tf.Graph().as_default():
         # No features passed through unless named.
-        spec = _model_fn(predict_only)(_features(), None, M.PREDICT, {})
+        spec = _model_fn(predict_only, modes=(M.PREDICT,))(_features(), None, M.PREDICT, {})
         assert list(spec.predictions) == ["logits"]
 
 
