@@ -1153,79 +1153,36 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       returns only the first.
     """
 
-    def model_fn(features, labels, mode, params):
-        """See model_fn_builder."""
-        del labels  # The labels are among the features.
-        input_pipeline.log_features(features)
+    def build_head(features, mode):
         input_ids = features["input_ids"]
-        if "label_ids" in features:
-            label_ids = features["label_ids"]
-        else:  # A serving request.
-            label_shape = tf.shape(input_ids)[:1]
-            if multi_label:
-                label_shape = tf.concat([label_shape, [num_labels]], axis=0)
-            label_ids = tf.zeros(label_shape,
-                                 dtype=tf.float32 if is_regression else tf.int32)
-        if "is_real_example" in features:
-            is_real_example = tf.cast(features["is_real_example"], dtype=tf.float32)
-        else:
-            is_real_example = tf.ones(tf.shape(input_ids)[:1], dtype=tf.float32)
-
+        label_ids, is_real_example = fine_tuning.example_labels(
+            features, [num_labels] if multi_label else (),
+            dtype=tf.float32 if is_regression else tf.int32)
         if document_windows and mode == runtime.ModeKeys.TRAIN:
             total_loss, _ = create_document_model(
                 bert_config, True, input_ids, features["input_mask"], features["segment_ids"],
                 label_ids, num_labels, use_one_hot_embeddings, document_windows,
                 is_regression=is_regression, multi_label=multi_label, options=options,
                 fixed_shapes=use_tpu)
-        else:
-            total_loss, per_example_loss, logits, probabilities = create_model(
-                bert_config, mode == runtime.ModeKeys.TRAIN, input_ids,
-                features["input_mask"], features["segment_ids"], label_ids, num_labels,
-                use_one_hot_embeddings, is_regression=is_regression, multi_label=multi_label,
-                options=options)
-
-        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
-
-        if mode == runtime.ModeKeys.TRAIN:
-            return training.train_spec(
-                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
-                options, examples_per_step=params["batch_size"], scaffold_fn=scaffold_fn)
-
-        if mode == runtime.ModeKeys.EVAL:
-            def metric_fn(per_example_loss, label_ids, logits, is_real_example):
-                # Padding examples (TPU) have is_real_example 0: no weight.
-                metrics = {"eval_loss": tf.metrics.mean(values=per_example_loss,
-                                                        weights=is_real_example)}
-                # Multi-label metrics (F1) come from the NumPy pass in `evaluate`.
-                if not (is_regression or multi_label):
-                    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
-                    metrics["eval_accuracy"] = tf.metrics.accuracy(
-                        labels=label_ids, predictions=predicted, weights=is_real_example)
-                return metrics
-
-            return runtime.TPUEstimatorSpec(
-                mode=mode,
-                loss=total_loss,
-                eval_metrics=(metric_fn,
-                              [per_example_loss, label_ids, logits, is_real_example]),
-                scaffold_fn=scaffold_fn)
-
+            return fine_tuning.Head(loss=total_loss)
+        total_loss, per_example_loss, logits, probabilities = create_model(
+            bert_config, mode == runtime.ModeKeys.TRAIN, input_ids,
+            features["input_mask"], features["segment_ids"], label_ids, num_labels,
+            use_one_hot_embeddings, is_regression=is_regression, multi_label=multi_label,
+            options=options)
         output_name = "scores" if is_regression else "probabilities"
-        # The logits too: windows of one input are combined over them.
-        predictions = {output_name: probabilities, "logits": logits}
-        for name in ("label_ids", "is_real_example"):
-            if name in features:
-                predictions[name] = features[name]
-        return runtime.TPUEstimatorSpec(
-            mode=mode,
-            predictions=predictions,
-            export_outputs={
-                tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
-                    runtime.PredictOutput({output_name: probabilities}),
-            },
-            scaffold_fn=scaffold_fn)
+        # Multi-label metrics (F1) come from the NumPy pass in `evaluate`.
+        metric_fn = fine_tuning.loss_and_accuracy(not (is_regression or multi_label))
+        return fine_tuning.Head(
+            loss=total_loss,
+            eval_metrics=(metric_fn, [per_example_loss, label_ids, logits, is_real_example]),
+            # The logits too: windows of one input are combined over them.
+            predictions={output_name: probabilities, "logits": logits},
+            export_outputs={output_name: probabilities})
 
-    return model_fn
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, count_tokens=False, passed_through=("label_ids", "is_real_example"))
 
 
 def input_fn_builder(features, seq_length, is_training, drop_remainder):

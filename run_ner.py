@@ -781,33 +781,21 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     seq_length, num_labels]}, which is also the serving signature.
     """
 
-    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        input_pipeline.log_features(features)
-        input_ids = features["input_ids"]
+    def build_head(features, mode):
         is_training = mode == runtime.ModeKeys.TRAIN
         logits, probabilities = create_model(
-            bert_config, is_training, input_ids, features["input_mask"],
+            bert_config, is_training, features["input_ids"], features["input_mask"],
             features["segment_ids"], num_labels, use_one_hot_embeddings, options)
-        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
+        if is_training:
+            return fine_tuning.Head(
+                loss=masked_loss(logits, features["label_ids"], features["label_mask"]))
+        # No EVAL: the tags are scored by the words they mark (`score_file`).
+        return fine_tuning.Head(predictions={"probabilities": probabilities},
+                                export_outputs={"probabilities": probabilities})
 
-        if mode == runtime.ModeKeys.TRAIN:
-            loss = masked_loss(logits, features["label_ids"], features["label_mask"])
-            seq_length = modeling.get_shape_list(input_ids)[1]
-            return training.train_spec(
-                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
-                examples_per_step=params["batch_size"],
-                tokens_per_step=params["batch_size"] * seq_length, scaffold_fn=scaffold_fn)
-        if mode == runtime.ModeKeys.PREDICT:
-            return runtime.TPUEstimatorSpec(
-                mode=mode, predictions={"probabilities": probabilities},
-                export_outputs={
-                    tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
-                        runtime.PredictOutput({"probabilities": probabilities}),
-                },
-                scaffold_fn=scaffold_fn)
-        raise ValueError("Only TRAIN and PREDICT modes are supported: %s" % mode)
-
-    return model_fn
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT))
 
 
 # ---------------------------------------------------------------------------

@@ -174,10 +174,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
       tensors [batch, length].
     """
 
-    def model_fn(features, labels, mode, params):
-        """See model_fn_builder."""
-        del labels  # Everything comes in `features`.
-        input_pipeline.log_features(features)
+    def build_head(features, mode):
         masked_lm_ids = features["masked_lm_ids"]
         masked_lm_weights = features["masked_lm_weights"]
         next_sentence_labels = features["next_sentence_labels"]
@@ -193,31 +190,15 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         (next_sentence_loss, next_sentence_example_loss,
          next_sentence_log_probs) = get_next_sentence_output(
             bert_config, model.get_pooled_output(), next_sentence_labels)
-        total_loss = masked_lm_loss + next_sentence_loss
+        metric_inputs = [masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
+                         masked_lm_weights, next_sentence_example_loss,
+                         next_sentence_log_probs, next_sentence_labels]
+        return fine_tuning.Head(loss=masked_lm_loss + next_sentence_loss,
+                                eval_metrics=(metric_fn, metric_inputs))
 
-        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
-
-        if mode == runtime.ModeKeys.TRAIN:
-            batch_size = params["batch_size"]
-            seq_length = modeling.get_shape_list(features["input_ids"], expected_rank=2)[1]
-            return training.train_spec(
-                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
-                options, examples_per_step=batch_size,
-                tokens_per_step=batch_size * seq_length, scaffold_fn=scaffold_fn)
-
-        if mode == runtime.ModeKeys.EVAL:
-            metric_inputs = [masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
-                             masked_lm_weights, next_sentence_example_loss,
-                             next_sentence_log_probs, next_sentence_labels]
-            return runtime.TPUEstimatorSpec(
-                mode=mode,
-                loss=total_loss,
-                eval_metrics=(metric_fn, metric_inputs),
-                scaffold_fn=scaffold_fn)
-
-        raise ValueError("Pre-training has no %s mode (only train and eval)" % mode)
-
-    return model_fn
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.EVAL))
 
 
 def metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,

@@ -737,11 +737,9 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
       seq_length]. Other modes raise ValueError.
     """
 
-    def model_fn(features, labels, mode, params):
+    def build_head(features, mode):
         """features: unique_ids, input_ids, input_mask, segment_ids (and
-        start_positions, end_positions for TRAIN), int32; params: batch_size."""
-        del labels  # The targets are in `features`.
-        input_pipeline.log_features(features)
+        start_positions, end_positions for TRAIN), int32."""
         is_training = mode == runtime.ModeKeys.TRAIN
         start_logits, end_logits = create_model(
             bert_config=bert_config,
@@ -751,25 +749,18 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             segment_ids=features["segment_ids"],
             use_one_hot_embeddings=use_one_hot_embeddings,
             options=options)
-        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
+        if is_training:
+            return fine_tuning.Head(
+                loss=(_position_loss(start_logits, features["start_positions"]) +
+                      _position_loss(end_logits, features["end_positions"])) / 2.0)
+        # No serving signature: squad_export exports with one of its own.
+        return fine_tuning.Head(predictions={"unique_ids": features["unique_ids"],
+                                             "start_logits": start_logits,
+                                             "end_logits": end_logits})
 
-        if mode == runtime.ModeKeys.TRAIN:
-            loss = (_position_loss(start_logits, features["start_positions"]) +
-                    _position_loss(end_logits, features["end_positions"])) / 2.0
-            seq_length = modeling.get_shape_list(features["input_ids"])[1]
-            return training.train_spec(
-                loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu, options,
-                examples_per_step=params["batch_size"],
-                tokens_per_step=params["batch_size"] * seq_length, scaffold_fn=scaffold_fn)
-        if mode == runtime.ModeKeys.PREDICT:
-            predictions = {"unique_ids": features["unique_ids"],
-                           "start_logits": start_logits,
-                           "end_logits": end_logits}
-            return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
-                                            scaffold_fn=scaffold_fn)
-        raise ValueError("run_squad's model_fn supports TRAIN and PREDICT, not %s" % mode)
-
-    return model_fn
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT))
 
 
 # ---------------------------------------------------------------------------

@@ -362,59 +362,22 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     signature returns the probabilities.
     """
 
-    def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
-        input_pipeline.log_features(features)
-        input_ids = features["input_ids"]
-        if "label_ids" in features:
-            label_ids = features["label_ids"]
-        else:  # Serving: no labels.
-            label_ids = tf.zeros(tf.shape(input_ids)[:1], dtype=tf.int32)
-        if "is_real_example" in features:
-            is_real_example = tf.cast(features["is_real_example"], tf.float32)
-        else:
-            is_real_example = tf.ones(tf.shape(label_ids), dtype=tf.float32)
-        is_training = mode == runtime.ModeKeys.TRAIN
+    def build_head(features, mode):
+        label_ids, is_real_example = fine_tuning.example_labels(features)
         total_loss, per_example_loss, logits, probabilities = create_model(
-            bert_config, is_training, input_ids, features["input_mask"],
-            features["segment_ids"], label_ids, use_one_hot_embeddings, options)
-        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
+            bert_config, mode == runtime.ModeKeys.TRAIN, features["input_ids"],
+            features["input_mask"], features["segment_ids"], label_ids,
+            use_one_hot_embeddings, options)
+        return fine_tuning.Head(
+            loss=total_loss,
+            eval_metrics=(fine_tuning.loss_and_accuracy(),
+                          [per_example_loss, label_ids, logits, is_real_example]),
+            predictions={"probabilities": probabilities},
+            export_outputs={"probabilities": probabilities})
 
-        if mode == runtime.ModeKeys.TRAIN:
-            num_choices, seq_length = modeling.get_shape_list(input_ids)[1:]
-            return training.train_spec(
-                total_loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
-                options, examples_per_step=params["batch_size"],
-                tokens_per_step=params["batch_size"] * num_choices * seq_length,
-                scaffold_fn=scaffold_fn)
-        if mode == runtime.ModeKeys.EVAL:
-
-            def metric_fn(per_example_loss, label_ids, logits, is_real_example):
-                # TPU padding examples have weight 0.
-                predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-                return {
-                    "eval_accuracy": tf.metrics.accuracy(
-                        labels=label_ids, predictions=predictions, weights=is_real_example),
-                    "eval_loss": tf.metrics.mean(values=per_example_loss,
-                                                 weights=is_real_example),
-                }
-
-            return runtime.TPUEstimatorSpec(
-                mode=mode, loss=total_loss, scaffold_fn=scaffold_fn,
-                eval_metrics=(metric_fn,
-                              [per_example_loss, label_ids, logits, is_real_example]))
-        predictions = {"probabilities": probabilities}
-        for name in ("label_ids", "is_real_example"):
-            if name in features:
-                predictions[name] = features[name]
-        return runtime.TPUEstimatorSpec(
-            mode=mode, predictions=predictions,
-            export_outputs={
-                tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
-                    runtime.PredictOutput({"probabilities": probabilities}),
-            },
-            scaffold_fn=scaffold_fn)
-
-    return model_fn
+    return fine_tuning.task_model_fn(
+        build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+        use_tpu, options, passed_through=("label_ids", "is_real_example"))
 
 
 # ---------------------------------------------------------------------------
