@@ -4,8 +4,10 @@ run_swag.py and run_squad.py follow around their model, written once:
 later runs follow; the flags and data files a run needs; the model inputs
 loaded and checked before any work; the training options) and returns the
 `Run` that the script's phases take: its settings, the checkpoint to
-predict or export with, the runner. Also the predict loop (`predict`), the
-arguments of an export and the eval_results.txt file.
+predict or export with, the runner. Also the `model_fn` skeleton that each
+task (and run_pretraining.py) fills with its head (`task_model_fn`, `Head`),
+the predict loop (`iter_predictions`, `predict`), the arguments of an export
+and the eval_results.txt file.
 
 In: the parsed flags (read in `use_run_record` only). Out: a `Run`,
 predictions, files in --output_dir. Imports TensorFlow.

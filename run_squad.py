@@ -61,14 +61,8 @@ import tokenization
 import training
 import training_progress
 from errors import InputError
-# The official evaluation is squad_evaluate.py's; its public names stay
-# available as run_squad.<name> for existing callers.
-from squad_evaluate import (  # noqa: F401
-    apply_no_ans_threshold, apply_null_threshold, best_non_null_predictions, compute_exact,
-    compute_f1, dataset_has_answers, evaluate, evaluate_v1, evaluate_v2, exact_match_score_v1,
-    f1_score_v1, find_best_thresh, get_field, get_raw_scores, iterate_questions, make_eval_dict,
-    make_qid_to_has_ans, merge_eval, metric_max_over_ground_truths, normalize_answer,
-    run_evaluation, search_null_threshold, tune_null_threshold, write_json)
+from squad_evaluate import (
+    dataset_has_answers, get_field, iterate_questions, run_evaluation, write_json)
 
 FLAGS = flags.FLAGS
 

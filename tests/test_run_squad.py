@@ -347,8 +347,8 @@ def test_compute_predictions_v2_only_null_does_not_crash(tmp_path):
             text = f.read()
         assert text == json.dumps(value, indent=4) + "\n"
     # At any threshold tuning keeps it null.
-    assert run_squad.apply_null_threshold(
-        run_squad.best_non_null_predictions(nbest), null_odds, 1e5) == {"q": ""}
+    assert squad_evaluate.apply_null_threshold(
+        squad_evaluate.best_non_null_predictions(nbest), null_odds, 1e5) == {"q": ""}
 
 
 def test_windows_pick_max_context_prediction():
@@ -388,13 +388,6 @@ def test_squad_evaluate_needs_neither_tensorflow_nor_run_squad():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
-    # run_squad's names are squad_evaluate's, so the tests below cover both.
-    for name in ("normalize_answer", "f1_score_v1", "exact_match_score_v1", "compute_exact",
-                 "compute_f1", "evaluate", "evaluate_v1", "evaluate_v2", "get_raw_scores",
-                 "find_best_thresh", "search_null_threshold", "tune_null_threshold",
-                 "apply_null_threshold", "best_non_null_predictions", "dataset_has_answers",
-                 "run_evaluation", "iterate_questions", "write_json"):
-        assert getattr(run_squad, name) is getattr(squad_evaluate, name), name
 
 
 def test_normalize_and_f1_v1():
@@ -1051,7 +1044,7 @@ def test_main_squad_v1_train_predict_evaluate(tmp_path):
         assert text == nbest[qid][0]["text"]
     result = _read(os.path.join(out, "eval_results.json"))
     assert list(result) == ["exact_match", "f1"]
-    assert result == run_squad.evaluate_v1(dev, predictions)
+    assert result == squad_evaluate.evaluate_v1(dev, predictions)
     assert 0.0 <= result["exact_match"] <= result["f1"] <= 100.0
 
     # --evaluate_only rescoring the same files from the command line; a
@@ -1065,7 +1058,7 @@ def test_main_squad_v1_train_predict_evaluate(tmp_path):
          "--output_dir=" + out], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rescored = _read(os.path.join(out, "eval_results.json"))
-    assert rescored == run_squad.evaluate_v1(dev, predictions)
+    assert rescored == squad_evaluate.evaluate_v1(dev, predictions)
     assert rescored["exact_match"] >= result["exact_match"]
 
     # --dynamic_padding predicts the same answers with the same scores.
@@ -1088,7 +1081,7 @@ def test_main_squad_v2_train_predict_tune(tmp_path):
     predictions, nbest = _check_common_outputs(out, dev, values)
     null_odds = _read(os.path.join(out, "null_odds.json"))
     assert list(null_odds) == list(predictions)
-    non_null = run_squad.best_non_null_predictions(nbest)
+    non_null = squad_evaluate.best_non_null_predictions(nbest)
     for qid, text in predictions.items():
         assert "" in [e["text"] for e in nbest[qid]]
         # The original's rule: "" iff null odds > --null_score_diff_threshold.
@@ -1100,7 +1093,7 @@ def test_main_squad_v2_train_predict_tune(tmp_path):
         "NoAns_f1", "NoAns_total", "best_exact", "best_exact_thresh", "best_f1",
         "best_f1_thresh"]
     assert result["total"] == 12 and result["HasAns_total"] == 8
-    assert result == run_squad.evaluate_v2(dev, predictions, na_probs=null_odds)
+    assert result == squad_evaluate.evaluate_v2(dev, predictions, na_probs=null_odds)
 
     # Tuned predictions: the untuned predictions.json is kept, the tuned ones
     # apply the chosen threshold with the same rule, and no threshold does
@@ -1110,8 +1103,10 @@ def test_main_squad_v2_train_predict_tune(tmp_path):
     tuned_predictions = _read(os.path.join(out, "predictions_best_threshold.json"))
     assert tuned_predictions == {q: "" if null_odds[q] > threshold else non_null[q]
                                  for q in null_odds}
-    f1s = [run_squad.evaluate_v2(dev, run_squad.apply_null_threshold(non_null, null_odds, t))
-           ["f1"] for t in list(null_odds.values()) + [min(null_odds.values()) - 1]]
+    thresholds = list(null_odds.values()) + [min(null_odds.values()) - 1]
+    f1s = [squad_evaluate.evaluate_v2(
+        dev, squad_evaluate.apply_null_threshold(non_null, null_odds, t))["f1"]
+        for t in thresholds]
     assert tuned["f1"] == pytest.approx(max(f1s))
     assert tuned["f1"] >= result["f1"] - 1e-9
 
