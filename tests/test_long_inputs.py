@@ -233,6 +233,59 @@ def test_document_model_is_the_window_model_combined():
         np.testing.assert_allclose(fixed, gathered, rtol=1e-4, atol=1e-6)
 
 
+def test_one_window_documents_train_as_cut_inputs(tmp_path):
+    """--window_loss=document with --max_windows=1 is the original's cut
+    training: the same training stream (the input seed's order, batch for
+    batch), each input's one window being its cut features, with its own
+    label, and the same loss. (Document training that learns less than cut
+    training from the first windows alone would differ here.)"""
+    vocab = tiny.write_vocab(str(tmp_path), FILLER + SIGNALS)
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    rng = random.Random(3)
+    # Inputs that fit and inputs cut after their first 10 pieces, labels mixed.
+    examples = [run_classifier.InputExample(
+        "t-%d" % i, " ".join(rng.choice(FILLER) for _ in range(rng.randint(3, 25))), None,
+        str(rng.randint(0, 1))) for i in range(10)]
+    paths = {name: str(tmp_path / name) for name in ("cut", "documents")}
+    run_classifier.file_based_convert_examples_to_features(
+        examples, ["0", "1"], 12, tokenizer, paths["cut"])
+    run_classifier.file_based_convert_examples_to_features(
+        examples, ["0", "1"], 12, tokenizer, paths["documents"], doc_stride=4, max_windows=1,
+        windows_per_record=1)
+    batches = {}
+    for name, windows_per_record in (("cut", 0), ("documents", 1)):
+        input_fn = run_classifier.file_based_input_fn_builder(
+            paths[name], 12, is_training=True, drop_remainder=True,
+            windows_per_record=windows_per_record)
+        # 24 inputs: more than two passes over the file.
+        batches[name] = _batches(
+            lambda params, f=input_fn: f(dict(params, **{input_pipeline.INPUT_SEED: 5})), 4, 6)
+    assert len(batches["cut"]) == len(batches["documents"]) == 6
+    # The stream is shuffled (not the file's order) and holds both labels.
+    first_ids = [list(ids) for ids in batches["cut"][0]["input_ids"]]
+    assert len({tuple(ids) for ids in first_ids}) > 1
+    assert {int(x) for b in batches["cut"] for x in b["label_ids"]} == {0, 1}
+    for cut, document in zip(batches["cut"], batches["documents"]):
+        for name in ("input_ids", "input_mask", "segment_ids"):
+            assert document[name].shape == (4, 1, 12)
+            np.testing.assert_array_equal(document[name][:, 0], cut[name])
+        np.testing.assert_array_equal(document["label_ids"], cut["label_ids"])
+    config = modeling.BertConfig.from_dict(tiny.tiny_config_dict(len(FILLER) + 7))
+    with tf.Graph().as_default():
+        features = [tf.constant(np.concatenate([b[name] for b in batches["documents"]]))
+                    for name in ("input_ids", "input_mask", "segment_ids", "label_ids")]
+        _, document_losses = run_classifier.create_document_model(
+            config, False, *[tf.cast(f, tf.int32) for f in features], 2, False, "max")
+        tf.get_variable_scope().reuse_variables()
+        _, cut_losses, _, _ = run_classifier.create_model(
+            config, False, *[tf.cast(f[:, 0] if f.shape.ndims == 3 else f, tf.int32)
+                             for f in features], 2, False)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            document_losses, cut_losses = sess.run([document_losses, cut_losses])
+    np.testing.assert_allclose(document_losses, cut_losses, rtol=1e-5)
+
+
 def test_document_records_hold_their_windows(tmp_path):
     """With windows_per_record, each input is one record: its window records
     one after another, then all-zero windows; the input_fn reads them as
