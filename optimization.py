@@ -19,8 +19,10 @@ Differences, all deliberate:
   subtracts in the variable's own buffer (`_decay_in_place`). The slots'
   zeros cannot be constant-folded (see `_unfolded_zeros`). In the plain step
   the embedding tables' sparse gradients stay sparse until their own update,
-  which runs after the others (`_apply_sparse_last`). Together these lower
-  BERT-Base's peak training memory by about 0.6 GB.
+  which runs after the others (`_apply_sparse_last`). The fused kernel and
+  the slots lower BERT-Base's peak training memory by about 0.4 GB; the
+  decay in place and the sparse gradient lower the recomputing step's by
+  another 0.14-0.30 GB (benchmarks/RESULTS.md).
 * ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
   of several micro-batches before one update.
 
