@@ -18,9 +18,14 @@ Deliberately different:
   very same update), which saves several model-sized temporaries a step.
   The weight decay runs after the backward pass, so the forward pass and the
   gradient see the step's starting weights and no variable is copied while
-  a read of it is alive. The slots' zeros cannot be constant-folded (see
-  `_unfolded_zeros`). Together these lower BERT-Base's peak training memory
-  by about 0.4 GB.
+  a read of it is alive: it subtracts in the variable's own buffer
+  (`_decay_in_place`). The slots' zeros cannot be constant-folded (see
+  `_unfolded_zeros`). In the plain step the embedding tables' sparse
+  gradients stay sparse until their own update, which runs after the others
+  (`_apply_sparse_last`). The fused kernel and the slots lower BERT-Base's
+  peak training memory by about 0.4 GB; the decay in place and the sparse
+  gradient lower the recomputing step's by another 0.14-0.30 GB
+  (benchmarks/RESULTS.md).
 * ``gradient_accumulation_steps`` (see `create_optimizer`) sums the gradients
   of several micro-batches before one update.
 * New, for pre-training with large batches: the LAMB optimizer
@@ -170,18 +175,25 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
 
     if tvars is None:
         tvars = tf.trainable_variables()
-    if loss_scale_manager is None:
+    replica_context = tf.distribute.get_replica_context()
+    many_replicas = (tf.distribute.has_strategy() and replica_context is not None
+                     and replica_context.num_replicas_in_sync > 1)
+    accumulating = bool(gradient_accumulation_steps and gradient_accumulation_steps > 1)
+    if loss_scale_manager is None and not (use_tpu or many_replicas or accumulating):
+        # The plain step keeps sparse (embedding) gradients sparse, each row
+        # once, until their update (see `_apply_sparse_last`).
+        grads = [_summed_slices(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in tf.gradients(loss, tvars)]
+    elif loss_scale_manager is None:
         grads = [_to_dense(g) for g in tf.gradients(loss, tvars)]
     else:
         scale = loss_scale_manager.scale
         grads = [None if g is None else _to_dense(g) / scale
                  for g in tf.gradients(loss * scale, tvars)]
 
-    replica_context = tf.distribute.get_replica_context()
     num_replicas = 1
-    if (tf.distribute.has_strategy() and replica_context is not None
-            and replica_context.num_replicas_in_sync > 1):
-        if gradient_accumulation_steps and gradient_accumulation_steps > 1:
+    if many_replicas:
+        if accumulating:
             raise ValueError("gradient_accumulation_steps > 1 is not supported together "
                              "with a tf.distribute strategy: use a larger per-replica "
                              "batch or more replicas instead")
@@ -201,7 +213,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
             initializer=tf.zeros_initializer(), collections=[tf.GraphKeys.GLOBAL_VARIABLES],
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
-    if gradient_accumulation_steps and gradient_accumulation_steps > 1:
+    if accumulating:
         return _accumulating_train_op(optimizer, grads, tvars, global_step,
                                       gradient_accumulation_steps, loss_scale_manager,
                                       batches_read)
@@ -220,7 +232,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         grads = [None if g is None else g / float(num_replicas) for g in grads]
 
     if all_finite is None:
-        update = optimizer.apply_gradients(zip(grads, tvars))
+        update = _apply_sparse_last(optimizer, grads, tvars)
         # Increment only after every update ran, so step t uses lr(t).
         with tf.control_dependencies([update]):
             return tf.group(global_step.assign_add(1), name="train_op")
@@ -246,6 +258,36 @@ def _clip(grads):
     `_CLIP_NORM`, as in BERT's pre-training."""
     clipped, _ = tf.clip_by_global_norm(grads, clip_norm=_CLIP_NORM)
     return clipped
+
+
+def _summed_slices(grad):
+    """A sparse gradient (tf.IndexedSlices, values [n, ...]) with each row
+    index once, its values summed: the nonzero rows of the dense gradient
+    (the same sums in the same order), so the global norm and the clipped
+    values are the dense gradient's, without a dense buffer."""
+    indices, positions = tf.unique(grad.indices)
+    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(indices)[0])
+    return tf.IndexedSlices(values, indices, grad.dense_shape)
+
+
+def _apply_sparse_last(optimizer, grads, tvars):
+    """`optimizer.apply_gradients` for the dense gradients, then, once all
+    of them ran, for the sparse ones; returns the op of both.
+
+    A sparse gradient is made dense only for its own update (see
+    `AdamWeightDecayOptimizer._resource_apply_sparse_duplicate_indices`).
+    At BERT-Base size the word embeddings' dense gradient and the decay's
+    transient product are 89 MiB each: built last, they come when the
+    other gradients are freed, not on top of all of them.
+    """
+    dense = [(g, v) for g, v in zip(grads, tvars)
+             if g is not None and not isinstance(g, tf.IndexedSlices)]
+    sparse = [(g, v) for g, v in zip(grads, tvars) if isinstance(g, tf.IndexedSlices)]
+    if not (dense and sparse):
+        return optimizer.apply_gradients(zip(grads, tvars))
+    update = optimizer.apply_gradients(dense)
+    with tf.control_dependencies([update]):
+        return optimizer.apply_gradients(sparse)
 
 
 def _to_dense(grad):
@@ -418,20 +460,7 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
         v = self.get_slot(var, "v")
         deps = []
         if self._do_use_weight_decay(self._get_variable_name(var.name)):
-            # p -= (lr * wd) * p in one kernel (one transient copy of p, as
-            # `delta` reads it), run only once `grad` exists. `grad` is
-            # clipped by the global norm, so that is after the whole
-            # backward pass, when no forward or backward op holds a read of
-            # p any more. An update while such a read is alive makes
-            # TensorFlow copy the variable (copy-on-write) and keep both
-            # buffers until the read dies: a decay free to run at the start
-            # of the step did so for every decayed weight (0.43 GB at
-            # BERT-Base size, alive all step), and let the forward pass see
-            # decayed weights.
-            with tf.control_dependencies([grad]):
-                deps.append(tf.raw_ops.ResourceApplyGradientDescent(
-                    var=var.handle, alpha=self._lr_t * self.weight_decay_rate,
-                    delta=var.read_value(), use_locking=False))
+            deps.append(self._decay_in_place(var, grad))
         with tf.control_dependencies(deps):
             return tf.raw_ops.ResourceApplyAdam(
                 var=var.handle, m=m.handle, v=v.handle,
@@ -440,6 +469,27 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
                 beta2=tf.constant(self.beta_2, tf.float32),
                 epsilon=tf.constant(self.epsilon, tf.float32),
                 grad=grad, use_locking=False)
+
+    def _decay_in_place(self, var, grad):
+        """The op that applies the decoupled decay p -= (lr * wd) * p to the
+        resource variable `var` in its own buffer, once `grad` exists.
+
+        `grad` is clipped by the global norm, so it exists after the whole
+        backward pass, when no forward or backward op holds a read of p any
+        more: the forward pass and the gradient see the step's starting
+        weights. The product is a transient the size of p, and the read it
+        is computed from is gone when the subtraction runs, so p is updated
+        where it is. A kernel that took p both as the variable and as an
+        input (ResourceApplyGradientDescent with delta = p) would find a
+        read alive and copy p to a new buffer first (copy-on-write): every
+        decayed weight would move to a fresh buffer each step, allocated
+        while all the gradients are alive, which fragments the heap and
+        raised the recomputing step's peak (benchmarks/RESULTS.md). Same
+        arithmetic: p - round(p * (lr * wd)).
+        """
+        with tf.control_dependencies([grad]):
+            decay = var.read_value() * (self._lr_t * self.weight_decay_rate)
+        return var.assign_sub(decay, read_value=False)
 
     def _apply_dense(self, grad, var):
         """The update written out, for reference (non-resource) variables:

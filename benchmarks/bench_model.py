@@ -46,7 +46,11 @@ back-end each row ran on. `NAME+avx2` holds oneDNN (and PyTorch's MKL and
 ATen kernels) to AVX2 code on a CPU with AVX-512 (ONEDNN_MAX_CPU_ISA,
 MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY in that row's children): an
 approximation of an AVX2-only CPU, since TensorFlow's Eigen kernels and
-XLA's compiled loops are not held back.
+XLA's compiled loops are not held back. Before measuring, one short child
+per row runs a small matmul with the libraries' verbose modes on and the
+table's header names the instruction set each library reported (oneDNN's
+for TensorFlow; MKL's and ATen's for PyTorch), so a capped row shows that
+the cap took (`--noreport_isa` skips this).
 `ours-fusedgelu` builds this repository's GELU as
 separate ops instead of XLA-compiled loops (the scripts' --fused_ops without
 gelu); `ours-fuseddropout` builds dropout with tf.nn.dropout's draw and
@@ -103,8 +107,14 @@ flags.DEFINE_integer("repeats", 1, "Children per implementation and mode (altern
 flags.DEFINE_string("implementation", "ours", "Internal: the implementation a child measures.")
 flags.DEFINE_multi_enum("modes", ["forward", "train"], ["forward", "train"],
                         "The measurements to make (repeat the flag for both).")
-flags.DEFINE_enum("mode", "all", ["all", "forward", "train"],
-                  "Which measurement; 'all' runs each in a child process.")
+flags.DEFINE_enum("mode", "all", ["all", "forward", "train", "isa"],
+                  "Which measurement; 'all' runs each in a child process ('isa': "
+                  "internal, the instruction-set probe of --report_isa).")
+flags.DEFINE_bool("report_isa", True,
+                  "Before measuring, run one short child per row with the libraries' "
+                  "verbose modes on, and print the instruction set each reports (oneDNN "
+                  "for TensorFlow; MKL, ATen and oneDNN where used for PyTorch): shows "
+                  "what a +avx2 row's cap did.")
 flags.DEFINE_bool("profile", False,
                   "After the timed steps, trace one more step of each TensorFlow child "
                   "and print where its op time went (matmuls, casts, optimizer, ...).")
@@ -390,6 +400,52 @@ def measure_hf_model(mode):
         torch.__version__.split("+")[0], transformers.__version__)
     return result
 
+# What the libraries print about the instruction set they dispatch to, in
+# their verbose modes: oneDNN's "info" line and MKL's version line.
+_ISA_PATTERNS = (("oneDNN", r"^onednn_verbose,(?:[^,]*,)?info,cpu,isa:(.*)$"),
+                 ("MKL", r"^MKL_VERBOSE .*?\(Intel\(R\) (AVX[\w-]*)\)"))
+_VERBOSE = {"ONEDNN_VERBOSE": "1", "MKL_VERBOSE": "1"}
+
+
+def probe_isa():
+    """The 'isa' child: one small matmul with the row's libraries, whose
+    verbose modes the parent turned on (their lines go to standard output);
+    prints a result with what PyTorch's ATen reports itself (nothing for
+    TensorFlow, which has no such call)."""
+    import numpy as np
+    values = np.ones((64, 64), np.float32)
+    if FLAGS.implementation == "hf":
+        torch = _torch_threads()
+        torch.matmul(torch.from_numpy(values), torch.from_numpy(values))
+        bench_common.print_result({"ATen": torch.backends.cpu.get_cpu_capability()})
+        return
+    if FLAGS.implementation == "before":
+        sys.path.insert(0, os.path.abspath(FLAGS.compare_code_dir))
+    if FLAGS.implementation in ("ours", "before"):
+        import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    import tensorflow.compat.v1 as tf
+    with tf.Graph().as_default():
+        product = tf.matmul(tf.constant(values), tf.constant(values))
+        with tf.Session(config=_session_config()) as sess:
+            sess.run(product)
+    bench_common.print_result({})
+
+
+def isa_summary(completed):
+    """'library: instruction set' for each library that reported one in the
+    output of a `probe_isa` child (subprocess.CompletedProcess)."""
+    import re
+    found = {}
+    for name, pattern in _ISA_PATTERNS:
+        match = re.search(pattern, completed.stdout, re.MULTILINE)
+        if match:
+            found[name] = match.group(1).strip()
+    result = bench_common.child_result(completed)
+    if "error" in result:
+        return "probe failed: " + result["error"]
+    found.update(result)
+    return "; ".join("%s: %s" % item for item in found.items()) or "none reported"
+
 
 def run_child(mode):
     """Measures matmul + `mode` in this process and prints one JSON line."""
@@ -450,6 +506,9 @@ _UNFUSED_SUFFIXES = {"-fusedgelu": "gelu", "-fuseddropout": "dropout",
 
 
 def main(argv):
+    if FLAGS.mode == "isa":
+        probe_isa()
+        return
     if FLAGS.mode != "all":
         run_child(FLAGS.mode)
         return
@@ -502,6 +561,14 @@ def main(argv):
     print("%s, %d CPUs; load average at start %s"
           % (bench_common.cpu_model(), os.cpu_count(), _load()))
     sys.stdout.flush()
+    if FLAGS.report_isa:
+        for spec, name, python, env, child_flags in implementations:
+            out = subprocess.run(
+                [python, os.path.abspath(__file__), "--mode=isa", "--implementation=" + name]
+                + flag_args, capture_output=True, text=True, check=False,
+                env=dict(env, **_VERBOSE))
+            print("instruction set, %s: %s" % (spec, isa_summary(out)))
+        sys.stdout.flush()
     runs = {}
     for mode in ("forward", "train"):
         if mode not in FLAGS.modes:

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 import mixed_precision
 import optimization
+import test_training_options as training_option_tests
 
 INIT_LR = 0.1
 NUM_TRAIN_STEPS = 8
@@ -684,3 +685,28 @@ def test_zero_initialized_state_is_computed_not_folded_into_constants(optimizer_
               if node.op == "Const" and node.name.startswith(scope)
               and [d.size for d in node.attr["value"].tensor.tensor_shape.dim] == shape]
     assert not folded
+
+
+def test_sparse_gradient_is_made_dense_only_after_the_other_updates():
+    """The embedding table's gradient (a gather's, sparse) is built as a
+    dense tensor only once every other variable's update ran, so that its
+    dense buffer does not come on top of all the other gradients; and no
+    dense copy of it is made for the clipping."""
+    with tf.Graph().as_default():
+        variables, _, _, loss = _build_problem()
+        optimization.create_optimizer(loss, INIT_LR, NUM_TRAIN_STEPS, NUM_WARMUP_STEPS,
+                                      use_tpu=False)
+        table = variables["bert/embeddings/word_embeddings"]
+        densified = [op for op in tf.get_default_graph().get_operations()
+                     if op.type == "UnsortedSegmentSum"
+                     and op.outputs[0].shape.as_list() == table.shape.as_list()]
+        assert len(densified) == 1
+        adam_updates = [op for op in tf.get_default_graph().get_operations()
+                        if op.type == "ResourceApplyAdam"]
+        assert len(adam_updates) == len(variables)
+        ancestors = training_option_tests._ancestors
+        upstream = ancestors(densified[0])
+        # The other variables' updates: those that do not use it.
+        others = [op for op in adam_updates if densified[0] not in ancestors(op)]
+        assert len(others) == len(variables) - 1
+        assert all(op in upstream for op in others)
