@@ -642,9 +642,12 @@ def iter_predictions(trainer, input_fn, num_records, batch_size, count, checkpoi
         if progress is not None:
             progress.update()
     # The padding records' predictions, read to the end of the pass: a pass
-    # left open never ends its session, whose hooks log the last line.
-    for _ in predictions:
-        pass
+    # left open never ends its session, whose hooks log the last line. At
+    # the end TPUEstimator.predict logs this line twice (in its `finally`
+    # and after it).
+    with logs.once("prediction_loop marked as finished"):
+        for _ in predictions:
+            pass
     if done != count:
         raise RuntimeError("Got %d predictions for %d %s" % (done, count, what))
     if progress is not None and last_line:

@@ -1,10 +1,13 @@
 """The scripts' log lines: INFO and WARNING messages (through tf.logging
 once TensorFlow is loaded, else absl's logging), durations in words, and
-the progress lines of long loops every --log_every_seconds (`Progress`).
+the progress lines of long loops every --log_every_seconds (`Progress`),
+and `once`, which drops a line that TensorFlow itself repeats.
 
 In: messages and counts. Out: log lines. Needs no TensorFlow.
 """
 
+import contextlib
+import logging
 import sys
 import time
 
@@ -44,6 +47,30 @@ def log_info(message, *args):
 def log_warning(message, *args):
     """Logs at WARNING level (see `_logger`)."""
     _logger().warning(message, *args)
+
+
+@contextlib.contextmanager
+def once(message):
+    """Within the block, TensorFlow's logger lets the first record of
+    `message` (the formatted text) through and drops its repeats: for a
+    line that TensorFlow itself logs twice in a row."""
+
+    class _FirstOnly(logging.Filter):
+        seen = False
+
+        def filter(self, record):
+            if record.getMessage() != message:
+                return True
+            first, self.seen = not self.seen, True
+            return first
+
+    logger = logging.getLogger("tensorflow")
+    only_first = _FirstOnly()
+    logger.addFilter(only_first)
+    try:
+        yield
+    finally:
+        logger.removeFilter(only_first)
 
 
 def log_every_seconds():

@@ -13,6 +13,7 @@ from absl.testing import flagsaver
 import bert_ops
 import fine_tuning
 import input_pipeline
+import logs
 import run_classifier
 import tiny
 import tokenization
@@ -315,3 +316,16 @@ def test_a_first_line_without_timed_runs_gives_the_start_up(log_lines, monkeypat
     assert [line for line in log_lines if line.startswith("step ")] == [
         "step 1 of 10: loss = 1.0000 (1 batch), 1 min 40 s with start-up",
         "step 3 of 10: loss = 2.5000 (mean of 2 batches), 4.00 examples/s, ETA 7 s"]
+
+
+def test_once_lets_the_first_record_of_a_message_through_within_its_block(caplog):
+    with caplog.at_level(logging.INFO, logger="tensorflow"):
+        with logs.once("prediction_loop marked as finished"):
+            for _ in range(2):
+                tf.logging.info("%s marked as finished", "prediction_loop")
+                tf.logging.info("another line")
+        tf.logging.info("%s marked as finished", "prediction_loop")
+    assert [r.getMessage() for r in caplog.records] == [
+        "prediction_loop marked as finished", "another line", "another line",
+        "prediction_loop marked as finished"]
+    assert not logging.getLogger("tensorflow").filters
