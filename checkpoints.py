@@ -465,6 +465,17 @@ def fine_tuned_checkpoint(output_dir, init_checkpoint, head_variable, preferred=
     return None
 
 
+def checkpoint_step(checkpoint_path):
+    """The global step saved in the checkpoint `checkpoint_path` (0 if it
+    has none, or for None)."""
+    if not checkpoint_path:
+        return 0
+    try:
+        return int(tf.train.load_variable(checkpoint_path, tf.GraphKeys.GLOBAL_STEP))
+    except (tf.errors.NotFoundError, ValueError):
+        return 0
+
+
 def report_trained_checkpoint(output_dir):
     """Names the latest checkpoint in `output_dir`, the one training ended
     with, among the run's outputs (`file_io.report_output`)."""

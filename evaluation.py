@@ -21,17 +21,6 @@ import training_progress
 from errors import InputError
 
 
-def checkpoint_step(checkpoint_path):
-    """The global step saved in the checkpoint `checkpoint_path` (0 if it
-    has none, or for None)."""
-    if not checkpoint_path:
-        return 0
-    try:
-        return int(tf.train.load_variable(checkpoint_path, tf.GraphKeys.GLOBAL_STEP))
-    except (tf.errors.NotFoundError, ValueError):
-        return 0
-
-
 def evaluate(trainer, input_fn, num_batches, checkpoint=None, init_checkpoint=None,
              steps=None, name_weights=True):
     """One evaluation pass of `trainer` on `input_fn`, with a progress line
@@ -164,7 +153,7 @@ def train_and_evaluate(trainer, train_input_fn, steps, evaluate_fn, best=None, s
       (the last result, the checkpoint it is of): (None, None) where nothing
       was evaluated.
     """
-    done = checkpoint_step(tf.train.latest_checkpoint(trainer.model_dir))
+    done = checkpoints.checkpoint_step(tf.train.latest_checkpoint(trainer.model_dir))
     trainer.evaluations_at(steps[:-1])
     targets = [step for step in steps if step > done]
     if not targets and evaluate_when_done:
@@ -173,7 +162,7 @@ def train_and_evaluate(trainer, train_input_fn, steps, evaluate_fn, best=None, s
     for target in targets:
         trainer.train(input_fn=train_input_fn, max_steps=target)
         checkpoint = tf.train.latest_checkpoint(trainer.model_dir)
-        step = checkpoint_step(checkpoint)
+        step = checkpoints.checkpoint_step(checkpoint)
         result = evaluate_fn(checkpoint, step)
         if best is not None:
             best.consider(result, checkpoint, step)

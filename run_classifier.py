@@ -1585,7 +1585,7 @@ def _evaluate_windows(estimator, run, eval_set, processor, checkpoint_path):
     if not processor.is_regression:
         label_ids = label_ids.astype(np.int64)
     loss = float(np.mean(example_losses(outputs, logits, label_ids, processor)))
-    result = {"eval_loss": loss, "loss": loss, "global_step": evaluation.checkpoint_step(
+    result = {"eval_loss": loss, "loss": loss, "global_step": checkpoints.checkpoint_step(
         checkpoint_path or run.init_checkpoint)}
     real = np.ones(len(outputs))
     if not (processor.is_regression or processor.is_multi_label):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import errors
-import evaluation
 import input_packing
 import input_pipeline
 import modeling
@@ -453,7 +453,7 @@ def test_document_loss_with_training_options(long_task):
         doc_stride=7, max_windows=4, window_loss="document", train_batch_size=4,
         max_train_steps=3, dynamic_padding=True, length_buckets=["8"],
         gradient_accumulation_steps=2, precision="bf16"))
-    assert evaluation.checkpoint_step(tf.train.latest_checkpoint(output_dir)) == 3
+    assert checkpoints.checkpoint_step(tf.train.latest_checkpoint(output_dir)) == 3
 
 
 def test_window_flags_need_doc_stride(long_task):
