@@ -1,5 +1,6 @@
 """Small shared builders for tests: a tiny vocabulary and BERT config."""
 
+import contextlib
 import json
 import logging
 import os
@@ -142,28 +143,37 @@ def serve_text_elsewhere(export_dir, texts, tmp_path, module):
 def run_main_seeded(main, flag_values, seed=1234):
     """Runs a script's `main([])` in this process with exactly `flag_values`
     (a dict of every flag it reads), and the runner's graph-level random
-    seed fixed (initialisation, dropout, shuffling): the tiny models
-    sometimes sit on their initial loss plateau for longer than the tests'
-    short runs, so unseeded runs would be flaky."""
-    import pytest
+    seed fixed (see `seeded_runs`)."""
     from absl import flags
     from absl.testing import flagsaver
 
     import file_io
-    import training
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(**flag_values):
+        with seeded_runs(seed):
+            file_io.forget_outputs()
+            main([])
+            file_io.log_outputs()
+
+
+@contextlib.contextmanager
+def seeded_runs(seed=1234):
+    """Within the block, every run configuration the scripts make carries
+    the graph-level random seed `seed` (initialisation, dropout, shuffling):
+    the tiny models sometimes sit on their initial loss plateau for longer
+    than the tests' short runs, so unseeded runs would be flaky."""
+    import pytest
+
+    import training
     make_run_config = training.make_run_config
 
     def seeded_run_config(*args, **kwargs):
         return make_run_config(*args, **kwargs).replace(tf_random_seed=seed)
 
-    with flagsaver.flagsaver(**flag_values):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(training, "make_run_config", seeded_run_config)
-            file_io.forget_outputs()
-            main([])
-            file_io.log_outputs()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training, "make_run_config", seeded_run_config)
+        yield
 
 
 def signal_during_run(at, signum):
