@@ -35,9 +35,13 @@ a model this small stayed at chance level on some seeds with either loss).
 aggregation (training does not depend on it); --window_loss=document trains
 once per aggregation (mean and max; first is refused); --losses=cut trains
 without --doc_stride, on each input's first --max_seq_length pieces, as the
-original (the baseline of the start case). Batches hold 16 windows (or cut
-inputs), or 4 documents (about 22 windows), unless --window_batch_size and
---document_batch_size say otherwise.
+original (the baseline of the start case); --losses=staged trains in two
+runs, as a user would: --window_loss=window for --window_epochs epochs
+(once per seed), then --window_loss=document for the rest of the epochs,
+from the first run's checkpoint (--init_checkpoint), once per aggregation.
+Batches hold 16 windows (or cut inputs), or 4 documents (about 22
+windows), unless --window_batch_size and --document_batch_size say
+otherwise.
 
 Reported per cell: dev accuracy, mean and spread (min..max) over the seeds,
 and the training time per epoch: the wall time of the training steps after
@@ -70,7 +74,8 @@ flags.DEFINE_list("cases", "single,spread", "Tasks (see the module docstring): s
                   "spread, start.")
 flags.DEFINE_list("losses", "window,document",
                   "What is trained: window, document (--window_loss), cut (no "
-                  "--doc_stride: inputs are cut to their first window, as the original).")
+                  "--doc_stride: inputs are cut to their first window, as the original), "
+                  "staged (window, then document from its checkpoint).")
 flags.DEFINE_list("aggregations", "mean,max,first",
                   "--window_aggregation values (first: --window_loss=window only).")
 flags.DEFINE_enum("model", "minilm", ["minilm", "tiny"],
@@ -84,6 +89,10 @@ flags.DEFINE_integer("intermediate_size", None,
                      "--model=tiny: its feed-forward size (default: 2 x --hidden_size).")
 flags.DEFINE_integer("epochs", None,
                      "--num_train_epochs (default: 6 for minilm, 30 for tiny).")
+flags.DEFINE_float("window_epochs", None,
+                   "--losses=staged: the epochs of its first run, with "
+                   "--window_loss=window; the second, with document, trains the rest of "
+                   "the epochs (default: half of them each).")
 flags.DEFINE_integer("keep_windows", 6, "--max_windows (6 holds every window).")
 flags.DEFINE_integer("num_train", 96, "Training documents.")
 flags.DEFINE_integer("num_dev", 200, "Dev documents.")
@@ -275,22 +284,54 @@ def minilm_model(work_dir):
 
 def cells():
     """The (loss, aggregation) pairs of --losses and --aggregations that are
-    measured: cut has none ("-"), document no first."""
+    measured: cut has none ("-"), document and staged no first."""
     for loss in FLAGS.losses:
         if loss == "cut":
             yield loss, "-"
             continue
         for aggregation in FLAGS.aggregations:
-            if not (loss == "document" and aggregation == "first"):
+            if not (loss in ("document", "staged") and aggregation == "first"):
                 yield loss, aggregation
+
+
+def train_staged(values, first_dir, seed, epochs):
+    """--losses=staged: trains with --window_loss=window for --window_epochs
+    epochs in `first_dir` (unless a cell before did, for this seed), then
+    with `values`' --window_loss=document for the rest of `epochs`, from
+    that checkpoint, into `values`' output_dir.
+
+    Returns:
+      The training seconds per epoch of the two runs together.
+    """
+    first_epochs = FLAGS.window_epochs if FLAGS.window_epochs is not None else epochs / 2
+    seconds_file = os.path.join(first_dir, "training_seconds.txt")
+    if not os.path.isdir(first_dir):
+        timer = StepTimer()
+        run(dict(values, output_dir=first_dir, do_train=True, do_eval=False,
+                 window_loss="window", num_train_epochs=float(first_epochs),
+                 train_batch_size=FLAGS.window_batch_size), seed, timer)
+        with open(seconds_file, "w") as f:
+            f.write("%r\n" % seconds_per_epoch(timer, len(timer.ends) / first_epochs))
+    with open(seconds_file) as f:
+        first_seconds = float(f.read())
+    timer = StepTimer()
+    second_epochs = epochs - first_epochs
+    run(dict(values, do_train=True, init_checkpoint=first_dir,
+             num_train_epochs=float(second_epochs),
+             train_batch_size=FLAGS.document_batch_size), seed, timer)
+    second_seconds = seconds_per_epoch(timer, len(timer.ends) / second_epochs)
+    return (first_seconds * first_epochs + second_seconds * second_epochs) / epochs
 
 
 def measure(work_dir):
     """Runs every cell in `work_dir` and prints the table."""
     import tensorflow.compat.v1 as tf
+    epochs = FLAGS.epochs or {"minilm": 6, "tiny": 30}[FLAGS.model]
+    if FLAGS.window_epochs is not None and not 0 < FLAGS.window_epochs < epochs:
+        raise ValueError("--window_epochs=%s must be above 0 and below the %s epochs"
+                         % (FLAGS.window_epochs, epochs))
     os.makedirs(work_dir, exist_ok=True)
     model = (minilm_model if FLAGS.model == "minilm" else tiny_model)(work_dir)
-    epochs = FLAGS.epochs or {"minilm": 6, "tiny": 30}[FLAGS.model]
     learning_rate = FLAGS.learning_rate or {"minilm": 1e-4, "tiny": 1e-3}[FLAGS.model]
     common = dict(task_name="generic", do_lower_case=True, max_seq_length=32,
                   num_train_epochs=float(epochs), learning_rate=learning_rate,
@@ -309,10 +350,13 @@ def measure(work_dir):
                               input_seed=seed)
                 if loss != "cut":
                     values.update(doc_stride=16, max_windows=FLAGS.keep_windows,
-                                  window_aggregation=aggregation, window_loss=loss)
+                                  window_aggregation=aggregation,
+                                  window_loss="document" if loss == "staged" else loss)
                 trained = os.path.join(work_dir, "%s-%d" % (case, seed), "window-trained")
                 seconds = None
-                if loss == "window":
+                if loss == "staged":
+                    seconds = train_staged(values, trained + "-staged", seed, epochs)
+                elif loss == "window":
                     if not os.path.isdir(trained):
                         timer = StepTimer()
                         run(dict(values, output_dir=trained, do_train=True, do_eval=False,
