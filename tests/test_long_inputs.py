@@ -443,6 +443,57 @@ def test_document_loss_learns_from_the_combined_windows(long_task):
         assert f.read() == trained
 
 
+def _one_place_task(data_dir, seed):
+    """96 training and 100 dev inputs of 70 to 110 filler words, whose
+    label's signal word sits once, after word 45: past the first window of
+    --max_seq_length=32, in one or two of 4 to 6 windows."""
+    rng = random.Random(seed)
+    os.makedirs(data_dir)
+    for split, n in (("train", 96), ("dev", 100)):
+        with open(os.path.join(data_dir, split + ".csv"), "w") as f:
+            f.write("text,label\n")
+            for _ in range(n):
+                label = rng.randint(0, 1)
+                words = [rng.choice(FILLER) for _ in range(rng.randint(70, 110))]
+                words[rng.randrange(45, len(words))] = SIGNALS[label]
+                f.write("%s,%s\n" % (" ".join(words), ["no", "yes"][label]))
+
+
+def two_run_accuracy(tmp, seed):
+    """docs/classifier.md's recipe for a model learning from scratch a label
+    one place decides: 3 epochs with --window_loss=window, then 7 with
+    --window_loss=document (max) from that run's checkpoint. Returns the
+    second run's dev accuracy."""
+    data_dir = os.path.join(tmp, "data")
+    _one_place_task(data_dir, seed)
+    vocab = tiny.write_vocab(tmp, FILLER + SIGNALS)
+    config = tiny.write_config(tmp, vocab_size=len(FILLER) + 7, hidden_size=128,
+                               num_attention_heads=2, intermediate_size=512)
+    common = dict(task_name="generic", train_file=os.path.join(data_dir, "train.csv"),
+                  dev_file=os.path.join(data_dir, "dev.csv"), vocab_file=vocab,
+                  bert_config_file=config, max_seq_length=32, doc_stride=16, max_windows=6,
+                  learning_rate=3e-4, train_batch_size=4, do_train=True, id_column=None)
+    first = os.path.join(tmp, "windows")
+    tiny.run_main_seeded(run_classifier.main, _generic_flags(
+        output_dir=first, num_train_epochs=3.0, **common), seed=seed)
+    second = os.path.join(tmp, "document")
+    tiny.run_main_seeded(run_classifier.main, _generic_flags(
+        output_dir=second, init_checkpoint=first, num_train_epochs=7.0, do_eval=True,
+        window_loss="document", window_aggregation="max", **common), seed=seed)
+    return tiny.read_eval_results(os.path.join(second, "eval_results.txt"))["eval_accuracy"]
+
+
+@pytest.mark.slow
+def test_two_runs_learn_one_place_from_scratch(tmp_path):
+    """A random model whose label one word past the first window decides
+    learns it with the two-run recipe (100 dev inputs: chance is about 0.5).
+    On this task it learned (1.0) on seeds 1 to 8 but 6 with TensorFlow 2.21
+    (seed 6 stayed at chance with 3, 4 or 5 epochs of the first run) and on
+    seeds 1 to 5 with 2.15, so the test asks it of one of two seeds, the
+    second tried only where the first stays short."""
+    assert any(two_run_accuracy(str(tmp_path / str(seed)), seed) >= 0.9 for seed in (1, 2))
+
+
 def test_document_loss_with_training_options(long_task):
     """--window_loss=document trains with dynamic padding, gradient
     accumulation and bf16 (a few steps)."""
