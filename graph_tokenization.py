@@ -364,7 +364,7 @@ class GraphTokenizer:
 
     def __init__(self, vocab_file, do_lower_case):
         # Imported here, not with the module: TensorFlow Text adds about
-        # 120 MB to a process on TensorFlow 2.21 (12 MB on 2.15), and the
+        # 118 MiB to a process on TensorFlow 2.21 (12 MiB on 2.15), and the
         # scripts import this module whether or not they export a model.
         import tensorflow_text
 

@@ -144,7 +144,8 @@ def _without_keras_preload():
     `import keras`), whole, as before: nothing is lost, but a process that
     never uses Keras, as none of the scripts does, does not load it: about
     26 MiB less resident memory and 0.3 CPU seconds less for the import on
-    TensorFlow 2.15, 74 MiB and 0.6 s on 2.21 (docs/performance.md)."""
+    TensorFlow 2.15 (whose Estimator loads Keras itself later), 74 MiB and
+    0.6 s on 2.21 (docs/performance.md)."""
     blocked = [name for name in _KERAS_PRELOADS if name not in sys.modules]
     for name in blocked:
         # None in sys.modules makes `import name` raise ImportError at once.
