@@ -12,8 +12,9 @@ measurement: examples/s, achieved GFLOP/s, that rate as a fraction of the
 matmul's (by wall time, and by process CPU time per thread, which is the
 reliable one on a machine shared with other jobs), and the child's peak
 resident memory (ru_maxrss) up to the end of the model's measurement (the
-second matmul comes after it). The table's "matmul" column is the reference
-matmul's GFLOP/s per CPU-second per thread, the better of its two timings.
+second matmul and the `--profile` step come after it). The table's "matmul"
+column is the reference matmul's GFLOP/s per CPU-second per thread, the
+better of its two timings.
 
 FLOPs counted (multiply-add = 2): per layer and sequence, the dense layers
 2 * S * (4 H^2 + 2 H I) and attention 4 * S^2 * H; plus the pooler 2 H^2. A
@@ -315,8 +316,12 @@ def measure_model(mode):
         with tf.Session(config=_session_config()) as sess:
             sess.run(tf.global_variables_initializer())
             seconds, cpu_seconds = _median_time(lambda: sess.run(fetch, feed), FLAGS.steps)
+            # Before the traced step: its full trace keeps a record of
+            # every op and allocation, which is not the model's memory.
+            peak = _peak_rss_mib()
             profile = trace_profile(sess, fetch, feed) if FLAGS.profile else None
     result = _step_result(mode, batch, seconds, cpu_seconds)
+    result["peak_rss_mib"] = peak
     if profile:
         result["profile"] = profile
     from tensorflow.python.util import _pywrap_util_port
@@ -447,6 +452,12 @@ def isa_summary(completed):
     return "; ".join("%s: %s" % item for item in found.items()) or "none reported"
 
 
+def _peak_rss_mib():
+    """This process's peak resident memory so far, MiB (Linux reports
+    ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def run_child(mode):
     """Measures matmul + `mode` in this process and prints one JSON line."""
     # The matmul is timed before and after the model; the better of the two
@@ -463,9 +474,10 @@ def run_child(mode):
         matmul, model = measure_matmul, measure_model
     before = matmul()
     result = model(mode)
-    # Linux reports ru_maxrss in KiB. Read before the second matmul, whose
-    # operands would come on top of what the model left resident.
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    # Read before the second matmul, whose operands would come on top of
+    # what the model left resident (and before a traced step, see
+    # measure_model).
+    result.setdefault("peak_rss_mib", _peak_rss_mib())
     after = matmul()
     result["matmul_gflops"] = max(before[0], after[0])
     result["matmul_cpu_gflops"] = max(before[1], after[1])

@@ -283,3 +283,21 @@ def test_only_a_script_s_own_process_holds_early_signals(monkeypatch, main_name,
             signal.signal(signum, handler)
         interrupts._INTERRUPT.clear()
         interrupts._INTERRUPT.update(state)
+
+
+@pytest.mark.slow
+def test_keras_loads_when_first_used():
+    """Through quiet_tf, TensorFlow's import leaves Keras unloaded; Keras
+    then loads, optimizers included, when the code first asks for it."""
+    code = ("import sys; sys.path.insert(0, %r); import quiet_tf, tensorflow as tf; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tf_keras')"
+            "         and sys.modules[m] is not None)[:3]); "
+            "step = tf.keras.optimizers.SGD(0.5); value = tf.Variable([2.0]); "
+            "step.apply_gradients([(tf.constant([1.0]), value)]); "
+            "print(float(value.numpy()[0]), type(step).__module__.split('.')[0])" % ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, after = proc.stdout.splitlines()[-2:]
+    assert before == "[]"
+    assert after.split()[0] == "1.5" and after.split()[1] in ("keras", "tf_keras")
