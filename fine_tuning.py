@@ -501,13 +501,13 @@ def task_model_fn(build_head, init_checkpoint, learning_rate, num_train_steps,
     def model_fn(features, labels, mode, params):
         """See task_model_fn."""
         del labels  # The targets are among the features.
+        if mode not in modes:
+            raise ValueError("%s's model_fn supports %s, not %s"
+                             % (build_head.__module__, " and ".join(modes), mode))
         input_pipeline.log_features(features)
         head = build_head(features, mode)
         scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
 
-        if mode not in modes:
-            raise ValueError("%s's model_fn supports %s, not %s"
-                             % (build_head.__module__, " and ".join(modes), mode))
         if mode == runtime.ModeKeys.TRAIN:
             tokens_per_step = None
             if count_tokens:
