@@ -481,8 +481,8 @@ def report_trained_checkpoint(output_dir):
     with, among the run's outputs (`file_io.report_output`)."""
     checkpoint = tf.train.latest_checkpoint(output_dir)
     if checkpoint:
-        step = int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP))
-        file_io.report_output(checkpoint, "the trained model, at step %d" % step)
+        file_io.report_output(checkpoint, "the trained model, at step %d"
+                              % checkpoint_step(checkpoint))
 
 
 # ---------------------------------------------------------------------------
@@ -704,9 +704,8 @@ def use_intact_checkpoint(model_dir, rewrite=True):
     newest = intact[-1]
     if not rewrite:
         return newest
-    step = int(tf.train.load_variable(newest, tf.GraphKeys.GLOBAL_STEP))
     tf.logging.warning("%s: resuming from %s (step %d), the newest intact checkpoint",
-                       fault, newest, step)
+                       fault, newest, checkpoint_step(newest))
     # The paths as the state file gave them, or as the listing found them
     # (TensorFlow writes them relative to model_dir again, in the list it
     # is given).

@@ -1275,8 +1275,7 @@ def main(_):
                                        "Evaluating")
         result = score_file(dev, probabilities, predicted, label_map, scheme)
         if checkpoint:
-            result["global_step"] = int(tf.train.load_variable(checkpoint,
-                                                               tf.GraphKeys.GLOBAL_STEP))
+            result["global_step"] = checkpoints.checkpoint_step(checkpoint)
         write_conll_predictions(os.path.join(run.output_dir, "eval_predictions.txt"), dev,
                                 predicted)
         fine_tuning.write_eval_results(result, run.output_dir, headline="eval_f1")

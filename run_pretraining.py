@@ -787,7 +787,8 @@ def train_with_evaluation(run, estimator):
     examples_per_step = run.examples_per_step
     steps = evaluation_steps(run.num_train_steps, examples_per_step,
                              run.samples_start_eval, run.samples_between_eval)
-    done, latest = latest_step(run.output_dir)
+    latest = tf.train.latest_checkpoint(run.output_dir)
+    done = checkpoints.checkpoint_step(latest)
     met = stop_threshold_met(run.output_dir, done, run.stop_threshold)
     if met is not None and done < run.num_train_steps:
         tf.logging.info(
@@ -851,15 +852,6 @@ def stop_threshold_met(output_dir, step, stop_threshold):
     except (KeyError, ValueError):
         return None
     return accuracy if recorded and accuracy >= stop_threshold else None
-
-
-def latest_step(output_dir):
-    """(global step, path) of the latest checkpoint in `output_dir`; (0,
-    None) without one."""
-    checkpoint = tf.train.latest_checkpoint(output_dir)
-    if not checkpoint:
-        return 0, None
-    return int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP)), checkpoint
 
 
 def load_masking(vocab_file, masked_lm_prob, max_predictions_per_seq, do_whole_word_mask,

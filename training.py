@@ -412,7 +412,7 @@ class ResumableTrainer:
             checkpoint = tf.train.latest_checkpoint(model_dir)
             step = hook.step
             if step is None:  # The signal came after the hooks had ended.
-                step = int(tf.train.load_variable(checkpoint, tf.GraphKeys.GLOBAL_STEP))
+                step = checkpoints.checkpoint_step(checkpoint)
             tf.logging.warning(
                 "Training stopped by %s at step %d: checkpoint %s saved; the same command "
                 "resumes from it", hook.signal_name, step, checkpoint)
