@@ -12,9 +12,14 @@ measurement: examples/s, achieved GFLOP/s, that rate as a fraction of the
 matmul's (by wall time, and by process CPU time per thread, which is the
 reliable one on a machine shared with other jobs), and the child's peak
 resident memory (ru_maxrss) up to the end of the model's measurement (the
-second matmul and the `--profile` step come after it). The table's "matmul"
-column is the reference matmul's GFLOP/s per CPU-second per thread, the
-better of its two timings.
+second matmul and the `--profile` step come after it), with, in the
+"libraries" column, how much of it was file-backed pages at that point: the
+libraries' code and read-only data, mapped from their files, clean and shared
+with every process that maps them (TensorFlow 2.21's own import maps about
+350 MiB of them, PyTorch's about 70). Peak RSS less that column is the
+process's own memory: weights, activations, allocator caches. The table's
+"matmul" column is the reference matmul's GFLOP/s per CPU-second per thread,
+the better of its two timings.
 
 FLOPs counted (multiply-add = 2): per layer and sequence, the dense layers
 2 * S * (4 H^2 + 2 H I) and attention 4 * S^2 * H; plus the pooler 2 H^2. A
@@ -45,12 +50,16 @@ TF_ENABLE_ONEDNN_OPTS=1 or 0 for that row's children, for example
 `original+onednn` to compare both on the same back-end. The table names the
 back-end each row ran on. `NAME+avx2` holds oneDNN (and PyTorch's MKL and
 ATen kernels) to AVX2 code on a CPU with AVX-512 (ONEDNN_MAX_CPU_ISA,
-MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY in that row's children): an
-approximation of an AVX2-only CPU, since TensorFlow's Eigen kernels and
-XLA's compiled loops are not held back. Before measuring, one short child
+MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY in that row's children), and
+XLA's compiled loops too on TensorFlow 2.20 and later (XLA's
+--xla_cpu_max_isa; 2.15 has no such setting): an approximation of an
+AVX2-only CPU, since TensorFlow's own kernels are not held back (its pip
+packages compile them for AVX, but some of its code picks AVX-512 at run
+time). Before measuring, one short child
 per row runs a small matmul with the libraries' verbose modes on and the
 table's header names the instruction set each library reported (oneDNN's
-for TensorFlow; MKL's and ATen's for PyTorch), so a capped row shows that
+and whether XLA was held back for TensorFlow; MKL's and ATen's for
+PyTorch), so a capped row shows that
 the cap took (`--noreport_isa` skips this).
 `ours-fusedgelu` builds this repository's GELU as
 separate ops instead of XLA-compiled loops (the scripts' --fused_ops without
@@ -124,6 +133,9 @@ flags.DEFINE_string("compare_code_dir", None,
                     "implementation measures.")
 flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
                   "Internal: the compute type a child measures (the +bf16 suffix).")
+flags.DEFINE_string("xla_max_isa", None,
+                    "Internal: the instruction set a TensorFlow child holds XLA's "
+                    "compiled loops to (the +avx2 suffix).")
 flags.DEFINE_string("fused_ops", "auto",
                     "Internal: the kernels a child fuses (the -fused... suffixes).")
 
@@ -132,6 +144,33 @@ def _session_config():
     import tensorflow.compat.v1 as tf
     return tf.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
                           inter_op_parallelism_threads=FLAGS.threads)
+
+
+def _tensorflow_version():
+    """(major, minor) of the TensorFlow installed here, read without
+    importing it; (0, 0) when none is found."""
+    from importlib import metadata
+    for package in ("tensorflow", "tensorflow-cpu", "tf-nightly"):
+        try:
+            return tuple(int(part) for part in metadata.version(package).split(".")[:2])
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return (0, 0)
+
+
+def hold_xla_back():
+    """Before TensorFlow's import: holds XLA's CPU code to --xla_max_isa
+    through XLA's own --xla_cpu_max_isa, which TensorFlow 2.20 and 2.21
+    read; TensorFlow 2.15 has no such setting, and its XLA stops the
+    process on a flag it does not know, so there the loops stay as they are.
+    Returns what the row's runtime says about XLA ("" when not asked)."""
+    if not FLAGS.xla_max_isa:
+        return ""
+    if _tensorflow_version() < (2, 20):
+        return "not held back (no setting before TF 2.20)"
+    os.environ["XLA_FLAGS"] = ("%s --xla_cpu_max_isa=%s" % (
+        os.environ.get("XLA_FLAGS", ""), FLAGS.xla_max_isa)).strip()
+    return "held to " + FLAGS.xla_max_isa
 
 
 def _median_time(fn, steps):
@@ -318,10 +357,10 @@ def measure_model(mode):
             seconds, cpu_seconds = _median_time(lambda: sess.run(fetch, feed), FLAGS.steps)
             # Before the traced step: its full trace keeps a record of
             # every op and allocation, which is not the model's memory.
-            peak = _peak_rss_mib()
+            peak, library = _peak_rss_mib(), _library_rss_mib()
             profile = trace_profile(sess, fetch, feed) if FLAGS.profile else None
     result = _step_result(mode, batch, seconds, cpu_seconds)
-    result["peak_rss_mib"] = peak
+    result["peak_rss_mib"], result["library_rss_mib"] = peak, library
     if profile:
         result["profile"] = profile
     from tensorflow.python.util import _pywrap_util_port
@@ -426,6 +465,7 @@ def probe_isa():
         return
     if FLAGS.implementation == "before":
         sys.path.insert(0, os.path.abspath(FLAGS.compare_code_dir))
+    xla = hold_xla_back()
     if FLAGS.implementation in ("ours", "before"):
         import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
@@ -433,7 +473,7 @@ def probe_isa():
         product = tf.matmul(tf.constant(values), tf.constant(values))
         with tf.Session(config=_session_config()) as sess:
             sess.run(product)
-    bench_common.print_result({})
+    bench_common.print_result({"XLA": xla} if xla else {})
 
 
 def isa_summary(completed):
@@ -458,6 +498,22 @@ def _peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _library_rss_mib():
+    """Of this process's resident memory now, the file-backed pages, MiB:
+    in these children, the mapped pages of the libraries' code and read-only
+    data (clean, shared with every other process that maps the same files,
+    and dropped by the kernel under memory pressure). None where Linux's
+    /proc/self/status is not there."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
 def run_child(mode):
     """Measures matmul + `mode` in this process and prints one JSON line."""
     # The matmul is timed before and after the model; the better of the two
@@ -466,18 +522,23 @@ def run_child(mode):
         # Its modules shadow this checkout's.
         sys.path.insert(0, os.path.abspath(FLAGS.compare_code_dir))
         FLAGS.implementation = "ours"
+    xla = ""
     if FLAGS.implementation == "hf":
         matmul, model = measure_hf_matmul, measure_hf_model
     else:
+        xla = hold_xla_back()
         if FLAGS.implementation == "ours":
             import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
         matmul, model = measure_matmul, measure_model
     before = matmul()
     result = model(mode)
+    if xla:
+        result["runtime"] += ", XLA " + xla
     # Read before the second matmul, whose operands would come on top of
     # what the model left resident (and before a traced step, see
     # measure_model).
-    result.setdefault("peak_rss_mib", _peak_rss_mib())
+    if "peak_rss_mib" not in result:
+        result["peak_rss_mib"], result["library_rss_mib"] = _peak_rss_mib(), _library_rss_mib()
     after = matmul()
     result["matmul_gflops"] = max(before[0], after[0])
     result["matmul_cpu_gflops"] = max(before[1], after[1])
@@ -507,9 +568,13 @@ _SUFFIXES = [("+onednn", {"TF_ENABLE_ONEDNN_OPTS": "1"}),
              # A measuring device, not a setting for real use: an AVX-512
              # machine's matmul libraries held to their AVX2 kernels (oneDNN
              # in TensorFlow and PyTorch, MKL and ATen's own vectorized loops
-             # in PyTorch). TensorFlow's Eigen kernels and XLA's compiled
-             # loops are not held back, so such a row is close to, but not
-             # the same as, a CPU with AVX2 only.
+             # in PyTorch), and XLA's compiled loops where TensorFlow lets
+             # them be (hold_xla_back). TensorFlow's own kernels have no cap;
+             # its pip packages compile them for AVX, without AVX2 or FMA
+             # (TensorFlow says so at import), though some of its code picks
+             # AVX-512 at run time. So such a row is close to, but not the
+             # same as, a CPU with AVX2 only, whose caches and clocks differ
+             # too.
              ("+avx2", {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
                         "ATEN_CPU_CAPABILITY": "avx2"})]
 # Suffixes that leave one kernel of --fused_ops out.
@@ -530,6 +595,7 @@ def main(argv):
         name, _, python = spec.partition("@")
         env = dict(os.environ)
         child_flags = []
+        isa_flags = []
         unfused = set()
         stripped = True
         while stripped:
@@ -542,6 +608,8 @@ def main(argv):
                 if name.endswith(suffix):
                     name = name[:-len(suffix)]
                     env.update(variables)
+                    if suffix == "+avx2":
+                        isa_flags = ["--xla_max_isa=AVX2"]
                     stripped = True
             for suffix, kernel in _UNFUSED_SUFFIXES.items():
                 if name.endswith(suffix):
@@ -560,10 +628,11 @@ def main(argv):
         if child_flags and name not in ("ours", "before"):
             raise SystemExit("--implementations: %r: +bf16 and -fused... are for ours only "
                              "(the original has neither)" % spec)
-        implementations.append((spec, name, python or sys.executable, env, child_flags))
+        implementations.append((spec, name, python or sys.executable, env,
+                                child_flags + isa_flags))
     flag_args = [arg for arg in sys.argv[1:]
                  if not arg.startswith(("--mode", "--implementation=", "--implementations",
-                                        "--precision", "--fused_ops"))]
+                                        "--precision", "--fused_ops", "--xla_max_isa"))]
     print("BERT L=%d H=%d A=%d I=%d vocab=%d, seq %d, %d thread(s); %d timed steps "
           "after %d warm-up per child, %d child(ren) per row, interleaved; reference "
           "matmul %dx%dx%d" %
@@ -577,7 +646,7 @@ def main(argv):
         for spec, name, python, env, child_flags in implementations:
             out = subprocess.run(
                 [python, os.path.abspath(__file__), "--mode=isa", "--implementation=" + name]
-                + flag_args, capture_output=True, text=True, check=False,
+                + flag_args + child_flags, capture_output=True, text=True, check=False,
                 env=dict(env, **_VERBOSE))
             print("instruction set, %s: %s" % (spec, isa_summary(out)))
         sys.stdout.flush()
@@ -598,22 +667,24 @@ def main(argv):
                                      % (mode, spec, result["error"]))
                 runs.setdefault((mode, spec), []).append(result)
     print("load average at end %s" % _load())
-    print("%-8s %-50s %5s %21s %24s %8s %12s %10s %22s" % (
+    print("%-8s %-50s %5s %21s %24s %8s %12s %10s %22s %10s" % (
         "mode", "code", "batch", "s/step (wall)", "CPU s/example", "ex/s", "CPU fraction",
-        "matmul", "peak RSS MiB"))
+        "matmul", "peak RSS MiB", "libraries"))
     for (mode, spec), results in runs.items():
         name = spec.partition("@")[0]
         label = "%s (%s)" % (name, results[0].get("runtime", "?"))
 
         def values(key):
             return [r[key] for r in results]
-        print("%-8s %-50s %5d %21s %24s %8.2f %12.2f %10.1f %22s" % (
+        libraries = [value for value in values("library_rss_mib") if value is not None]
+        print("%-8s %-50s %5d %21s %24s %8.2f %12.2f %10.1f %22s %10s" % (
             mode, label, results[0]["batch"], _spread(values("seconds_per_step"), "%.2f"),
             _spread(values("cpu_seconds_per_example"), "%.4f"),
             statistics.median(values("examples_per_second")),
             statistics.median(values("cpu_fraction_of_matmul")),
             statistics.median(values("matmul_cpu_gflops")),
-            _spread(values("peak_rss_mib"), "%.0f")))
+            _spread(values("peak_rss_mib"), "%.0f"),
+            "%.0f" % statistics.median(libraries) if libraries else "-"))
     if FLAGS.profile:
         _print_profiles(runs)
 
