@@ -11,9 +11,11 @@ and a bounded timeout.
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -27,12 +29,11 @@ TIMEOUT_S = 300
 pytestmark = pytest.mark.slow
 
 
-def _start(*args):
+def _start(*args, output=subprocess.PIPE):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     return subprocess.Popen([sys.executable, DRIVER] + [str(a) for a in args], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(process):
@@ -58,6 +59,51 @@ def _free_ports(count):
     for s in sockets:
         s.close()
     return ports
+
+
+def _run_worker_pair(start, log_dir, output_dir):
+    """Runs two workers on two free loopback ports: `start(index, ports,
+    log)` starts worker `index` (0 or 1) of `ports` (two ints), its output
+    going to the open file `log` (made in `log_dir`); `output_dir`, where
+    they write, is removed before each try. Fails the test as `_finish`
+    does; returns the two outputs.
+
+    The ports are free when picked but not held until the workers bind them,
+    seconds later: should another process take one meanwhile, its worker
+    stops at once ("Address already in use"; its partner would wait for it
+    until the timeout), and the pair runs once more on two other ports."""
+    for attempt in (1, 2):
+        shutil.rmtree(output_dir, ignore_errors=True)
+        ports = _free_ports(2)
+        logs = [open(os.path.join(log_dir, "worker%d-try%d.log" % (index, attempt)), "w+")
+                for index in range(2)]
+        workers = [start(index, ports, log) for index, log in enumerate(logs)]
+        deadline = time.monotonic() + TIMEOUT_S
+        # Until both end, one fails, or the time is up.
+        while (any(w.poll() is None for w in workers) and not any(w.poll() for w in workers)
+               and time.monotonic() < deadline):
+            time.sleep(0.5)
+        timed_out = time.monotonic() >= deadline
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        outputs = []
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read())
+            log.close()
+        if attempt == 1 and any(w.returncode and "Address already in use" in output
+                                for w, output in zip(workers, outputs)):
+            continue
+        if timed_out:
+            pytest.fail("workers timed out:\n" + "\n".join(o[-3000:] for o in outputs))
+        codes = [w.returncode for w in workers]
+        for code, output in zip(codes, outputs):  # One that failed on its own first,
+            assert code <= 0, output[-3000:]
+        for code, output in zip(codes, outputs):  # then one stopped here as it did.
+            assert code == 0, output[-3000:]
+        return outputs
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +159,13 @@ def test_mirrored_strategy_with_dynamic_padding(reference):
                     "Estimator (TensorFlow 2.15); the session runner refuses it")
 def test_multi_worker_two_processes_on_localhost(reference):
     root, init_checkpoint, expected, optimizer = reference
-    ports = ",".join(str(p) for p in _free_ports(2))
     model_dir = root / "multi_worker"
-    workers = [_start(root / ("worker%d.npz" % i), model_dir, "worker", i, ports,
-                      init_checkpoint, optimizer) for i in range(2)]
-    for worker in workers:
-        _finish(worker)
+
+    def start(index, ports, log):
+        return _start(root / ("worker%d.npz" % index), model_dir, "worker", index,
+                      ",".join(str(p) for p in ports), init_checkpoint, optimizer, output=log)
+
+    _run_worker_pair(start, root, model_dir)
     # The chief (worker 0) writes the checkpoint and the variables.
     _assert_same_variables(dict(np.load(root / "worker0.npz")), expected)
 
@@ -143,14 +190,13 @@ def test_pretraining_workers_read_distinct_files(tmp_path):
     for i in range(4):
         pre.write_records(str(tmp_path / ("part-%02d.tfrecord" % i)),
                           pre.make_instances(16, seed=i))
-    ports = _free_ports(2)
     output_dir = tmp_path / "out"
-    workers = []
-    for index in range(2):
+
+    def start(index, ports, log):
         env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps({
             "cluster": {"worker": ["localhost:%d" % p for p in ports]},
             "task": {"type": "worker", "index": index}}))
-        workers.append(subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "run_pretraining.py"),
              "--bert_config_file=%s" % config,
              "--input_file=%s" % (tmp_path / "part-*.tfrecord"),
@@ -158,8 +204,9 @@ def test_pretraining_workers_read_distinct_files(tmp_path):
              "--max_predictions_per_seq=%d" % pre.PRED, "--train_batch_size=8",
              "--num_train_steps=2", "--num_warmup_steps=0", "--optimizer=lamb",
              "--input_seed=3", "--distribution_strategy=multi_worker_mirrored"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [_finish(worker) for worker in workers]
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+    outputs = _run_worker_pair(start, tmp_path, output_dir)
     for index, output in enumerate(outputs):
         assert ("Input pipeline %d of 2 reads 2 of the 4 input files, from part-%02d.tfrecord"
                 % (index, index)) in output, output[-3000:]

@@ -195,6 +195,13 @@ def test_export_saved_model_serves_the_checkpoint(trained, tmp_path):
     np.testing.assert_allclose(served, w * X + b, rtol=1e-5)
 
 
+def _latest_step(model_dir):
+    """Step of the checkpoint named in model_dir's `checkpoint` state file
+    (int), or -1 if there is none yet."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    return int(latest.rsplit("-", 1)[1]) if latest else -1
+
+
 @pytest.mark.slow
 def test_resumes_after_kill_9(tmp_path):
     """A training process killed with SIGKILL mid-run: the rerun restores the
@@ -211,7 +218,11 @@ def test_resumes_after_kill_9(tmp_path):
     first = subprocess.Popen([sys.executable, "-c", script, model_dir, "0.1"], cwd=ROOT,
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 240
-    while not os.path.exists(os.path.join(model_dir, "model.ckpt-20.index")):
+    # Poll the `checkpoint` state file, which is what the rerun resumes from:
+    # the saver writes model.ckpt-N.index a few ms before it rewrites that
+    # file, so a kill timed on the .index alone can leave the state one
+    # checkpoint behind.
+    while _latest_step(model_dir) < 20:
         assert first.poll() is None, first.stdout.read().decode()[-3000:]
         assert time.time() < deadline, "no checkpoint 20 within 240 s"
         time.sleep(0.2)

@@ -89,12 +89,20 @@ def pair(servers):
 def _post(server, body, path=PREDICT, method="POST", headers=None):
     """(status, decoded JSON answer) of a request; `body` is JSON-encoded
     unless it is bytes."""
+    return _post_from(server, body, path, method, headers)[:2]
+
+
+def _post_from(server, body, path=PREDICT, method="POST", headers=None):
+    """_post's (status, answer) and the client's address as the server's log
+    names it ("127.0.0.1:PORT"), to find the request's own log line."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
     try:
+        connection.connect()
+        client = "127.0.0.1:%d" % connection.sock.getsockname()[1]
         connection.request(method, path, data, headers or {})
         response = connection.getresponse()
-        return response.status, json.loads(response.read() or b"null")
+        return response.status, json.loads(response.read() or b"null"), client
     finally:
         connection.close()
 
@@ -371,11 +379,13 @@ def test_an_internal_error_is_a_500_without_details(pair, monkeypatch, caplog):
 
     monkeypatch.setattr(rest_api, "predict_response", broken)
     with caplog.at_level(logging.WARNING, logger="tensorflow"):
-        status, answer = _post(server, GOOD)
-        _logged(caplog, 1)
+        status, answer, client = _post_from(server, GOOD)
+        _wait_for_lines(caplog, [client])
     assert (status, answer) == (500, {"error": "internal error (KeyError); the server's log "
                                                "has more"})
-    logged = [r.getMessage() for r in caplog.records]
+    # One line, with the client's address, is all its request's thread logged.
+    thread = _records_of(caplog, client)[0].thread
+    logged = [r.getMessage() for r in caplog.records if r.thread == thread]
     assert len(logged) == 1 and re.match(
         r"POST /v1/models/m:predict from 127\.0\.0\.1:\d+: 500 in \d+ ms: KeyError: '.*secret' "
         r"\(in test_server_hostile\.py, line \d+\)$", logged[0]), logged
@@ -405,9 +415,9 @@ def test_long_texts_are_cut_where_the_model_stops_reading(servers, exports,  # n
              ("ab" * 101 + " film" * 2000, "ab" * 75 + " good"),
              ("the film is good", "what ends well")]  # Read whole: not cut.
     with caplog.at_level(logging.INFO, logger="tensorflow"):
-        status, answer = _post(server, {"instances": [{"text_a": a, "text_b": b}
-                                                      for a, b in pairs]})
-        _logged(caplog, 1)
+        status, answer, client = _post_from(server, {"instances": [{"text_a": a, "text_b": b}
+                                                                   for a, b in pairs]})
+        _wait_for_lines(caplog, [client])
     assert status == 200, answer
     expected = test_serving._run_signature(exports["pair"], "serving_default", {
         "text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]})
@@ -415,10 +425,11 @@ def test_long_texts_are_cut_where_the_model_stops_reading(servers, exports,  # n
                                expected["probabilities"], atol=1e-6)
     assert [p["labels"] for p in answer["predictions"]] == [
         label.decode() for label in expected["labels"]]
-    # The log says what was not read, on the answer's own line (a path logged
-    # since, such as pytest-200's, must not be taken for it).
-    line = [r.getMessage() for r in caplog.records
-            if re.match(r"POST \S+ from \S+: 200 in ", r.getMessage())][-1]
+    # The log says what was not read, on the answer's own line (found by its
+    # client's address: other servers log lines of their own meanwhile).
+    lines = [r.getMessage() for r in _records_of(caplog, client)]
+    assert len(lines) == 1 and re.match(r"POST \S+ from \S+: 200 in ", lines[0]), lines
+    line = lines[0]
     assert re.search(r"\(8 instances; text_a: 6 texts cut where the model stops reading, \d+ "
                      r"characters not read; text_b: 4 texts cut", line), line
 
@@ -551,9 +562,18 @@ def test_pairs_are_cut_alike_whatever_the_length_past_the_cut():
 # ---------------------------------------------------------------------------
 # Limits on the server: in flight, connections, slow and idle clients.
 
-def _logged(caplog, count):
-    """Waits for `count` log records: a server logs an answer once sent."""
-    _wait_for(lambda: len(caplog.records) >= count, "%d log records" % count)
+def _records_of(caplog, client):
+    """The log records of the requests from `client` ("HOST:PORT"); other
+    servers in this module may log at any time (a summary line, a previous
+    test's last request), so a test counts only its own clients' lines."""
+    return [r for r in caplog.records if " from %s:" % client in r.getMessage()]
+
+
+def _wait_for_lines(caplog, clients):
+    """Waits until every one of `clients` has a log line: a server logs an
+    answer only once it is sent."""
+    _wait_for(lambda: all(_records_of(caplog, client) for client in clients),
+              "log lines of %s" % ", ".join(clients))
 
 
 def _wait_for(condition, what):
@@ -684,6 +704,9 @@ def test_a_client_that_leaves_early_is_one_log_line(servers, monkeypatch, caplog
 def test_the_log_has_a_line_per_request_at_a_human_pace_else_a_summary(caplog):
     now = [100.0]
     log = rest_server._RequestLog(30, clock=lambda: now[0])
+    # The running servers' threads may log a line of their own meanwhile:
+    # only this thread's records are this log's.
+    here = threading.get_ident()
     held = rest_api.RequestHeld(2, {"text_a": (1, 500)})
     with caplog.at_level(logging.INFO, logger="tensorflow"):
         log.answered("POST /p from a: 200 in 5 ms", held)
@@ -696,7 +719,7 @@ def test_the_log_has_a_line_per_request_at_a_human_pace_else_a_summary(caplog):
         log.error("POST /p from a: 400 in 1 ms", "input text_a: expected text")
         now[0] += 5
         log.answered("GET /v1/models/m from a: 200 in 1 ms", None)
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if r.thread == here] == [
         "POST /p from a: 200 in 5 ms (2 instances; text_a: 1 text cut where the model stops "
         "reading, 500 characters not read)",
         "10 more requests answered in 32 s (10 instances)",
@@ -706,15 +729,26 @@ def test_the_log_has_a_line_per_request_at_a_human_pace_else_a_summary(caplog):
 
 def test_every_error_answer_is_logged(pair, caplog):
     server, _ = pair
+    clients = []
     with caplog.at_level(logging.INFO, logger="tensorflow"):
         for _ in range(3):
-            _post(server, b"{not json")
-        _exchange(server, b"FOO / HTTP/1.1\r\n\r\n")
-        _logged(caplog, 4)
-    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(errors) == 4, errors
-    assert re.match(r"POST /v1/models/m:predict from 127\.0\.0\.1:\d+: 400 in \d+ ms: JSON "
-                    r"Parse error", errors[0]), errors
+            status, _, client = _post_from(server, b"{not json")
+            assert status == 400
+            clients.append(client)
+        with socket.create_connection(("127.0.0.1", server.server_address[1]),
+                                      timeout=60) as sock:
+            clients.append("127.0.0.1:%d" % sock.getsockname()[1])
+            sock.sendall(b"FOO / HTTP/1.1\r\n\r\n")
+            assert _read_answer(sock)[0] == 501
+        _wait_for_lines(caplog, clients)
+    # Each error answer is one warning line of its own.
+    logged = [_records_of(caplog, client) for client in clients]
+    assert [[r.levelno for r in records] for records in logged] == [[logging.WARNING]] * 4, [
+        [r.getMessage() for r in records] for records in logged]
+    errors = [records[0].getMessage() for records in logged]
+    assert all(re.match(r"POST /v1/models/m:predict from 127\.0\.0\.1:\d+: 400 in \d+ ms: "
+                        r"JSON Parse error", line) for line in errors[:3]), errors
+    assert re.match(r"FOO / from 127\.0\.0\.1:\d+: 501 in \d+ ms: ", errors[3]), errors
 
 
 # ---------------------------------------------------------------------------
