@@ -822,8 +822,10 @@ def compute_predictions(all_examples, all_features, all_results, n_best_size,
     """The answers of write_predictions, without writing files.
 
     For each example, every window proposes the spans between its
-    `n_best_size` best start and end positions that lie in its context
-    (starting where it has max context, at most `max_answer_length` pieces);
+    `n_best_size` best start and `n_best_size` best end positions (ranked
+    over the whole window, padding included, as the original ranks them),
+    where both lie in its context (starting where it has max context, at
+    most `max_answer_length` pieces);
     with SQuAD 2.0 the null answer ([CLS] to [CLS], from the window where it
     scores lowest) competes too. Spans are ranked by start + end logit and the
     `n_best_size` best distinct texts are kept.
