@@ -460,11 +460,13 @@ def _model_files(tmp_path):
     words = FILLER + list(TRIGGERS) + list(SUFFIXES.values()) + [
         "alpha", "beta", "gamma", "delta", "jack", "##son", "king", "##ston", "."]
     vocab = tiny.write_vocab(str(tmp_path), words)
-    # Two heads of 16 and no dropout: the tiny model learns to attend to the
-    # previous word within a few hundred steps.
+    # Two heads of 16, no dropout and initial weights wider than the tiny
+    # config's 0.02: the tiny model learns to attend to the previous word
+    # within a few hundred steps (with 0.02, some graph seeds reached an F1 of
+    # only 0.72).
     config = tiny.write_config(str(tmp_path), vocab_size=len(words) + 5,
                                num_attention_heads=2, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0)
+                               attention_probs_dropout_prob=0.0, initializer_range=0.1)
     return vocab, config
 
 
@@ -502,7 +504,12 @@ def _read_columns(path):
     return sentences, docstarts
 
 
-RAW_TEXT = "Mr Alpha went in Kingston.\nThe big house saw Delta.\n\nDr Jackson, at Beta.\n"
+# Three documents. The third one's 7 entities are there so that one wrong
+# tag (such as on the comma, a word training never shows) costs little of
+# the F1 the tests ask for.
+RAW_TEXT = ("Mr Alpha went in Kingston.\nThe big house saw Delta.\n\nDr Jackson, at Beta.\n\n"
+            "The house in Gamma and then Dr Alpha saw Mr Delta Jr.\n"
+            "A tree at Kingston Bay then Mr Beta went in Jackson.\nBig Delta saw Dr Gamma.\n")
 
 
 @pytest.fixture(scope="module")
@@ -623,12 +630,19 @@ def test_test_and_text_predictions(ner_run):
     assert [[r[0] for r in s] for s in rows] == [
         ["Mr", "Alpha", "went", "in", "Kingston", "."],
         ["The", "big", "house", "saw", "Delta", "."],
-        ["Dr", "Jackson", ",", "at", "Beta", "."]]
+        ["Dr", "Jackson", ",", "at", "Beta", "."],
+        ["The", "house", "in", "Gamma", "and", "then", "Dr", "Alpha", "saw", "Mr", "Delta", "Jr",
+         "."],
+        ["A", "tree", "at", "Kingston", "Bay", "then", "Mr", "Beta", "went", "in", "Jackson", "."],
+        ["Big", "Delta", "saw", "Dr", "Gamma", "."]]
     # The tiny model's training is seeded but not bit-deterministic across
     # runs (multi-threaded sums): its tags are scored as the test file's are,
     # by entity F1, instead of word for word.
     expected = [["O", "I-PER", "O", "O", "I-LOC", "O"], ["O"] * 6,
-                ["O", "I-PER", "O", "O", "I-LOC", "O"]]
+                ["O", "I-PER", "O", "O", "I-LOC", "O"],
+                ["O", "O", "O", "I-LOC", "O", "O", "O", "I-PER", "O", "O", "I-PER", "I-PER", "O"],
+                ["O", "O", "O", "I-LOC", "I-LOC", "O", "O", "I-PER", "O", "O", "I-LOC", "O"],
+                ["O", "O", "O", "O", "I-PER", "O"]]
     assert run_ner.evaluate_tags(expected, [[r[1] for r in s] for s in rows])["f1"] >= 0.8
 
 
@@ -888,7 +902,12 @@ def test_text_signature_tags_as_the_script_does(ner_run):
     documents = [block.strip() for block in RAW_TEXT.split("\n\n")]
     served = test_serving._run_signature(path, "serving_default", {"text": documents})
     sentences, _ = _read_columns(os.path.join(ner_run["output_dir"], "text_predictions.txt"))
-    expected = [sentences[0] + sentences[1], sentences[2]]
+    expected = []
+    for document in documents:
+        n = len(document.splitlines())
+        expected.append(sum(sentences[:n], []))
+        sentences = sentences[n:]
+    assert not sentences
     for i, words in enumerate(expected):
         n = served["num_words"][i]
         assert [w.decode() for w in served["words"][i, :n]] == [w for w, _ in words]
