@@ -955,17 +955,18 @@ def test_ner_and_swag_check_output_dir_and_checkpoints(script, tmp_path):
     wider_dir = tmp_path / "wider"
     wider_dir.mkdir()
     with open(inputs["bert_config_file"]) as f:
-        vocab_size = json.load(f)["vocab_size"]
-    wider = _save_bert_checkpoint(wider_dir / "model.ckpt",
-                                  tiny.write_config(str(wider_dir), vocab_size, hidden_size=48),
-                                  global_step=5)
+        config = json.load(f)
+    vocab_size, width = config["vocab_size"], config["hidden_size"]
+    wider = _save_bert_checkpoint(
+        wider_dir / "model.ckpt",
+        tiny.write_config(str(wider_dir), vocab_size, hidden_size=width + 16), global_step=5)
     before = _snapshot(tmp_path)
     with pytest.raises(InputError) as e:
         run(**dict(inputs, init_checkpoint=wider))
     message = _one_line(e)
     assert message.startswith("--init_checkpoint %s does not fit --bert_config_file" % wider)
-    assert "has shape [%d, 48] in the checkpoint but [%d, 32]" % (vocab_size, vocab_size) \
-        in message, message
+    assert "has shape [%d, %d] in the checkpoint but [%d, %d]" % (
+        vocab_size, width + 16, vocab_size, width) in message, message
     with pytest.raises(InputError) as e:
         run(**dict(inputs, output_dir=str(wider_dir)))
     assert _one_line(e).startswith("--output_dir %s holds a checkpoint of another model "

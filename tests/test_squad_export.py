@@ -274,7 +274,7 @@ def trained(tmp_path_factory):
     # Trained long enough for the tiny model to point at the context (after
     # a few steps its best positions are all outside it: "empty").
     values, dev_v2 = _main_flags(tmp, version_2=True, export_dir=str(tmp / "export_v2"),
-                                 num_train_epochs=EPOCHS)
+                                 num_train_epochs=EPOCHS, n_best_size=5)
     del values["null_score_diff_threshold"]  # not given: the export takes the tuned one
     tiny.run_main_seeded(run_squad.main, values)
     checkpoint = tf.train.latest_checkpoint(values["output_dir"])
