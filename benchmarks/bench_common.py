@@ -15,6 +15,21 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
+def status_mib(names, pid="self"):
+    """{name: MiB} of the memory fields `names` (such as "VmHWM", "RssFile")
+    of /proc/<pid>/status; {} where Linux's /proc is not there."""
+    values = {}
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in names:
+                    values[name] = int(rest.split()[0]) / 1024
+    except OSError:
+        pass
+    return values
+
+
 def model_flops(batch, seq, layers, hidden, intermediate):
     """Forward FLOPs (multiply-add = 2) of BERT's encoder and pooler for one
     batch: per layer and sequence the dense layers 2 S (4 H^2 + 2 H I) and

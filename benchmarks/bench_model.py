@@ -504,14 +504,7 @@ def _library_rss_mib():
     data (clean, shared with every other process that maps the same files,
     and dropped by the kernel under memory pressure). None where Linux's
     /proc/self/status is not there."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("RssFile:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
+    return bench_common.status_mib(("RssFile",)).get("RssFile")
 
 
 def run_child(mode):

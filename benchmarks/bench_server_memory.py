@@ -55,12 +55,7 @@ flags.DEFINE_integer("timeout", 600, "Seconds a request may take.")
 
 def _memory(pid):
     """(peak, current) resident memory of process `pid` in MiB."""
-    values = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            name, _, rest = line.partition(":")
-            if name in ("VmHWM", "VmRSS"):
-                values[name] = int(rest.split()[0]) / 1024
+    values = bench_common.status_mib(("VmHWM", "VmRSS"), pid)
     return values["VmHWM"], values["VmRSS"]
 
 

@@ -992,10 +992,7 @@ def _main_flags(tmp_path, version_2, **overrides):
 
 def _run_main(values):
     """run_squad.main with exactly the flag `values`, its runs seeded."""
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(**values), tiny.seeded_runs():
-        run_squad.main([])
+    tiny.run_main_seeded(run_squad.main, values)
 
 
 def _read(path):

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -195,13 +196,6 @@ def test_export_saved_model_serves_the_checkpoint(trained, tmp_path):
     np.testing.assert_allclose(served, w * X + b, rtol=1e-5)
 
 
-def _latest_step(model_dir):
-    """Step of the checkpoint named in model_dir's `checkpoint` state file
-    (int), or -1 if there is none yet."""
-    latest = tf.train.latest_checkpoint(model_dir)
-    return int(latest.rsplit("-", 1)[1]) if latest else -1
-
-
 @pytest.mark.slow
 def test_resumes_after_kill_9(tmp_path):
     """A training process killed with SIGKILL mid-run: the rerun restores the
@@ -222,7 +216,7 @@ def test_resumes_after_kill_9(tmp_path):
     # the saver writes model.ckpt-N.index a few ms before it rewrites that
     # file, so a kill timed on the .index alone can leave the state one
     # checkpoint behind.
-    while _latest_step(model_dir) < 20:
+    while checkpoints.checkpoint_step(tf.train.latest_checkpoint(model_dir)) < 20:
         assert first.poll() is None, first.stdout.read().decode()[-3000:]
         assert time.time() < deadline, "no checkpoint 20 within 240 s"
         time.sleep(0.2)
