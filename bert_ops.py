@@ -9,7 +9,11 @@ Two builds of each kernel, with the same formulas (so the same values, to
 float rounding):
 
 * written out: a chain of ordinary TensorFlow ops, which every device, every
-  model server and XLA's TPU compiler run;
+  model server and XLA's TPU compiler run. GELU is written in the form
+  that TensorFlow's oneDNN graph rewriter (on by default on x86-64 Linux)
+  fuses into the matmul and bias add before it. LayerNorm is not written
+  in the form of its LayerNorm rewrite, which computes with an epsilon of
+  1e-3 instead of BERT's 1e-12 (TensorFlow 2.15 to 2.21);
 * fused: one XLA-compiled loop for the forward pass and one for the
   backward pass. On a CPU each element-wise op is a separate kernel that
   reads and writes a full tensor, and these chains run 2-5x faster as one
@@ -19,14 +23,17 @@ float rounding):
 Which kernels are fused is a `FusedOps` value, chosen once (the scripts'
 `--fused_ops` flag, or `modeling.BertModel(fused_ops=...)`) and handed to
 each call as its `fused` argument: `choose_fused_ops("auto")` fuses all
-three where no GPU is visible, and `fused=None` at a call means the same.
+three where no GPU is visible, and `fused=None` at a call means the same;
+for a graph that only infers, "auto" leaves them to oneDNN where it is on.
 Inside an XLA context (a TPU computation, which compiles the written-out
 ops itself) every kernel is written out, whatever the choice.
 
-Gradients. Each kernel's gradient is attached through
-`gradient_override_map` to one ordinary op that ends the forward
-computation, so that a forward graph holds nothing extra until gradients
-are taken (`tf.custom_gradient` would add helper ops). They serve
+Gradients. Each kernel's gradient (but the written-out dropout's and
+LayerNorm's, which are TensorFlow's own) is attached through
+`gradient_override_map` to the IdentityN that ends its forward
+computation, of the result and what the gradient reads; an IdentityN
+computes nothing, so a forward graph runs nothing extra
+(`tf.custom_gradient` would add helper ops). They serve
 graph-mode `tf.gradients`, which the training scripts use; a GradientTape
 ignores them and differentiates the same ops the ordinary way (same values,
 more memory). What each one keeps of the forward pass:
@@ -75,14 +82,33 @@ def _no_gpu_visible():
     return not tf.config.list_physical_devices("GPU")
 
 
-def choose_fused_ops(setting="auto"):
+@functools.lru_cache(maxsize=None)
+def onednn_rewrites_graphs():
+    """Whether TensorFlow's oneDNN back-end is on in this process (x86-64
+    builds with TF_ENABLE_ONEDNN_OPTS on, which `quiet_tf` makes the default
+    on Linux). Its graph rewriter then fuses the written-out GELU into the
+    matmul before it."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
+
+
+def choose_fused_ops(setting="auto", training=True):
     """The `FusedOps` that `setting` describes.
 
     Args:
-      setting: a `FusedOps` (returned as it is); None or "auto": all three
-        where no GPU is visible (where they were measured to pay off), none
-        where one is; "all"; "none"; or names from FUSED_OP_NAMES,
-        comma-separated ("gelu,dropout").
+      setting: a `FusedOps` (returned as it is); None or "auto": none where
+        a GPU is visible; otherwise all three for a graph that is trained
+        (where they were measured to pay off), and none for one that only
+        infers where oneDNN rewrites the graphs (`onednn_rewrites_graphs`):
+        there a BERT-Base forward pass, GELU fused into the matmuls by
+        oneDNN, runs as fast as with the compiled loops, and XLA's compiler
+        stays out of the process's memory; "all"; "none"; or names from
+        FUSED_OP_NAMES, comma-separated ("gelu,dropout").
+      training: whether gradients will be taken of the graph built with the
+        choice (for "auto").
 
     Raises:
       ValueError: an unknown name.
@@ -91,7 +117,8 @@ def choose_fused_ops(setting="auto"):
         return setting
     text = (setting or "auto").strip().lower()
     if text == "auto":
-        return FusedOps(*[_no_gpu_visible()] * len(FUSED_OP_NAMES))
+        compiled = _no_gpu_visible() and (training or not onednn_rewrites_graphs())
+        return FusedOps(*[compiled] * len(FUSED_OP_NAMES))
     if text == "all":
         return FusedOps(*[True] * len(FUSED_OP_NAMES))
     if text == "none":
@@ -161,11 +188,11 @@ def _identity_n_with_gradient(tensors, gradient_name):
         return tf.identity_n(tensors)[0]
 
 
-def _to_input(op, index, grad):
-    """`grad` for `op`'s input `index`, None for the others."""
-    grads = [None] * len(op.inputs)
-    grads[index] = grad
-    return grads
+def _compiled(op):
+    """Whether the IdentityN `op` ending a kernel (see
+    `_identity_n_with_gradient`) carries the value of a compiled loop
+    rather than of written-out ops."""
+    return op.inputs[0].op.type in ("PartitionedCall", "StatefulPartitionedCall")
 
 
 # A bfloat16 or float16 input is widened to float32 inside the compiled
@@ -240,23 +267,26 @@ def _fused_gelu_with_input_gradient(x, grad):
     return tf.cast(activation, x.dtype), tf.cast(_widened(grad) * derivative, grad.dtype)
 
 
-def _gelu_input(op):
-    """(x, its input index) of the op ending a GELU of x: the product
-    x * cdf(x), or the IdentityN (gelu, x) after the fused GELU."""
-    return (op.inputs[1], 1) if op.type == "IdentityN" else (op.inputs[0], 0)
+def _gelu_written_out(x):
+    """x * cdf(x) as written-out ops, in the form 0.5 x (1 + tanh(u)) that
+    TensorFlow's oneDNN rewriter recognizes: after a matmul and bias add it
+    becomes part of that matmul (`_FusedMatMul` with GeluApproximate). The
+    same value as `x * _gelu_cdf(x)`, bit for bit: halving is exact, so
+    both round x (1 + tanh(u)) / 2 once."""
+    inner = _SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
+    return (0.5 * x) * (1.0 + tf.tanh(inner))
 
 
 @_register_gradient(_GELU_GRADIENT)
 def _gelu_gradient(op, grad, *unused_pass_through_grad):
-    """Gradient of the op that ends a GELU, for the whole GELU: everything
-    goes to `x` and is computed from `x` alone."""
+    """Gradient of the IdentityN (gelu, x) that ends a GELU, for the whole
+    GELU: everything goes to `x` and is computed from `x` alone."""
     del unused_pass_through_grad  # The IdentityN's x output has no consumer.
-    x, index = _gelu_input(op)
-    x = _after(x, grad)
-    if op.type == "IdentityN":
-        return _to_input(op, index, _fused_gelu_input_gradient(x, grad))
+    x = _after(op.inputs[1], grad)
+    if _compiled(op):
+        return [None, _fused_gelu_input_gradient(x, grad)]
     _, derivative = _gelu_backward_parts(x)
-    return _to_input(op, index, grad * derivative)
+    return [None, grad * derivative]
 
 
 @_register_gradient(_GELU_MATMUL_GRADIENT)
@@ -267,15 +297,15 @@ def _gelu_matmul_gradient(op, grad):
     The kernel's gradient needs the activation: it is recomputed from `x`,
     with GELU's derivative from the same tanh (`_gelu_backward_parts`). The
     first slot (the activation's) receives the gradient with respect to `x`
-    itself, which the op ending that GELU passes on unchanged
+    itself, which the IdentityN ending that GELU passes on unchanged
     (`_gelu_into_matmul_gradient`): right because that activation feeds this
     matmul alone.
     """
     activation, kernel = op.inputs
-    x, _ = _gelu_input(activation.op)
-    x = _after(x, grad)
+    ending = activation.op
+    x = _after(ending.inputs[1], grad)
     grad_activation = tf.matmul(grad, kernel, transpose_b=True)
-    if activation.op.type == "IdentityN":
+    if _compiled(ending):
         activation_again, grad_x = _fused_gelu_with_input_gradient(x, grad_activation)
     else:
         activation_again, derivative = _gelu_backward_parts(x)
@@ -285,22 +315,19 @@ def _gelu_matmul_gradient(op, grad):
 
 @_register_gradient(_GELU_INTO_MATMUL_GRADIENT)
 def _gelu_into_matmul_gradient(op, grad, *unused_pass_through_grad):
-    """Gradient of the op ending the GELU in `gelu_matmul`: `grad` already
-    is with respect to `x` (`_gelu_matmul_gradient`)."""
-    del unused_pass_through_grad  # The IdentityN's x output has no consumer.
-    return _to_input(op, _gelu_input(op)[1], grad)
+    """Gradient of the IdentityN ending the GELU in `gelu_matmul`: `grad`
+    already is with respect to `x` (`_gelu_matmul_gradient`)."""
+    del op, unused_pass_through_grad  # The IdentityN's x output has no consumer.
+    return [None, grad]
 
 
 def _gelu(x, gradient_name, fused):
-    """x * cdf(x), the gradient of the op ending it registered as
-    `gradient_name`; fused, the compiled loop followed by an IdentityN
-    (gelu, x) that carries that gradient."""
+    """x * cdf(x), as a compiled loop (`fused`) or written out, followed by
+    an IdentityN (gelu, x) whose gradient is the one registered as
+    `gradient_name`."""
     x = tf.convert_to_tensor(x)
-    if _fused_here(fused, "gelu"):
-        return _identity_n_with_gradient([_fused_gelu_forward(x), x], gradient_name)
-    cdf = _gelu_cdf(x)
-    with tf.get_default_graph().gradient_override_map({"Mul": gradient_name}):
-        return x * cdf
+    activation = _fused_gelu_forward(x) if _fused_here(fused, "gelu") else _gelu_written_out(x)
+    return _identity_n_with_gradient([activation, x], gradient_name)
 
 
 def gelu(x, fused=None):

@@ -811,7 +811,7 @@ def prepare_run():
                          "support: leave it off with --use_tpu")
     options = training.TrainingOptions(
         precision=FLAGS.precision, use_xla=FLAGS.use_xla,
-        fused_ops=training.choose_fused_ops(FLAGS.fused_ops))
+        fused_ops=training.choose_fused_ops(FLAGS.fused_ops, training=False))
     if FLAGS.input_file:
         file_io.check_output_file(FLAGS.output_file, "output_file")
     return ExtractionRun(

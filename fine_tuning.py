@@ -435,7 +435,7 @@ def prepare_run(defaults, min_seq_length=None, needs=None, check_flags=None,
         check_model(settings, bert_config)
     if export and settings.export_dir:
         serving.check_export_flags(settings.vocab_file, settings.export_dir)
-    options = training.training_options_from_flags(settings)
+    options = training.training_options_from_flags(settings, training=settings.do_train)
     return Run(settings, record, tokenizer, bert_config, init_checkpoint, options,
                head_variable, task)
 

@@ -158,7 +158,8 @@ class BertModel:
             instead of keeping its activations.
           fused_ops: which kernels to build as XLA-compiled loops: a
             bert_ops.FusedOps, or a setting of `bert_ops.choose_fused_ops`
-            (default "auto"). The choice made is `self.fused_ops`.
+            (default "auto", for a graph trained when `is_training`). The
+            choice made is `self.fused_ops`.
 
         Raises:
           ValueError: the config is unusable or a tensor has the wrong rank.
@@ -168,7 +169,7 @@ class BertModel:
         # Resolved first, so that an unknown name fails before any variable
         # is created.
         activation = get_activation(config.hidden_act)
-        self.fused_ops = bert_ops.choose_fused_ops(fused_ops)
+        self.fused_ops = bert_ops.choose_fused_ops(fused_ops, training=is_training)
         if not is_training:
             config.hidden_dropout_prob = 0.0
             config.attention_probs_dropout_prob = 0.0

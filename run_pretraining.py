@@ -1020,7 +1020,7 @@ def prepare_run():
     train_files = check_input_files(input_files, max_seq_length, max_predictions,
                                     bert_config.vocab_size)
 
-    options = training.training_options_from_flags(FLAGS)
+    options = training.training_options_from_flags(FLAGS, training=FLAGS.do_train)
     check_evaluation_flags(FLAGS.eval_file, FLAGS.samples_between_eval,
                            FLAGS.samples_start_eval, FLAGS.stop_threshold, FLAGS.do_train,
                            options.distribution_strategy)

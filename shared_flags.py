@@ -215,7 +215,10 @@ _SHARED_FLAGS = {
         flags.DEFINE_string, "auto",
         "Which of GELU, LayerNorm and dropout run as XLA-compiled loops instead of "
         "chains of separate ops: auto (all three where no GPU is visible, where "
-        "they are faster; none on GPUs), all, none, or a comma-separated list of "
+        "they are faster; none on GPUs, and none in a run that does not train "
+        "where TensorFlow's oneDNN is on: it fuses the separate GELU into the "
+        "matmul before it and LayerNorm into one kernel itself), all, none, or a "
+        "comma-separated list of "
         "gelu, layer_norm, dropout. Same values to float rounding (fused dropout "
         "draws 16 random bits per value). Exports and TPU computations always "
         "use the separate ops. Unless none, --optimizer=lamb's update is "

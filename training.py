@@ -108,10 +108,11 @@ class TrainingOptions:
         return dataclasses.replace(self, recompute_grad=False, fused_ops=bert_ops.FusedOps())
 
 
-def training_options_from_flags(settings):
+def training_options_from_flags(settings, training=True):
     """The `TrainingOptions` of `settings`: the parsed flags, or a
     fine-tuning run's settings (every training script defines
-    TRAINING_OPTION_FLAGS). Applies the process-wide ones now, before any
+    TRAINING_OPTION_FLAGS), for a run that trains (`training`) or only
+    evaluates and predicts. Applies the process-wide ones now, before any
     session: --limit_memory_fragmentation, and XLA's start for fused kernels
     (`choose_fused_ops`)."""
     if not settings.poly_power > 0:
@@ -123,7 +124,8 @@ def training_options_from_flags(settings):
     multi_worker = settings.distribution_strategy == "multi_worker_mirrored"
     return TrainingOptions(
         precision=settings.precision, recompute_grad=settings.recompute_grad,
-        fused_ops=choose_fused_ops(settings.fused_ops, start_xla=not multi_worker),
+        fused_ops=choose_fused_ops(settings.fused_ops, start_xla=not multi_worker,
+                                   training=training),
         gradient_accumulation_steps=max(1, settings.gradient_accumulation_steps or 1),
         use_xla=settings.use_xla, distribution_strategy=settings.distribution_strategy,
         num_gpus=settings.num_gpus, optimizer=settings.optimizer,
@@ -132,8 +134,9 @@ def training_options_from_flags(settings):
         input_seed=settings.input_seed or None)
 
 
-def choose_fused_ops(setting, start_xla=True):
-    """The bert_ops.FusedOps of --fused_ops=`setting`. Where any kernel is
+def choose_fused_ops(setting, start_xla=True, training=True):
+    """The bert_ops.FusedOps of --fused_ops=`setting` for graphs that are
+    trained (`training`) or only infer. Where any kernel is
     fused, XLA is started here with `start_xla` (`quiet_tf.start_xla_quietly`:
     its start-up lines caught now rather than at the first step); where XLA
     does not work, every kernel is written out.
@@ -142,7 +145,7 @@ def choose_fused_ops(setting, start_xla=True):
       InputError: an unknown value, naming --fused_ops.
     """
     try:
-        fused_ops = bert_ops.choose_fused_ops(setting)
+        fused_ops = bert_ops.choose_fused_ops(setting, training=training)
     except ValueError as e:
         raise InputError("--fused_ops: %s" % e)
     if start_xla and fused_ops != bert_ops.FusedOps() and not quiet_tf.start_xla_quietly():

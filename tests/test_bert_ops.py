@@ -211,6 +211,90 @@ def test_choose_fused_ops():
     assert training.choose_fused_ops("none", start_xla=False) == bert_ops.FusedOps()
 
 
+def test_auto_leaves_an_inference_graph_to_onednn():
+    """"auto" for a graph that only infers: nothing compiled where oneDNN
+    rewrites graphs (and no GPU is visible), the training choice elsewhere;
+    settings other than "auto" mean the same either way."""
+    import training
+    everything = bert_ops.FusedOps(gelu=True, layer_norm=True, dropout=True)
+    no_gpu = not tf.config.list_physical_devices("GPU")
+    expected = (everything if no_gpu and not bert_ops.onednn_rewrites_graphs()
+                else bert_ops.FusedOps())
+    assert bert_ops.choose_fused_ops("auto", training=False) == expected
+    assert training.choose_fused_ops("auto", start_xla=False, training=False) == expected
+    assert bert_ops.choose_fused_ops("all", training=False) == everything
+    assert bert_ops.choose_fused_ops("gelu", training=False) == bert_ops.FusedOps(gelu=True)
+    config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
+                                 num_attention_heads=2, intermediate_size=24)
+    for is_training in (False, True):
+        with tf.Graph().as_default():
+            model = modeling.BertModel(config, is_training=is_training,
+                                       input_ids=tf.placeholder(tf.int32, [3, 5]))
+        assert model.fused_ops == bert_ops.choose_fused_ops("auto", training=is_training)
+
+
+def _run_with_rewrites(fetch, feed):
+    """(value of `fetch`, the nodes of the graph the session ran, after
+    TensorFlow's rewrites)."""
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        metadata = tf.RunMetadata()
+        value = sess.run(fetch, feed, options=tf.RunOptions(output_partition_graphs=True),
+                         run_metadata=metadata)
+    return value, [node for graph in metadata.partition_graphs for node in graph.node]
+
+
+@pytest.mark.skipif(not bert_ops.onednn_rewrites_graphs(), reason="oneDNN is off here")
+def test_onednn_runs_the_written_out_gelu_inside_the_matmul():
+    """A feed-forward block of an inference graph, GELU written out: oneDNN
+    runs the first matmul, its bias and the GELU as one kernel (no tanh op
+    is left), and the result is GELU's, against NumPy in float64."""
+    rng = np.random.RandomState(7)
+    x, w1, w2 = (rng.randn(*shape).astype(np.float32)
+                 for shape in ((16, 32), (32, 64), (64, 8)))
+    b1 = rng.randn(64).astype(np.float32)
+    with tf.Graph().as_default():
+        xt = tf.placeholder(tf.float32, x.shape)
+        pre_activation = tf.nn.bias_add(tf.matmul(xt, tf.Variable(w1)), tf.Variable(b1))
+        output = bert_ops.gelu_matmul(pre_activation, tf.Variable(w2), fused=False)
+        value, nodes = _run_with_rewrites(output, {xt: x})
+    fused = [list(node.attr["fused_ops"].list.s) for node in nodes if "FusedMatMul" in node.op]
+    assert fused == [[b"BiasAdd", b"GeluApproximate"]]
+    assert not [node for node in nodes if node.op == "Tanh"]
+    x64 = x.astype(np.float64)
+    expected = np_gelu(x64 @ w1 + b1) @ w2
+    np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_written_out_gelu_rounds_as_x_times_its_cdf():
+    """The written-out GELU, 0.5 x (1 + tanh(u)) (the form oneDNN fuses),
+    gives x * cdf(x) (the compiled loop's form) bit for bit."""
+    x = np.concatenate([np.linspace(-12.0, 12.0, 4801),
+                        np.random.RandomState(8).randn(4000) * 3.0]).astype(np.float32)
+    with tf.Graph().as_default():
+        xt = tf.placeholder(tf.float32, x.shape)
+        written_out, cdf_form = tf.Session().run(
+            [bert_ops._gelu_written_out(xt), xt * bert_ops._gelu_cdf(xt)], {xt: x})
+    np.testing.assert_array_equal(written_out, cdf_form)
+
+
+def test_layer_norm_keeps_bert_epsilon_on_rows_of_small_spread(fused):
+    """Rows with a standard deviation of 1e-3 are normalized with BERT's
+    epsilon, 1e-12. TensorFlow's oneDNN LayerNorm rewrite (2.15 to 2.21)
+    computes with 1e-3, which would shrink them about 30-fold: the
+    written-out LayerNorm must not take the form that it rewrites."""
+    rng = np.random.RandomState(9)
+    x = (rng.randn(8, 64) * 1e-3 + 0.5).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    beta = rng.randn(64).astype(np.float32)
+    with tf.Graph().as_default():
+        xt = tf.placeholder(tf.float32, x.shape)
+        output = bert_ops.layer_norm(xt, tf.Variable(gamma), tf.Variable(beta), fused)
+        value, _ = _run_with_rewrites(output, {xt: x})
+    expected = np_layer_norm(x.astype(np.float64), gamma, beta)
+    np.testing.assert_allclose(value, expected, rtol=1e-3, atol=1e-3)
+
+
 def _model_graph_ops(fused_ops):
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
                                  num_attention_heads=2, intermediate_size=24)
