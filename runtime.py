@@ -29,6 +29,7 @@ import os
 
 import numpy as np
 import tensorflow.compat.v1 as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
 
 import saved_model_writer
 
@@ -83,20 +84,27 @@ if USE_ESTIMATOR:
 # ---------------------------------------------------------------------------
 # Run configuration (both runners).
 
-def _session_config(use_xla, num_cpus):
-    """ConfigProto for --use_xla and for several logical CPUs, or None."""
-    config = None
+def _session_config(use_xla, num_cpus, use_tpu=False):
+    """ConfigProto of the scripts' sessions off TPUs: soft placement, as in
+    an Estimator's default; grappler's graph rewrites in two rounds,
+    TensorFlow's default (an Estimator's own is one, and oneDNN's fusion of
+    GELU into the matmul before it happens in the second); XLA
+    auto-clustering with --use_xla; several logical CPUs. None on a TPU
+    (TPUEstimator's own)."""
+    if use_tpu:
+        return None
+    config = tf.ConfigProto(allow_soft_placement=True)
+    config.graph_options.rewrite_options.meta_optimizer_iterations = (
+        rewriter_config_pb2.RewriterConfig.TWO)
     if use_xla:
         # Auto-clustering covers GPUs only unless these XLA flags are set
         # before the first session starts; with them the CPU graph is
         # compiled too.
         os.environ.setdefault("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit")
-        config = tf.ConfigProto()
         config.graph_options.optimizer_options.global_jit_level = tf.OptimizerOptions.ON_1
     if num_cpus > 1:
         # A v1 Session creates one CPU device unless told otherwise; the
         # strategy mirrors onto the process's logical CPUs.
-        config = config or tf.ConfigProto()
         config.device_count["CPU"] = num_cpus
     return config
 
@@ -152,7 +160,7 @@ def make_run_config(output_dir, save_checkpoints_steps, iterations_per_loop=1000
     strategy = None if use_tpu else make_distribution_strategy(distribution_strategy,
                                                                num_gpus)
     num_cpus = len(tf.config.list_logical_devices("CPU")) if strategy is not None else 1
-    session_config = _session_config(use_xla and not use_tpu, num_cpus)
+    session_config = _session_config(use_xla, num_cpus, use_tpu)
     if not USE_ESTIMATOR:
         return RunConfig(
             model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
@@ -192,12 +200,33 @@ def make_estimator(model_fn, run_config, use_tpu, train_batch_size=None,
                              eval_batch_size=eval_batch_size,
                              predict_batch_size=predict_batch_size)
     if run_config.train_distribute is None:
-        return tf.estimator.tpu.TPUEstimator(
+        return _tpu_estimator_class()(
             use_tpu=use_tpu, model_fn=model_fn, config=run_config,
             train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
             predict_batch_size=predict_batch_size)
     return _DistributedEstimator(model_fn, run_config, train_batch_size,
                                  eval_batch_size, predict_batch_size)
+
+
+def _tpu_estimator_class():
+    """TPUEstimator, its train, evaluate and predict reading each input_fn's
+    dataset through `_dataset` (defined here: only a TensorFlow with the
+    Estimator has the base class)."""
+
+    def read_through_dataset(input_fn):
+        return lambda params: _dataset(input_fn, params)
+
+    class TPUEstimator(tf.estimator.tpu.TPUEstimator):
+        def train(self, input_fn, *args, **kwargs):
+            return super().train(read_through_dataset(input_fn), *args, **kwargs)
+
+        def evaluate(self, input_fn, *args, **kwargs):
+            return super().evaluate(read_through_dataset(input_fn), *args, **kwargs)
+
+        def predict(self, input_fn, *args, **kwargs):
+            return super().predict(read_through_dataset(input_fn), *args, **kwargs)
+
+    return TPUEstimator
 
 
 def _per_replica_batch(batch_sizes, mode, replicas):
@@ -211,6 +240,21 @@ def _check_divisible(train_batch_size, replicas):
     if train_batch_size and train_batch_size % replicas:
         raise ConfigError("--train_batch_size=%d must be divisible by the %d replicas"
                          % (train_batch_size, replicas))
+
+
+def _dataset(input_fn, params):
+    """`input_fn(params)`'s dataset, with tf.data's autotuning off.
+
+    Autotuning's thread sleeps between rounds for a period that doubles up
+    to a minute, and the dataset's iterator, when its session closes, waits
+    for the sleep to end: a prediction whose input lasted 35 s sat idle for
+    another 12 s before it ended (TensorFlow 2.15 and 2.21). The scripts'
+    pipelines have nothing to tune: they parse records and batch them, and
+    a prefetch buffer keeps its own sizing without the autotuner.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return input_fn(params).with_options(options)
 
 
 def _shard_for_worker(dataset, mode, input_context):
@@ -242,7 +286,7 @@ def _call_input_fn(input_fn, params, mode, input_context):
             and input_context.num_input_pipelines > 1):
         params[INPUT_PIPELINE] = (input_context.num_input_pipelines,
                                   input_context.input_pipeline_id)
-    dataset = input_fn(params)
+    dataset = _dataset(input_fn, params)
     if params.get(INPUT_SHARDED):
         return dataset
     return _shard_for_worker(dataset, mode, input_context)
@@ -518,8 +562,8 @@ class SessionRunner:
         """The model_fn's graph on one device, fed by `input_fn`'s dataset."""
         graph = self._new_graph()
         with graph.as_default():
-            dataset = input_fn(self._params(mode))
-            iterator = tf.data.make_initializable_iterator(dataset)
+            iterator = tf.data.make_initializable_iterator(
+                _dataset(input_fn, self._params(mode)))
             features, labels = _features_and_labels(iterator.get_next())
             spec = self._call_model_fn(features, labels, mode)
         return _Model(graph, spec, iterator)
@@ -535,7 +579,7 @@ class SessionRunner:
             params = self._params(ModeKeys.TRAIN)
 
             def dataset_fn(input_context):
-                return _shard_for_worker(input_fn(dict(params)), ModeKeys.TRAIN,
+                return _shard_for_worker(_dataset(input_fn, dict(params)), ModeKeys.TRAIN,
                                          input_context)
 
             iterator = strategy.make_input_fn_iterator(dataset_fn)
