@@ -104,9 +104,10 @@ def choose_fused_ops(setting="auto", training=True):
         (where they were measured to pay off), and none for one that only
         infers where oneDNN rewrites the graphs (`onednn_rewrites_graphs`):
         there a BERT-Base forward pass, GELU fused into the matmuls by
-        oneDNN, runs as fast as with the compiled loops, and XLA's compiler
-        stays out of the process's memory; "all"; "none"; or names from
-        FUSED_OP_NAMES, comma-separated ("gelu,dropout").
+        oneDNN, runs within a few percent of the compiled loops' speed,
+        and XLA's compiler stays out of the process's memory; "all";
+        "none"; or names from FUSED_OP_NAMES, comma-separated
+        ("gelu,dropout").
       training: whether gradients will be taken of the graph built with the
         choice (for "auto").
 
