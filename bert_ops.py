@@ -24,7 +24,8 @@ Which kernels are fused is a `FusedOps` value, chosen once (the scripts'
 `--fused_ops` flag, or `modeling.BertModel(fused_ops=...)`) and handed to
 each call as its `fused` argument: `choose_fused_ops("auto")` fuses all
 three where no GPU is visible, and `fused=None` at a call means the same;
-for a graph that only infers, "auto" leaves them to oneDNN where it is on.
+for a graph that only infers, "auto" compiles none where oneDNN is on
+(which runs the written-out GELU inside the matmul).
 Inside an XLA context (a TPU computation, which compiles the written-out
 ops itself) every kernel is written out, whatever the choice.
 
