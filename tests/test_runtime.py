@@ -1,4 +1,4 @@
-"""runtime.SessionRunner, the execution layer used where TensorFlow has no
+"""session_runner.SessionRunner, the execution layer used where TensorFlow has no
 Estimator: checkpoints, resuming after kill -9, evaluation, streaming
 prediction, SavedModel export, TPU strategy selection.
 
@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 
 import checkpoints
 import runtime
+import session_runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,6 +37,7 @@ MODEL_SOURCE = textwrap.dedent('''
     import tensorflow.compat.v1 as tf
 
     import runtime
+    import session_runner
 
     X = np.linspace(-1.0, 1.0, 10).astype(np.float32)
     Y = (3.0 * X + 1.0).astype(np.float32)
@@ -81,9 +83,9 @@ MODEL_SOURCE = textwrap.dedent('''
 
 
     def make_runner(model_dir, step_seconds=0.0, keep=3):
-        config = runtime.RunConfig(model_dir=model_dir, save_checkpoints_steps=10,
+        config = session_runner.RunConfig(model_dir=model_dir, save_checkpoints_steps=10,
                                    keep_checkpoint_max=keep)
-        return runtime.SessionRunner(
+        return session_runner.SessionRunner(
             lambda f, l, m, p: model_fn(f, l, m, p, step_seconds), config,
             train_batch_size=4, eval_batch_size=4, predict_batch_size=4)
 ''')
@@ -252,30 +254,30 @@ class _FakeTPUStrategy:
 
 
 def test_tpu_strategy_from_flags_with_stand_ins():
-    config = runtime.RunConfig(model_dir=None, use_tpu=True, tpu_name="my-tpu",
+    config = session_runner.RunConfig(model_dir=None, use_tpu=True, tpu_name="my-tpu",
                                tpu_zone="us-central1-b", gcp_project="proj")
-    strategy = runtime.make_tpu_strategy(config, _FakeResolver, _FakeTPUStrategy)
+    strategy = session_runner.make_tpu_strategy(config, _FakeResolver, _FakeTPUStrategy)
     assert strategy.resolver.args == ("my-tpu", "us-central1-b", "proj")
     assert strategy.tpu_master == "grpc://10.0.0.2:8470"
     # A TPU VM or Colab: no name, the resolver finds the local TPU.
     config = config.replace(tpu_name=None, tpu_zone=None, gcp_project=None)
-    strategy = runtime.make_tpu_strategy(config, _FakeResolver, _FakeTPUStrategy)
+    strategy = session_runner.make_tpu_strategy(config, _FakeResolver, _FakeTPUStrategy)
     assert strategy.resolver.args == ("", None, None) and strategy.tpu_master == "local"
 
 
 def test_session_runner_takes_the_tpu_strategy(monkeypatch):
-    monkeypatch.setattr(runtime, "make_tpu_strategy",
+    monkeypatch.setattr(session_runner, "make_tpu_strategy",
                         lambda config: _FakeTPUStrategy(_FakeResolver("t", None, None)))
-    config = runtime.RunConfig(model_dir=None, use_tpu=True, tpu_name="t")
-    runner = runtime.SessionRunner(lambda *args: None, config, train_batch_size=64)
+    config = session_runner.RunConfig(model_dir=None, use_tpu=True, tpu_name="t")
+    runner = session_runner.SessionRunner(lambda *args: None, config, train_batch_size=64)
     assert runner._replicas == 8
     assert runner._params(runtime.ModeKeys.TRAIN) == {"batch_size": 8}
     with pytest.raises(runtime.ConfigError, match="divisible by the 8 replicas"):
-        runtime.SessionRunner(lambda *args: None, config, train_batch_size=12)
+        session_runner.SessionRunner(lambda *args: None, config, train_batch_size=12)
 
 
 def test_run_config_replace():
-    config = runtime.RunConfig(model_dir="/m", save_checkpoints_steps=7)
+    config = session_runner.RunConfig(model_dir="/m", save_checkpoints_steps=7)
     seeded = config.replace(tf_random_seed=3)
     assert (seeded.tf_random_seed, seeded.save_checkpoints_steps, config.tf_random_seed) == (
         3, 7, None)
@@ -339,14 +341,14 @@ def test_every_runner_reads_its_input_without_autotuning(tmp_path, monkeypatch):
     (a TPUEstimator where TensorFlow has the Estimator): the autotuning
     thread's sleep held up the end of a 35 s prediction by 12 s."""
     seen = []
-    read = runtime._dataset
+    read = runtime.read_dataset
 
     def spy(fn, params):
         dataset = read(fn, params)
         seen.append(dataset.options().autotune.enabled)
         return dataset
 
-    monkeypatch.setattr(runtime, "_dataset", spy)
+    monkeypatch.setattr(runtime, "read_dataset", spy)
     def model_fn(features, labels, mode, params):
         return namespace["model_fn"](features, labels, mode, params)
 
