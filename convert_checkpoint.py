@@ -42,27 +42,46 @@ place, so a failure never leaves a half-written model.
 """
 
 import collections
+import dataclasses
+import hashlib
 import json
 import os
 import re
 import shutil
-import struct
 import tempfile
+from typing import Optional
 
 import numpy as np
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import checkpoints
-import file_io
-import fine_tuning
+from scriptkit import checkpoints
+from scriptkit import file_io
+from scriptkit import hf_weights
+from scriptkit import run_record
 import modeling
-import script_runner
-import shared_flags
-from errors import InputError
+from scriptkit import script_runner
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
+from scriptkit.errors import InputError
 
-FLAGS = flags.FLAGS
+
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.Common):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    hf_model_dir: Optional[str] = None
+    to_hf: bool = False
+    hf_architecture: Optional[str] = None
+    overwrite: bool = False
+    output_dir: Optional[str] = None
+    init_checkpoint: Optional[str] = None
+    bert_config_file: Optional[str] = None
+    vocab_file: Optional[str] = None
+    do_lower_case: bool = True
+
 
 flags.DEFINE_string(
     "hf_model_dir", None,
@@ -83,18 +102,23 @@ flags.DEFINE_enum(
      "BertForQuestionAnswering", "BertForMultipleChoice"],
     "With --to_hf: the transformers class to write (default: the one the checkpoint's "
     "variables show). A head the class has no place for is left out, with a log line.")
+flags.DEFINE_bool(
+    "overwrite", False,
+    "Replace what --output_dir holds of another conversion (its config, casing or "
+    "weights). Without it, only an empty or new folder, or one holding this same model "
+    "(the same config and vocabulary), is written into. A different vocab.txt is never "
+    "replaced.")
 
-shared_flags.define_flags(
-    "output_dir", "init_checkpoint", "bert_config_file", "vocab_file", "do_lower_case",
-    helps={"init_checkpoint": "With --to_hf: the checkpoint to convert (a prefix, or a "
-                              "directory: its latest checkpoint).",
-           "bert_config_file": "With --to_hf: the model's config (default: the run record's, "
-                               "else bert_config.json next to the checkpoint).",
-           "vocab_file": "With --to_hf: the model's vocabulary (default: the run record's, "
-                         "else vocab.txt next to the checkpoint).",
-           "do_lower_case": "With --to_hf: the casing the model was trained with (default: "
-                            "the run record's, else tokenizer_config.json next to the "
-                            "vocabulary's, else True)."})
+shared_flags.define_settings_flags(Settings, helps={
+    "init_checkpoint": "With --to_hf: the checkpoint to convert (a prefix, or a directory: "
+                       "its latest checkpoint).",
+    "bert_config_file": "With --to_hf: the model's config (default: the run record's, else "
+                        "bert_config.json next to the checkpoint).",
+    "vocab_file": "With --to_hf: the model's vocabulary (default: the run record's, else "
+                  "vocab.txt next to the checkpoint).",
+    "do_lower_case": "With --to_hf: the casing the model was trained with (default: the run "
+                     "record's, else tokenizer_config.json next to the vocabulary's, else "
+                     "True)."})
 
 CHECKPOINT_NAME = "bert_model.ckpt"
 
@@ -197,135 +221,6 @@ def bert_config_from_hf(hf_config, config_path):
                          % (config_path, config["hidden_size"],
                             config["num_attention_heads"]))
     return config
-
-
-# ---------------------------------------------------------------------------
-# Reading weights.
-
-def _load_safetensors(path):
-    """name -> np.ndarray from one .safetensors file (bfloat16 -> float32)."""
-    from safetensors.numpy import load_file
-    local_path, cleanup = _local_copy(path)
-    try:
-        try:
-            return load_file(local_path)
-        except TypeError:
-            # NumPy has no bfloat16, so safetensors.numpy refuses such files.
-            return _load_safetensors_raw(local_path)
-        except Exception as e:  # safetensors raises its own error types.
-            raise InputError("%s is not a readable safetensors file: %s" % (path, e))
-    finally:
-        cleanup()
-
-
-_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
-                       "I64": np.int64, "I32": np.int32, "I16": np.int16,
-                       "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
-
-
-def _load_safetensors_raw(path):
-    """Parses a safetensors file directly (8-byte header length, JSON header,
-    raw little-endian data), widening BF16 tensors to float32."""
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        (header_len,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8:8 + header_len].decode("utf-8"))
-    except (struct.error, ValueError, UnicodeDecodeError) as e:
-        raise InputError("%s is not a readable safetensors file: %s" % (path, e))
-    body = memoryview(data)[8 + header_len:]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        dtype = info["dtype"]
-        if dtype == "BF16":
-            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-            array = bits.view(np.float32)
-        elif dtype in _SAFETENSORS_DTYPES:
-            array = np.frombuffer(raw, dtype=np.dtype(_SAFETENSORS_DTYPES[dtype]).newbyteorder("<"))
-        else:
-            raise InputError("%s: tensor %s has unsupported dtype %s" % (path, name, dtype))
-        tensors[name] = array.reshape(info["shape"]).copy()
-    return tensors
-
-
-def _load_pytorch_bin(path):
-    """name -> np.ndarray from a pytorch_model.bin, with PyTorch's weights-only
-    (no arbitrary code) loader."""
-    try:
-        import torch
-    except ImportError:
-        raise InputError(
-            "%s is a PyTorch pickle, which is only read with PyTorch's safe "
-            "weights_only loader, but PyTorch is not installed. Install torch, or "
-            "convert the model to safetensors (model.safetensors) first." % path)
-    local_path, cleanup = _local_copy(path)
-    try:
-        state = torch.load(local_path, map_location="cpu", weights_only=True)
-    except Exception as e:  # Unpickling errors come in many types.
-        raise InputError("%s could not be read with torch.load(weights_only=True): %s"
-                         % (path, e))
-    finally:
-        cleanup()
-    if not isinstance(state, dict):
-        raise InputError("%s does not hold a state dict" % path)
-    tensors = {}
-    for name, value in state.items():
-        if hasattr(value, "detach"):
-            tensors[name] = value.detach().to(torch.float32).numpy() if \
-                value.is_floating_point() else value.detach().numpy()
-    return tensors
-
-
-def _local_copy(path):
-    """(local path, cleanup function): remote files (gs://) are copied to a
-    local temporary file, since both readers need a local path."""
-    if os.path.exists(path):
-        return path, lambda: None
-    tmp_dir = tempfile.mkdtemp(prefix="convert_checkpoint_")
-    local_path = os.path.join(tmp_dir, os.path.basename(path))
-    tf.io.gfile.copy(path, local_path, overwrite=True)
-    return local_path, lambda: shutil.rmtree(tmp_dir, ignore_errors=True)
-
-
-def load_hf_weights(model_dir):
-    """Reads every tensor of a Hugging Face model directory.
-
-    Looks for, in order: model.safetensors, model.safetensors.index.json
-    (shards), pytorch_model.bin, pytorch_model.bin.index.json.
-
-    Returns:
-      (dict name -> np.ndarray, description of the files read).
-    """
-    def path(name):
-        return os.path.join(model_dir, name)
-
-    for single, index, loader in (
-            ("model.safetensors", "model.safetensors.index.json", _load_safetensors),
-            ("pytorch_model.bin", "pytorch_model.bin.index.json", _load_pytorch_bin)):
-        if tf.io.gfile.exists(path(single)):
-            return loader(path(single)), path(single)
-        if tf.io.gfile.exists(path(index)):
-            weight_map = read_json(path(index)).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise InputError("%s has no weight_map" % path(index))
-            shards = sorted(set(weight_map.values()))
-            missing = [shard for shard in shards if not tf.io.gfile.exists(path(shard))]
-            if missing:
-                raise InputError(
-                    "--hf_model_dir %s: %s names %d shard(s) that are not there: %s; "
-                    "download the missing file(s) into the directory"
-                    % (model_dir, index, len(missing), ", ".join(missing)))
-            tensors = {}
-            for shard in shards:
-                tensors.update(loader(path(shard)))
-            return tensors, path(index)
-    raise InputError(
-        "--hf_model_dir %s holds no weights: expected model.safetensors, "
-        "model.safetensors.index.json or pytorch_model.bin" % model_dir)
 
 
 # ---------------------------------------------------------------------------
@@ -476,73 +371,9 @@ def convert_weights(hf_weights, config, source="the checkpoint", architecture=No
 
     shapes = expected_variables(config)
     mapping = _name_map(config, encoder_prefix, head_prefix)
-    warnings = []
-    found = collections.OrderedDict()
-    used = set()
-    for google, (hf_names, transpose) in mapping.items():
-        hf_name = next((n for n in hf_names if n in weights), None)
-        if hf_name is None:
-            continue
-        used.update(n for n in hf_names if n in weights)
-        value = weights[hf_name]
-        if transpose:
-            value = value.T
-        if list(value.shape) != shapes[google]:
-            raise InputError(
-                "%s: tensor %s has shape %s, but config.json implies %s for %s "
-                "(hidden_size=%d, intermediate_size=%d, vocab_size=%d, "
-                "max_position_embeddings=%d, type_vocab_size=%d)"
-                % (source, hf_name, list(weights[hf_name].shape),
-                   shapes[google][::-1] if transpose else shapes[google], google,
-                   config["hidden_size"], config["intermediate_size"],
-                   config["vocab_size"], config["max_position_embeddings"],
-                   config["type_vocab_size"]))
-        if not np.issubdtype(value.dtype, np.floating):
-            raise InputError("%s: tensor %s has dtype %s, expected floating point"
-                             % (source, hf_name, value.dtype))
-        found[google] = np.ascontiguousarray(value, dtype=np.float32)
-
-    required = [g for g in mapping if not g.startswith("cls/") and g not in _POOLER]
-    missing = [mapping[g][0][0] for g in required if g not in found]
-    if missing:
-        raise InputError("%s is missing %d tensor(s) of a %d-layer BERT encoder: %s"
-                         % (source, len(missing), config["num_hidden_layers"],
-                            ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")))
-
-    # The pooler and each head are all-or-nothing: a partial head is a sign of
-    # a checkpoint this converter does not understand.
-    for part, label in ((_POOLER, "pooler"), (_MLM_HEAD, "masked LM head"),
-                        (_NSP_HEAD, "next sentence head")):
-        present = [g for g in part if g in found]
-        if present and len(present) != len(part):
-            raise InputError("%s has an incomplete %s: missing %s" % (
-                source, label, ", ".join(mapping[g][0][0] for g in part if g not in found)))
-        if not present and architecture not in (
-                TASK_HEADS if part is not _POOLER else _WITHOUT_POOLER):
-            # (A task model has no use for the pre-training heads, a tagger
-            # or reader none for the pooler.)
-            warnings.append("%s has no %s (%s): the converted checkpoint leaves it out "
-                            "and scripts will initialise it randomly"
-                            % (source, label, mapping[part[0]][0][0].rsplit(".", 1)[0]))
-
-    head = TASK_HEADS.get(architecture, ())
-    head_names = [head_prefix + hf for _, hf in head]
-    if head and all(name in weights for name in head_names):
-        (weight_var, _), (bias_var, _) = head
-        weight_name, bias_name = head_names
-        weight, bias = weights[weight_name], weights[bias_name]
-        outputs = _HEAD_OUTPUTS[architecture]
-        if (weight.ndim != 2 or weight.shape[1] != config["hidden_size"]
-                or bias.shape != (weight.shape[0],)
-                or outputs not in (None, weight.shape[0])):
-            raise InputError("%s: the %s head %s %s / %s %s does not fit hidden_size=%d%s"
-                             % (source, architecture, weight_name, list(weight.shape),
-                                bias_name, list(bias.shape), config["hidden_size"],
-                                " and %d outputs" % outputs if outputs else ""))
-        found[weight_var] = np.ascontiguousarray(weight, dtype=np.float32)
-        found[bias_var] = np.ascontiguousarray(bias, dtype=np.float32)
-        used.update(head_names)
-        shapes[weight_var], shapes[bias_var] = list(weight.shape), list(bias.shape)
+    found, used = _mapped_tensors(weights, mapping, shapes, config, source)
+    warnings = _check_parts(found, mapping, config, source, architecture)
+    used.update(_task_head(weights, found, shapes, head_prefix, config, source, architecture))
 
     # Google's MLM output layer reuses the word embeddings; a checkpoint with
     # separate decoder weights cannot be represented, so its MLM head is dropped.
@@ -572,6 +403,113 @@ def convert_weights(hf_weights, config, source="the checkpoint", architecture=No
     return ordered, warnings
 
 
+def _mapped_tensors(weights, mapping, shapes, config, source):
+    """The tensors of `weights` (Hugging Face name -> array) that `mapping`
+    (`_name_map`) names, as Google's variables of `shapes`.
+
+    Returns:
+      (found: OrderedDict Google name -> float32 array, used: the Hugging
+      Face names taken).
+
+    Raises:
+      InputError: a shape that disagrees with `config`, or a tensor that is
+        not floating point (naming `source`).
+    """
+    found = collections.OrderedDict()
+    used = set()
+    for google, (hf_names, transpose) in mapping.items():
+        hf_name = next((n for n in hf_names if n in weights), None)
+        if hf_name is None:
+            continue
+        used.update(n for n in hf_names if n in weights)
+        value = weights[hf_name]
+        if transpose:
+            value = value.T
+        if list(value.shape) != shapes[google]:
+            raise InputError(
+                "%s: tensor %s has shape %s, but config.json implies %s for %s "
+                "(hidden_size=%d, intermediate_size=%d, vocab_size=%d, "
+                "max_position_embeddings=%d, type_vocab_size=%d)"
+                % (source, hf_name, list(weights[hf_name].shape),
+                   shapes[google][::-1] if transpose else shapes[google], google,
+                   config["hidden_size"], config["intermediate_size"],
+                   config["vocab_size"], config["max_position_embeddings"],
+                   config["type_vocab_size"]))
+        if not np.issubdtype(value.dtype, np.floating):
+            raise InputError("%s: tensor %s has dtype %s, expected floating point"
+                             % (source, hf_name, value.dtype))
+        found[google] = np.ascontiguousarray(value, dtype=np.float32)
+    return found, used
+
+
+def _check_parts(found, mapping, config, source, architecture):
+    """Checks that `found` (Google name -> array) holds the whole encoder,
+    and the pooler and each pre-training head entirely or not at all.
+
+    Returns:
+      Warnings for the parts left out that `architecture` would have.
+
+    Raises:
+      InputError: a tensor of the encoder is missing, or a part is
+        incomplete (naming `source`).
+    """
+    required = [g for g in mapping if not g.startswith("cls/") and g not in _POOLER]
+    missing = [mapping[g][0][0] for g in required if g not in found]
+    if missing:
+        raise InputError("%s is missing %d tensor(s) of a %d-layer BERT encoder: %s"
+                         % (source, len(missing), config["num_hidden_layers"],
+                            ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")))
+
+    # The pooler and each head are all-or-nothing: a partial head is a sign of
+    # a checkpoint this converter does not understand.
+    warnings = []
+    for part, label in ((_POOLER, "pooler"), (_MLM_HEAD, "masked LM head"),
+                        (_NSP_HEAD, "next sentence head")):
+        present = [g for g in part if g in found]
+        if present and len(present) != len(part):
+            raise InputError("%s has an incomplete %s: missing %s" % (
+                source, label, ", ".join(mapping[g][0][0] for g in part if g not in found)))
+        if not present and architecture not in (
+                TASK_HEADS if part is not _POOLER else _WITHOUT_POOLER):
+            # (A task model has no use for the pre-training heads, a tagger
+            # or reader none for the pooler.)
+            warnings.append("%s has no %s (%s): the converted checkpoint leaves it out "
+                            "and scripts will initialise it randomly"
+                            % (source, label, mapping[part[0]][0][0].rsplit(".", 1)[0]))
+    return warnings
+
+
+def _task_head(weights, found, shapes, head_prefix, config, source, architecture):
+    """Adds the task head of `architecture` (a class of TASK_HEADS) to
+    `found` and its shapes to `shapes`, where `weights` hold it whole.
+
+    Returns:
+      The Hugging Face names taken (none without a head).
+
+    Raises:
+      InputError: a head that does not fit the config.
+    """
+    head = TASK_HEADS.get(architecture, ())
+    head_names = [head_prefix + hf for _, hf in head]
+    if not (head and all(name in weights for name in head_names)):
+        return []
+    (weight_var, _), (bias_var, _) = head
+    weight_name, bias_name = head_names
+    weight, bias = weights[weight_name], weights[bias_name]
+    outputs = _HEAD_OUTPUTS[architecture]
+    if (weight.ndim != 2 or weight.shape[1] != config["hidden_size"]
+            or bias.shape != (weight.shape[0],)
+            or outputs not in (None, weight.shape[0])):
+        raise InputError("%s: the %s head %s %s / %s %s does not fit hidden_size=%d%s"
+                         % (source, architecture, weight_name, list(weight.shape),
+                            bias_name, list(bias.shape), config["hidden_size"],
+                            " and %d outputs" % outputs if outputs else ""))
+    found[weight_var] = np.ascontiguousarray(weight, dtype=np.float32)
+    found[bias_var] = np.ascontiguousarray(bias, dtype=np.float32)
+    shapes[weight_var], shapes[bias_var] = list(weight.shape), list(bias.shape)
+    return head_names
+
+
 # ---------------------------------------------------------------------------
 # Writing.
 
@@ -598,8 +536,9 @@ def write_tf_checkpoint(variables, checkpoint_prefix):
             saver.save(sess, checkpoint_prefix, write_meta_graph=False, write_state=False)
 
 
-def convert(hf_model_dir, output_dir):
-    """Converts the model in `hf_model_dir`, writing Google's layout to `output_dir`.
+def convert(hf_model_dir, output_dir, overwrite=False):
+    """Converts the model in `hf_model_dir`, writing Google's layout to `output_dir`
+    (into a folder of another model only with `overwrite`: `check_output_folder`).
 
     Returns:
       dict with the written "checkpoint" prefix, "bert_config_file",
@@ -627,15 +566,21 @@ def convert(hf_model_dir, output_dir):
         raise InputError("%s has %d tokens but vocab_size in %s is %d"
                          % (vocab_path, num_vocab, config_path, config["vocab_size"]))
 
+    lower = _do_lower_case(hf_model_dir)
+    casing = Planned(checkpoints.TOKENIZER_CONFIG_FILE, "json", {"do_lower_case": lower}) \
+        if lower is not None else Planned(checkpoints.TOKENIZER_CONFIG_FILE, "absent", None)
+    check_output_folder(output_dir, [
+        Planned("bert_config.json", "config", config), Planned("vocab.txt", "vocab", vocab_path),
+        casing, Planned(CHECKPOINT_NAME + ".index", "weights", None),
+        Planned(CHECKPOINT_NAME + ".data-00000-of-00001", "weights", None)], overwrite)
+
     architecture = (hf_config.get("architectures") or [None])[0]
-    hf_weights, weights_source = load_hf_weights(hf_model_dir)
-    variables, warnings = convert_weights(hf_weights, config, source=weights_source,
+    hf_tensors, weights_source = hf_weights.load_hf_weights(hf_model_dir)
+    variables, warnings = convert_weights(hf_tensors, config, source=weights_source,
                                           architecture=architecture)
-    del hf_weights
+    del hf_tensors
     for warning in warnings:
         tf.logging.warning(warning)
-
-    lower = _do_lower_case(hf_model_dir)
 
     def write_files(folder):
         write_tf_checkpoint(variables, os.path.join(folder, CHECKPOINT_NAME))
@@ -692,6 +637,99 @@ def _refuse_hugging_face_folder(output_dir):
             "--output_dir %s holds a Hugging Face model (%s), whose tokenizer_config.json "
             "and vocab.txt the converted files would replace: choose another folder"
             % (output_dir, ", ".join(held)))
+
+
+# What a conversion writes into --output_dir, for `check_output_folder`: a
+# file's name, its kind ("config": the model's config, a JSON object;
+# "vocab": the vocabulary, copied from the path `value`; "json": another
+# JSON object; "weights": a file of the weights; "absent": a file the
+# conversion removes) and, for the JSON kinds, the object.
+Planned = collections.namedtuple("Planned", ["name", "kind", "value"])
+
+
+def _sha256(path):
+    return hashlib.sha256(file_io.read_file_bytes(path)).hexdigest()
+
+
+def _json_there(path):
+    """The JSON object in `path`, or None where it holds none."""
+    try:
+        value = json.loads(file_io.read_file_bytes(path))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _differences(there, here, most=3):
+    """What differs between two JSON objects, for a message: "key: A there,
+    B here; ..." (at most `most` keys)."""
+    keys = sorted(k for k in set(there) | set(here) if there.get(k) != here.get(k))
+    text = "; ".join("%s: %s there, %s here" % (k, json.dumps(there.get(k)),
+                                                json.dumps(here.get(k))) for k in keys[:most])
+    return text + ("; and %d more" % (len(keys) - most) if len(keys) > most else "")
+
+
+def check_output_folder(output_dir, planned, overwrite=False):
+    """Checks, before any work, that writing the `planned` files into
+    `output_dir` replaces nothing of another model.
+
+    A folder that is missing or holds none of the files is written into;
+    so is one holding this same model (its config file and vocabulary the
+    same as the planned ones: a conversion run again, or newer weights of
+    the model). Any other file that would be replaced or removed needs
+    `overwrite` (--overwrite); a vocabulary is never replaced by a
+    different one.
+
+    Args:
+      output_dir: --output_dir.
+      planned: the `Planned` files of the conversion.
+      overwrite: replace files of another conversion (logged).
+
+    Raises:
+      InputError: one line naming the file that would be replaced.
+    """
+    held = [p for p in planned if tf.io.gfile.exists(os.path.join(output_dir, p.name))]
+    same = {}
+    for p in held:
+        path = os.path.join(output_dir, p.name)
+        if p.kind == "vocab":
+            same[p.name] = _sha256(path) == _sha256(p.value)
+            if not same[p.name]:
+                raise InputError(
+                    "--output_dir %s holds %s of another vocabulary (%d tokens, sha256 %s...; "
+                    "this model's: %d tokens, sha256 %s...): a vocabulary is never replaced; "
+                    "choose another folder" % (
+                        output_dir, p.name, _line_count(path), _sha256(path)[:12],
+                        _line_count(p.value), _sha256(p.value)[:12]))
+        elif p.kind in ("config", "json"):
+            same[p.name] = _json_there(path) == p.value
+    same_model = all(p.name in same and same[p.name] for p in planned
+                     if p.kind in ("config", "vocab"))
+    for p in held:
+        if same.get(p.name) or (p.kind == "weights" and same_model):
+            continue
+        there = _json_there(os.path.join(output_dir, p.name)) if p.kind != "weights" else None
+        if p.kind == "config":
+            what = ("%s of another model (%s)" % (p.name, _differences(there, p.value))
+                    if there is not None else "%s, which is no JSON object" % p.name)
+        elif p.kind == "json":
+            what = ("%s with other settings (%s)" % (p.name, _differences(there, p.value))
+                    if there is not None else "%s, which is no JSON object" % p.name)
+        elif p.kind == "absent":
+            what = "%s, which this conversion would remove (the model records none)" % p.name
+        else:
+            what = "%s, the weights of %s" % (p.name, "another model" if any(
+                q.name in same for q in planned if q.kind == "config") else
+                "a model without its config beside them")
+        if not overwrite:
+            raise InputError("--output_dir %s holds %s: --overwrite replaces it, or choose "
+                             "another folder" % (output_dir, what))
+        tf.logging.warning("Replacing %s in %s (--overwrite)", what, output_dir)
+
+
+def _line_count(path):
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return sum(1 for _ in f)
 
 
 def _write_json(path, value):
@@ -897,8 +935,17 @@ def hf_config_for(config, architecture, vocab, labels=None, problem_type=None):
     return values
 
 
+# The inputs of a conversion to Hugging Face, resolved (`_hf_source`):
+# checkpoint: the checkpoint prefix; record: its run record or None;
+# config: its modeling.BertConfig, read from config_name (a file);
+# tokenizer: the FullTokenizer of vocab_file, with do_lower_case.
+_HfSource = collections.namedtuple("_HfSource", [
+    "checkpoint", "record", "config", "config_name", "tokenizer", "vocab_file",
+    "do_lower_case"])
+
+
 def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file=None,
-                  do_lower_case=None, architecture=None):
+                  do_lower_case=None, architecture=None, overwrite=False):
     """Writes a checkpoint of this project as a Hugging Face folder.
 
     Args:
@@ -911,6 +958,7 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
       do_lower_case: the casing, or None: the run record's, else
         tokenizer_config.json next to the vocabulary's, else True.
       architecture: the transformers class to write, or None to detect it.
+      overwrite: write into a folder of another model (`check_output_folder`).
 
     Returns:
       dict: "architecture", "config" (config.json's dict), "tensors" (name ->
@@ -921,9 +969,70 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         written then.
     """
     file_io.check_output_dir(output_dir)
+    source = _hf_source(init_checkpoint, bert_config_file, vocab_file, do_lower_case)
+    stored = dict(tf.train.list_variables(source.checkpoint))
+    architecture, weights, dropped = _hf_variables(source, stored, architecture)
+    labels, problem_type, labels_from = _hf_labels(source, stored, architecture, weights)
+    hf_config = hf_config_for(source.config, architecture, source.tokenizer.vocab, labels,
+                              problem_type)
+    model_max_length, note = _input_length(source.record, source.config.max_position_embeddings)
+    tokenizer_config = dict(SPECIAL_TOKENS, do_lower_case=bool(source.do_lower_case),
+                            model_max_length=model_max_length,
+                            tokenizer_class="BertTokenizer", tokenize_chinese_chars=True,
+                            strip_accents=None, do_basic_tokenize=True)
+    for name in ("pytorch_model.bin", "model.safetensors.index.json",
+                 "pytorch_model.bin.index.json", "tf_model.h5", "tokenizer.json"):
+        if tf.io.gfile.exists(os.path.join(output_dir, name)):
+            raise InputError("--output_dir %s holds %s, which transformers would read "
+                             "instead of or beside the converted files: choose an empty "
+                             "folder" % (output_dir, name))
+    check_output_folder(output_dir, [
+        Planned("config.json", "config", hf_config),
+        Planned("vocab.txt", "vocab", source.vocab_file),
+        Planned(checkpoints.TOKENIZER_CONFIG_FILE, "json", tokenizer_config),
+        Planned("special_tokens_map.json", "json", SPECIAL_TOKENS),
+        Planned("model.safetensors", "weights", None)], overwrite)
+
+    tensors = _hf_tensors(source, architecture, weights)
+    _write_folder(output_dir, lambda folder: _write_hf_files(
+        folder, tensors, hf_config, source.vocab_file, tokenizer_config))
+
+    if note:
+        tf.logging.warning("%s", note)
+    reasons = collections.Counter(dropped.values())
+    if dropped:
+        tf.logging.info("Left out %d of the checkpoint's %d variables: %s", len(dropped),
+                        len(stored), "; ".join("%d %s" % (n, why) for why, n in
+                                               sorted(reasons.items())))
+    file_io.report_output(
+        os.path.join(output_dir, "model.safetensors"), "%s, %d tensors from %s" % (
+            architecture, len(tensors), source.checkpoint))
+    file_io.report_output(os.path.join(output_dir, "config.json"), ", ".join(
+        ["hidden_act=%s" % hf_config["hidden_act"]]
+        + (["labels %s from %s" % (",".join(labels), labels_from)]
+           if labels and labels_from and problem_type != "regression" else [])
+        + (["problem_type=%s" % problem_type] if problem_type else [])))
+    for name in ("vocab.txt", checkpoints.TOKENIZER_CONFIG_FILE, "special_tokens_map.json"):
+        file_io.report_output(os.path.join(output_dir, name),
+                              "do_lower_case=%s" % bool(source.do_lower_case)
+                              if name == checkpoints.TOKENIZER_CONFIG_FILE else "")
+    return {"architecture": architecture, "config": hf_config, "tensors": tensors,
+            "dropped": dropped}
+
+
+def _hf_source(init_checkpoint, bert_config_file, vocab_file, do_lower_case):
+    """The `_HfSource` of `convert_to_hf`'s arguments of the same names: the
+    checkpoint resolved, the config, vocabulary and casing found where the
+    arguments leave them out (the run record's, else the files next to the
+    checkpoint), the tokenizer and config loaded and checked.
+
+    Raises:
+      InputError: no config or vocabulary to be found, or a config that
+        Hugging Face cannot represent.
+    """
     checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", init_checkpoint,
                                                 required=True)
-    record = fine_tuning.read_run_record(None, init_checkpoint)
+    record = run_record.read(None, init_checkpoint)
     beside = os.path.dirname(checkpoint)
     if not bert_config_file and not (record and record.bert_config):
         bert_config_file = os.path.join(beside, "bert_config.json")
@@ -935,8 +1044,10 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         vocab_file = recorded if recorded and file_io.exists(recorded) else \
             os.path.join(beside, "vocab.txt")
         if not tf.io.gfile.exists(vocab_file):
-            raise InputError("--vocab_file is required (no run record naming one and no "
-                             "vocab.txt next to %s)" % checkpoint)
+            raise InputError("--vocab_file is required (%s and no vocab.txt next to %s)" % (
+                "no run record naming one" if not record else
+                "the run record %s names none" % record.path if not recorded else
+                "the run record's %s is gone" % recorded, checkpoint))
     if do_lower_case is None:
         do_lower_case = record.flags.get("do_lower_case") if record else None
     if do_lower_case is None:
@@ -950,8 +1061,29 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
     if config.hidden_act.lower() not in HF_HIDDEN_ACT:
         raise InputError("%s: hidden_act %r has no Hugging Face counterpart"
                          % (config_name, config.hidden_act))
+    return _HfSource(checkpoint, record, config, config_name, tokenizer, vocab_file,
+                     do_lower_case)
 
-    stored = dict(tf.train.list_variables(checkpoint))
+
+def _task_variables(architecture):
+    """The variables of the task head of the transformers class
+    `architecture` (none for a class without one)."""
+    return [var for var, _ in TASK_HEADS.get(architecture, ())]
+
+
+def _hf_variables(source, stored, architecture):
+    """The variables of `stored` (name -> shape, the checkpoint's) that the
+    transformers class `architecture` (None: the one they show) takes.
+
+    Returns:
+      (architecture, the variable names converted, dropped: name -> why
+      another is not).
+
+    Raises:
+      InputError: a variable the class needs is missing or has a shape the
+        config does not imply.
+    """
+    checkpoint, config = source.checkpoint, source.config
     weights, dropped = classify_variables(stored)
     found, told_by = detect_architecture(weights)
     if architecture is None:
@@ -961,14 +1093,13 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
     else:
         tf.logging.info("Architecture: %s (--hf_architecture; the checkpoint's variables "
                         "show %s)", architecture, found)
-    parts = _CLASS_PARTS[architecture]
 
     # The variables each part needs, and their shapes by the config.
     expected = expected_variables(config.to_dict())
     part_vars = {"pooler": list(_POOLER), "mlm": list(_MLM_HEAD), "nsp": list(_NSP_HEAD),
-                 "task": [var for var, _ in TASK_HEADS.get(architecture, ())]}
+                 "task": _task_variables(architecture)}
     wanted = [n for n in expected if n not in _POOLER + _MLM_HEAD + _NSP_HEAD]
-    for part in parts:
+    for part in _CLASS_PARTS[architecture]:
         wanted += part_vars[part]
     missing = [n for n in wanted if n not in weights]
     if missing:
@@ -985,7 +1116,6 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
             dropped[name] = "%s has no place for it (--hf_architecture)" % architecture
     weights = [n for n in wanted if n not in dropped]
 
-    labels = problem_type = labels_from = None
     for name in weights:
         want = expected.get(name)
         got = list(stored[name])
@@ -996,93 +1126,81 @@ def convert_to_hf(init_checkpoint, output_dir, bert_config_file=None, vocab_file
         if got != want:
             raise InputError(
                 "--init_checkpoint %s does not fit %s: %s has shape %s, the config implies %s"
-                % (checkpoint, config_name, name, got, want))
-    if "task" in parts:
-        num_outputs = stored[part_vars["task"][0]][0]
-        labels, problem_type, labels_from = _labels_of(architecture, record, checkpoint,
-                                                       num_outputs)
-        if labels is not None and len(labels) != num_outputs and problem_type != "regression":
-            raise InputError("%s lists %d labels but %s has %d outputs"
-                             % (labels_from, len(labels), part_vars["task"][0], num_outputs))
-        if architecture == "BertForSequenceClassification" and problem_type is None:
-            problem_type = "regression" if num_outputs == 1 else "single_label_classification"
-        if labels is None and architecture in ("BertForSequenceClassification",
-                                               "BertForTokenClassification") \
-                and problem_type != "regression":
-            tf.logging.warning("No run record or label file next to %s: the labels are "
-                               "written as LABEL_0..LABEL_%d", checkpoint, num_outputs - 1)
-            labels = ["LABEL_%d" % i for i in range(num_outputs)]
-        if problem_type == "regression":
-            # One output; transformers reads its count from id2label.
-            labels = ["LABEL_0"]
+                % (checkpoint, source.config_name, name, got, want))
+    return architecture, weights, dropped
 
+
+def _hf_labels(source, stored, architecture, weights):
+    """(labels, problem_type, where the labels come from) of config.json,
+    each None where the class `architecture` has none: a classifier's or
+    tagger's labels (`_labels_of`, else LABEL_0..), a classifier's
+    problem_type.
+
+    Raises:
+      InputError: the labels do not match the head's outputs.
+    """
+    if "task" not in _CLASS_PARTS[architecture]:
+        return None, None, None
+    head_weights = _task_variables(architecture)[0]
+    num_outputs = stored[head_weights][0]
+    labels, problem_type, labels_from = _labels_of(architecture, source.record,
+                                                   source.checkpoint, num_outputs)
+    if labels is not None and len(labels) != num_outputs and problem_type != "regression":
+        raise InputError("%s lists %d labels but %s has %d outputs"
+                         % (labels_from, len(labels), head_weights, num_outputs))
+    if architecture == "BertForSequenceClassification" and problem_type is None:
+        problem_type = "regression" if num_outputs == 1 else "single_label_classification"
+    if labels is None and architecture in ("BertForSequenceClassification",
+                                           "BertForTokenClassification") \
+            and problem_type != "regression":
+        tf.logging.warning("No run record or label file next to %s: the labels are "
+                           "written as LABEL_0..LABEL_%d", source.checkpoint, num_outputs - 1)
+        labels = ["LABEL_%d" % i for i in range(num_outputs)]
+    if problem_type == "regression":
+        # One output; transformers reads its count from id2label.
+        labels = ["LABEL_0"]
+    return labels, problem_type, labels_from
+
+
+def _hf_tensors(source, architecture, weights):
+    """Hugging Face name -> float32 array of the checkpoint's variables
+    `weights`, transposed where Hugging Face's layout differs."""
     # Google name -> Hugging Face name (and whether to transpose).
     encoder_prefix = "" if architecture == "BertModel" else "bert."
     names = {g: (hf[0], transpose) for g, (hf, transpose)
-             in _name_map(config.to_dict(), encoder_prefix, "").items()}
+             in _name_map(source.config.to_dict(), encoder_prefix, "").items()}
     for var, hf in TASK_HEADS.get(architecture, ()):
         names[var] = (hf, False)
-    reader = tf.train.load_checkpoint(checkpoint)
+    reader = tf.train.load_checkpoint(source.checkpoint)
     tensors = collections.OrderedDict()
     for name in [n for n in names if n in weights]:
         hf_name, transpose = names[name]
         value = np.asarray(reader.get_tensor(name), dtype=np.float32)
         tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
+    return tensors
 
-    hf_config = hf_config_for(config, architecture, tokenizer.vocab, labels, problem_type)
-    model_max_length, note = _input_length(record, config.max_position_embeddings)
-    tokenizer_config = dict(SPECIAL_TOKENS, do_lower_case=bool(do_lower_case),
-                            model_max_length=model_max_length,
-                            tokenizer_class="BertTokenizer", tokenize_chinese_chars=True,
-                            strip_accents=None, do_basic_tokenize=True)
-    for name in ("pytorch_model.bin", "model.safetensors.index.json",
-                 "pytorch_model.bin.index.json", "tf_model.h5", "tokenizer.json"):
-        if tf.io.gfile.exists(os.path.join(output_dir, name)):
-            raise InputError("--output_dir %s holds %s, which transformers would read "
-                             "instead of or beside the converted files: choose an empty "
-                             "folder" % (output_dir, name))
 
-    def write_files(folder):
-        from safetensors.numpy import save_file
-        local, cleanup = _local_output(os.path.join(folder, "model.safetensors"))
-        try:
-            # "format": "pt" is what transformers expects of a PyTorch model's file.
-            save_file(dict(tensors), local, metadata={"format": "pt"})
-            # safetensors creates the file readable by its owner alone; give
-            # it the mode of the files written beside it.
-            os.chmod(local, 0o666 & ~_umask())
-            if local != os.path.join(folder, "model.safetensors"):
-                tf.io.gfile.copy(local, os.path.join(folder, "model.safetensors"))
-        finally:
-            cleanup()
-        _write_json(os.path.join(folder, "config.json"), hf_config)
-        tf.io.gfile.copy(vocab_file, os.path.join(folder, "vocab.txt"), overwrite=True)
-        _write_json(os.path.join(folder, checkpoints.TOKENIZER_CONFIG_FILE), tokenizer_config)
-        _write_json(os.path.join(folder, "special_tokens_map.json"), SPECIAL_TOKENS)
-
-    _write_folder(output_dir, write_files)
-
-    if note:
-        tf.logging.warning("%s", note)
-    reasons = collections.Counter(dropped.values())
-    if dropped:
-        tf.logging.info("Left out %d of the checkpoint's %d variables: %s", len(dropped),
-                        len(stored), "; ".join("%d %s" % (n, why) for why, n in
-                                               sorted(reasons.items())))
-    file_io.report_output(
-        os.path.join(output_dir, "model.safetensors"), "%s, %d tensors from %s" % (
-            architecture, len(tensors), checkpoint))
-    file_io.report_output(os.path.join(output_dir, "config.json"), ", ".join(
-        ["hidden_act=%s" % hf_config["hidden_act"]]
-        + (["labels %s from %s" % (",".join(labels), labels_from)]
-           if labels and labels_from and problem_type != "regression" else [])
-        + (["problem_type=%s" % problem_type] if problem_type else [])))
-    for name in ("vocab.txt", checkpoints.TOKENIZER_CONFIG_FILE, "special_tokens_map.json"):
-        file_io.report_output(os.path.join(output_dir, name),
-                              "do_lower_case=%s" % bool(do_lower_case)
-                              if name == checkpoints.TOKENIZER_CONFIG_FILE else "")
-    return {"architecture": architecture, "config": hf_config, "tensors": tensors,
-            "dropped": dropped}
+def _write_hf_files(folder, tensors, hf_config, vocab_file, tokenizer_config):
+    """Writes the files of a Hugging Face folder into `folder`: the
+    `tensors` as model.safetensors, config.json of `hf_config`, vocab.txt (a
+    copy of `vocab_file`), tokenizer_config.json and
+    special_tokens_map.json."""
+    from safetensors.numpy import save_file
+    local, cleanup = _local_output(os.path.join(folder, "model.safetensors"))
+    try:
+        # "format": "pt" is what transformers expects of a PyTorch model's file.
+        save_file(dict(tensors), local, metadata={"format": "pt"})
+        # safetensors creates the file readable by its owner alone; give
+        # it the mode of the files written beside it.
+        os.chmod(local, 0o666 & ~_umask())
+        if local != os.path.join(folder, "model.safetensors"):
+            tf.io.gfile.copy(local, os.path.join(folder, "model.safetensors"))
+    finally:
+        cleanup()
+    _write_json(os.path.join(folder, "config.json"), hf_config)
+    tf.io.gfile.copy(vocab_file, os.path.join(folder, "vocab.txt"), overwrite=True)
+    _write_json(os.path.join(folder, checkpoints.TOKENIZER_CONFIG_FILE), tokenizer_config)
+    _write_json(os.path.join(folder, "special_tokens_map.json"), SPECIAL_TOKENS)
 
 
 def _umask():
@@ -1098,10 +1216,11 @@ def _input_length(record, max_position_embeddings):
     A fine-tuned model read at most the run's --max_seq_length tokens at a
     time (its run record says), and with --doc_stride read longer inputs in
     windows; transformers' pipelines cut inputs at model_max_length or
-    window them their own way, which the line says.
+    window them their own way, which the line says. A pre-trained model's
+    positions after the run's --max_seq_length were not trained.
 
     Args:
-      record: the run record (`fine_tuning.RunRecord`), or None.
+      record: the run record (`run_record.RunRecord`), or None.
       max_position_embeddings: the model's longest input.
     """
     max_seq_length = record.flags.get("max_seq_length") if record else None
@@ -1111,6 +1230,12 @@ def _input_length(record, max_position_embeddings):
     stride = record.flags.get("doc_stride")
     if stride is None and length == max_position_embeddings:
         return length, None
+    if record.problem_type == "pretraining":
+        return length, (
+            "%s (%s) pre-trained on sequences of --max_seq_length=%d tokens: "
+            "tokenizer_config.json gets model_max_length=%d, as the position embeddings after "
+            "it were not trained (docs/conversion.md)" % (record.script, record.path, length,
+                                                          length))
     if stride is None:
         how = "cut its inputs at --max_seq_length=%d tokens" % length
     else:
@@ -1150,14 +1275,15 @@ def _local_output(path):
 
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
-    if FLAGS.to_hf:
-        if FLAGS.hf_model_dir:
+    s = settings_lib.from_flags(Settings)
+    if s.to_hf:
+        if s.hf_model_dir:
             raise InputError("--hf_model_dir and --to_hf are two directions: give one")
-        convert_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
-                      FLAGS.vocab_file, None if FLAGS["do_lower_case"].using_default_value
-                      else FLAGS.do_lower_case, FLAGS.hf_architecture)
+        convert_to_hf(s.init_checkpoint, s.output_dir, s.bert_config_file, s.vocab_file,
+                      s.do_lower_case if "do_lower_case" in s.given else None,
+                      s.hf_architecture, s.overwrite)
     else:
-        convert(FLAGS.hf_model_dir, FLAGS.output_dir)
+        convert(s.hf_model_dir, s.output_dir, s.overwrite)
 
 
 if __name__ == "__main__":

@@ -69,28 +69,45 @@ import signal
 import sys
 import tempfile
 import time
+from typing import Optional
 
 from absl import flags
 from absl import logging
 
-import file_io
-import interrupts
-import logs
-import pretraining_records
-import script_runner
-import shared_flags
+from scriptkit import file_io
+from scriptkit import interrupts
+from scriptkit import logs
+from scriptkit import pretraining_records
+from scriptkit import script_runner
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
 import tokenization
-from errors import InputError
+from scriptkit.errors import InputError
 
-FLAGS = flags.FLAGS
 
-# This script's default of a shared flag that another script defines with
-# its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
-# whenever the flag is not given, whichever definition this process holds.
-FLAG_DEFAULTS = shared_flags.define_flags(
-    "input_file", "output_file", "vocab_file", "do_lower_case", "max_seq_length",
-    "max_predictions_per_seq", "log_every_seconds", "do_whole_word_mask", "random_seed",
-    "masked_lm_prob", max_seq_length=128)
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.Common):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    input_file: Optional[str] = None
+    output_file: Optional[str] = None
+    vocab_file: Optional[str] = None
+    do_lower_case: bool = True
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    do_whole_word_mask: bool = False
+    random_seed: int = 12345
+    masked_lm_prob: float = 0.15
+    dupe_factor: int = 10
+    dynamic_masking: bool = False
+    short_seq_prob: float = 0.1
+    num_workers: int = 1
+    shard_size_mb: float = 0.0
+    shuffle_buffer_size: int = 100000
+
+
+shared_flags.define_settings_flags(Settings)
 
 flags.DEFINE_integer(
     "dupe_factor", 10,
@@ -799,7 +816,7 @@ def _total_megabytes(input_files):
 def _run_original_mode(input_files, vocab, writer, settings):
     """Makes the instances of `input_files` (the corpus in memory, one
     generator, one global shuffle) and writes them to `writer`;
-    `settings`: a `Settings`."""
+    `settings`: the run's `Settings` (`Run.settings`)."""
     start = time.time()
     documents = [[]]
     bytes_read = [0]
@@ -995,11 +1012,11 @@ def _worker_count(requested, total_mb, shard_mb):
     return max(1, min(requested, _shard_estimate(total_mb, shard_mb), _cpu_count()))
 
 
-def _run_sharded_mode(input_files, vocab, writer, settings):
-    """Makes the instances of `input_files` shard by shard, in a pool of
-    workers (see the module's docstring), and writes them to `writer`;
-    `settings`: a `Settings`."""
-    shard_mb = settings.shard_mb
+def _run_sharded_mode(input_files, vocab, writer, settings, shard_mb):
+    """Makes the instances of `input_files` shard by shard (of about
+    `shard_mb` MB of text), in a pool of workers (see the module's
+    docstring), and writes them to `writer`; `settings`: the run's
+    `Settings` (`Run.settings`)."""
     # What a worker needs (`_init_worker`).
     config = {name: getattr(settings, name) for name in (
         "vocab_file", "do_lower_case", "random_seed", "max_seq_length", "short_seq_prob",
@@ -1072,88 +1089,67 @@ def _run_sharded_mode(input_files, vocab, writer, settings):
 
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class Settings:
-    """A run's settings, from `prepare_run`.
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A run's checked settings, from `prepare_run`.
 
     Attributes:
+      settings: the `Settings`, --dupe_factor's there 1 with
+        --dynamic_masking unless given (the masks vary as the data is read,
+        so a copy per pass would only vary the pairs).
       output_files: the paths of --output_file.
-      dupe_factor: --dupe_factor, whose default is 1 with --dynamic_masking
-        (the masks vary as the data is read, so a copy per pass would only
-        vary the pairs).
       shard_mb: MB of text per shard; 0: the default mode (--shard_size_mb,
         or 0.5 when it is 0 and --num_workers is more than 1).
-      The others: the flags of the same names.
     """
 
-    input_file: str
+    settings: Settings
     output_files: list
-    vocab_file: str
-    do_lower_case: bool
-    random_seed: int
-    max_seq_length: int
-    short_seq_prob: float
-    masked_lm_prob: float
-    max_predictions_per_seq: int
-    do_whole_word_mask: bool
-    dupe_factor: int
-    dynamic_masking: bool
-    num_workers: int
     shard_mb: float
-    shuffle_buffer_size: int
 
 
-def prepare_run():
-    """Reads and checks the flags, and that each output file can be
-    written, before the corpus is read.
+def prepare_run(settings):
+    """Checks `settings` (the script's `Settings`), and that each output
+    file can be written, before the corpus is read.
 
     Returns:
-      The `Settings`.
+      The `Run`.
 
     Raises:
       InputError: one line naming the flag at fault.
     """
-    shared_flags.require_flags("input_file", "output_file", "vocab_file")
-    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
-    if max_seq_length < 5:
+    s = settings
+    settings_lib.require(s, "input_file", "output_file", "vocab_file")
+    if s.max_seq_length < 5:
         raise InputError("--max_seq_length=%d is too small: [CLS] A [SEP] B [SEP] needs "
-                         "at least 5" % max_seq_length)
-    if FLAGS.max_predictions_per_seq < 1:
+                         "at least 5" % s.max_seq_length)
+    if s.max_predictions_per_seq < 1:
         raise InputError("--max_predictions_per_seq must be at least 1")
-    if not 0.0 <= FLAGS.masked_lm_prob <= 1.0:
+    if not 0.0 <= s.masked_lm_prob <= 1.0:
         raise InputError("--masked_lm_prob must be in [0, 1]")
-    if not 0.0 <= FLAGS.short_seq_prob <= 1.0:
+    if not 0.0 <= s.short_seq_prob <= 1.0:
         raise InputError("--short_seq_prob must be in [0, 1]")
-    if FLAGS.dupe_factor < 1:
+    if s.dupe_factor < 1:
         raise InputError("--dupe_factor must be at least 1")
-    if FLAGS.num_workers < 1:
+    if s.num_workers < 1:
         raise InputError("--num_workers must be at least 1")
-    if FLAGS.shard_size_mb < 0:
+    if s.shard_size_mb < 0:
         raise InputError("--shard_size_mb must not be negative")
-    output_files = [p.strip() for p in FLAGS.output_file.split(",") if p.strip()]
+    output_files = [p.strip() for p in s.output_file.split(",") if p.strip()]
     if not output_files:
         raise InputError("--output_file is required")
     for path in output_files:
         # A directory, a missing or unwritable directory: found now rather
         # than after all the output was made.
         file_io.check_output_file(path, "output_file", create_dir=False)
-    return Settings(
-        input_file=FLAGS.input_file, output_files=output_files, vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case, random_seed=FLAGS.random_seed,
-        max_seq_length=max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
-        masked_lm_prob=FLAGS.masked_lm_prob,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        do_whole_word_mask=FLAGS.do_whole_word_mask,
-        dupe_factor=(1 if FLAGS.dynamic_masking and not FLAGS["dupe_factor"].present
-                     else FLAGS.dupe_factor),
-        dynamic_masking=FLAGS.dynamic_masking, num_workers=FLAGS.num_workers,
-        shard_mb=FLAGS.shard_size_mb or (0.5 if FLAGS.num_workers > 1 else 0.0),
-        shuffle_buffer_size=FLAGS.shuffle_buffer_size)
+    if s.dynamic_masking and "dupe_factor" not in s.given:
+        s = dataclasses.replace(s, dupe_factor=1)
+    return Run(s, output_files, s.shard_size_mb or (0.5 if s.num_workers > 1 else 0.0))
 
 
 def main(_):
     logging.set_verbosity(logging.INFO)
-    settings = prepare_run()
+    run = prepare_run(settings_lib.from_flags(Settings))
+    settings = run.settings
     vocab = _Vocab(settings.vocab_file, settings.do_lower_case)
     input_files = file_io.expand_file_patterns("input_file", settings.input_file)
 
@@ -1161,14 +1157,14 @@ def main(_):
     for input_file in input_files:
         logging.info("  %s", input_file)
     logging.info("*** Writing to output files ***")
-    for output_file in settings.output_files:
+    for output_file in run.output_files:
         logging.info("  %s", output_file)
 
     start = time.time()
-    writer = _AtomicRecordFiles(settings.output_files)
+    writer = _AtomicRecordFiles(run.output_files)
     try:
-        if settings.shard_mb:
-            _run_sharded_mode(input_files, vocab, writer, settings)
+        if run.shard_mb:
+            _run_sharded_mode(input_files, vocab, writer, settings, run.shard_mb)
         else:
             _run_original_mode(input_files, vocab, writer, settings)
         writer.commit()

@@ -23,20 +23,39 @@ file has at most --vocab_size lines. Same corpus and flags: the same file.
 """
 
 import collections
+import dataclasses
 import importlib.util
 import os
+from typing import Optional
 
 from absl import flags, logging
 
-import errors
-import file_io
-import script_runner
-import shared_flags
+from scriptkit import errors
+from scriptkit import file_io
+from scriptkit import script_runner
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
 import tokenization
 
-FLAGS = flags.FLAGS
 
-shared_flags.define_flags("input_file", "output_file", "do_lower_case")
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.Common):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    input_file: Optional[str] = None
+    output_file: Optional[str] = None
+    do_lower_case: bool = True
+    vocab_size: int = 30522
+    num_unused_tokens: int = 0
+    min_piece_count: int = 5
+    max_unique_chars: int = 1000
+    max_word_length: int = 50
+    num_iterations: int = 4
+    slack_ratio: float = 0.05
+
+
+shared_flags.define_settings_flags(Settings)
 
 flags.DEFINE_integer("vocab_size", 30522,
                      "Maximum number of tokens in the vocabulary (special and "
@@ -104,7 +123,7 @@ def count_words(input_files, do_lower_case):
     Raises:
       InputError: a file is not UTF-8 (names the file and line).
     """
-    import quiet_tf  # noqa: F401
+    from scriptkit import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
 
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
@@ -193,27 +212,28 @@ def learn_vocab(word_counts, vocab_size, num_unused_tokens=0, min_piece_count=5,
 
 def main(_):
     logging.set_verbosity(logging.INFO)
-    shared_flags.require_flags("input_file", "output_file")
-    if FLAGS.vocab_size <= len(SPECIAL_TOKENS):
-        raise errors.InputError("--vocab_size=%d is too small" % FLAGS.vocab_size)
-    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
+    s = settings_lib.from_flags(Settings)
+    settings_lib.require(s, "input_file", "output_file")
+    if s.vocab_size <= len(SPECIAL_TOKENS):
+        raise errors.InputError("--vocab_size=%d is too small" % s.vocab_size)
+    input_files = file_io.expand_file_patterns("input_file", s.input_file)
     logging.info("*** Reading from input files ***")
     for path in input_files:
         logging.info("  %s", path)
 
-    word_counts = count_words(input_files, FLAGS.do_lower_case)
+    word_counts = count_words(input_files, s.do_lower_case)
     logging.info("%d words, %d distinct", sum(word_counts.values()), len(word_counts))
 
     vocab = learn_vocab(
-        word_counts, FLAGS.vocab_size, num_unused_tokens=FLAGS.num_unused_tokens,
-        min_piece_count=FLAGS.min_piece_count, max_unique_chars=FLAGS.max_unique_chars,
-        max_word_length=FLAGS.max_word_length, num_iterations=FLAGS.num_iterations,
-        slack_ratio=FLAGS.slack_ratio)
+        word_counts, s.vocab_size, num_unused_tokens=s.num_unused_tokens,
+        min_piece_count=s.min_piece_count, max_unique_chars=s.max_unique_chars,
+        max_word_length=s.max_word_length, num_iterations=s.num_iterations,
+        slack_ratio=s.slack_ratio)
 
-    with file_io.atomic_output(FLAGS.output_file) as writer:
+    with file_io.atomic_output(s.output_file) as writer:
         for token in vocab:
             writer.write(token + "\n")
-    file_io.report_output(FLAGS.output_file, "%d tokens" % len(vocab))
+    file_io.report_output(s.output_file, "%d tokens" % len(vocab))
 
 
 if __name__ == "__main__":

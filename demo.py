@@ -30,6 +30,7 @@ and summary.txt.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -60,7 +61,7 @@ MODEL = {
 }
 
 # Amount of work per mode. "quick" only checks that everything runs.
-SETTINGS = {
+WORK = {
     "full": {"dupe_factor": 5, "pretrain_steps": 400, "pretrain_lr": "5e-4",
              "max_eval_steps": 10, "classifier_epochs": "6.0", "squad_epochs": "3.0",
              "ner_epochs": "8.0", "swag_epochs": "3.0"},
@@ -96,7 +97,7 @@ class Step(object):
 def build_steps(out, quick=False):
     """The demo's commands, for output folder `out` (a path as it should be
     printed: relative to the repository root when inside it)."""
-    s = SETTINGS["quick" if quick else "full"]
+    s = WORK["quick" if quick else "full"]
     data = _display_path(DATA)
     vocab = os.path.join(out, "vocab.txt")
     config = os.path.join(out, "bert_config.json")
@@ -477,19 +478,33 @@ def prepare_output_dir(out_abs):
     return None
 
 
-def main(argv=None):
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The demo's command line (`parse_settings`): the folder of its outputs,
+    and whether to train far less (a smoke run)."""
+
+    output_dir: str = os.path.join(REPO, "demo_output")
+    quick: bool = False
+
+
+def parse_settings(argv=None):
+    """The `Settings` of the command line `argv` (None: sys.argv[1:])."""
     parser = argparse.ArgumentParser(
         description="End-to-end BERT demo: vocabulary, pre-training, classification, "
                     "SQuAD, feature extraction, named entities and multiple choice on "
                     "shipped data.")
-    parser.add_argument("--output_dir", default=os.path.join(REPO, "demo_output"),
+    parser.add_argument("--output_dir", default=Settings.output_dir,
                         help="folder for all outputs (default: demo_output/ in the "
                              "repository; cleared first if an earlier demo made it)")
     parser.add_argument("--quick", action="store_true",
                         help="a fast smoke run with far less training")
     args = parser.parse_args(argv)
+    return Settings(output_dir=args.output_dir, quick=args.quick)
 
-    out_abs = os.path.abspath(args.output_dir)
+
+def main(argv=None):
+    settings = parse_settings(argv)
+    out_abs = os.path.abspath(settings.output_dir)
     error = prepare_output_dir(out_abs)
     if error:
         print("ERROR: " + error, file=sys.stderr)
@@ -497,10 +512,10 @@ def main(argv=None):
     out = _display_path(out_abs)
     python_shown = _display_path(sys.executable) if _display_path(
         sys.executable) != os.path.abspath(sys.executable) else "python"
-    steps = build_steps(out, quick=args.quick)
+    steps = build_steps(out, quick=settings.quick)
 
     print("BERT end-to-end demo%s: %d steps, outputs in %s/" % (
-        " (--quick)" if args.quick else "", len(steps), out))
+        " (--quick)" if settings.quick else "", len(steps), out))
     print("Each command is printed before it runs (from the repository root); "
           "copy it to run it yourself.")
     for index, step in enumerate(steps, 1):
@@ -518,12 +533,12 @@ def main(argv=None):
             print("\n      Wrote %s/%s: the first %d dev questions with their paragraphs."
                   % (out, QUESTIONS_FILE, NUM_QUESTIONS))
 
-    text, checks = summarize(steps, out_abs, args.quick)
+    text, checks = summarize(steps, out_abs, settings.quick)
     print("\n".join(text))
     with open(os.path.join(out_abs, "summary.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(text).strip() + "\n")
     failed = [what for what, ok in checks.items() if not ok]
-    if failed and not args.quick:
+    if failed and not settings.quick:
         print("ERROR: the demo's check(s) failed: %s" % "; ".join(failed), file=sys.stderr)
         return 1
     return 0

@@ -36,49 +36,74 @@ and the keys' order included). Added:
 """
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
 import time
-import zipfile
 from typing import Optional
 
 import numpy as np
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import checkpoints
-import file_io
-import fine_tuning
-import input_packing
-import input_pipeline
+from scriptkit import checkpoints
+from scriptkit import feature_writers
+from scriptkit import file_io
+from scriptkit import fine_tuning
+from scriptkit import input_packing
+from scriptkit import input_pipeline
 import modeling
-import runtime
-import script_runner
-import serving
-import shared_flags
+from scriptkit import runtime
+from scriptkit import script_runner
+from scriptkit import serving
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
+from scriptkit import task_model
 import tokenization
-import training
-from errors import InputError
+from scriptkit import training
+from scriptkit.errors import InputError
 
-FLAGS = flags.FLAGS
 
-# This script's default of a shared flag that another script defines with
-# its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
-# whenever the flag is not given, whichever definition this process holds.
-FLAG_DEFAULTS = shared_flags.define_flags(
-    "input_file", "output_file", "bert_config_file", "max_seq_length", "init_checkpoint",
-    "vocab_file", "do_lower_case", "use_one_hot_embeddings", shared_flags.TPU_FLAGS,
-    "precision", "use_xla", "fused_ops", "batch_size", "export_dir", max_seq_length=128,
-    helps={"batch_size": "Input lines per prediction batch.",
-           "export_dir": "If set, export a SavedModel of sentence embeddings under this "
-                         "directory (in a timestamped subdirectory): serving_default takes "
-                         "tf.string text [batch] and returns float32 embedding [batch, "
-                         "hidden_size], pooled (--pooling; none: mean) from the first "
-                         "--layers entry. Without --input_file, only the export is "
-                         "written."})
+# ---------------------------------------------------------------------------
+# Settings and flags.
+
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.TPU):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`): the TPU's, and of the training options
+    only those of inference (--precision, --use_xla, --fused_ops)."""
+
+    input_file: Optional[str] = None
+    output_file: Optional[str] = None
+    bert_config_file: Optional[str] = None
+    max_seq_length: int = 128
+    init_checkpoint: Optional[str] = None
+    vocab_file: Optional[str] = None
+    do_lower_case: bool = True
+    use_one_hot_embeddings: bool = False
+    precision: str = "fp32"
+    use_xla: bool = False
+    fused_ops: str = "auto"
+    batch_size: int = 32
+    export_dir: Optional[str] = None
+    layers: str = "-1,-2,-3,-4"
+    output_format: str = "jsonl"
+    pooling: str = "none"
+    normalize_embeddings: bool = False
+    export_text_pairs: bool = False
+    npz_dtype: str = "float32"
+    trim_padding: bool = False
+
+
+shared_flags.define_settings_flags(Settings, helps={
+    "batch_size": "Input lines per prediction batch.",
+    "export_dir": "If set, export a SavedModel of sentence embeddings under this "
+                  "directory (in a timestamped subdirectory): serving_default takes "
+                  "tf.string text [batch] and returns float32 embedding [batch, "
+                  "hidden_size], pooled (--pooling; none: mean) from the first "
+                  "--layers entry. Without --input_file, only the export is "
+                  "written."})
 
 flags.DEFINE_string(
     "layers", "-1,-2,-3,-4",
@@ -118,7 +143,6 @@ flags.DEFINE_bool(
     "instead of --max_seq_length. Much faster for short lines; values agree "
     "with the default to float32 rounding (so a 6th decimal may differ).")
 
-# Seconds between progress log lines.
 @dataclasses.dataclass
 class InputExample:
     """One input line: its number (unique_id, from 0), `text_a`, and for a
@@ -313,30 +337,22 @@ def model_fn_builder(bert_config, init_checkpoint, layer_indexes, use_tpu,
       [hidden_size] (see `sentence_vectors`).
     """
 
-    def model_fn(features, labels, mode, params):
-        """See model_fn_builder."""
-        del labels, params  # Unused: no labels; the batch size is the input's.
-        if mode != runtime.ModeKeys.PREDICT:
-            raise ValueError("Feature extraction only predicts; got mode %s" % mode)
+    def build_head(features, mode):
+        del mode  # PREDICT only.
         input_mask = features["input_mask"]
-
         model = training.bert_model(
             bert_config, False, features["input_ids"], input_mask, features["input_type_ids"],
             use_one_hot_embeddings, options)
-
         _check_checkpoint_covers_model(init_checkpoint, with_pooler=pooling == "pooler")
-        scaffold_fn = checkpoints.init_from_checkpoint(init_checkpoint, use_tpu)
-
         predictions = {"unique_id": features["unique_ids"],
                        "input_ids": features["input_ids"], "input_mask": input_mask}
         for j, layer_index in enumerate(layer_indexes):
             predictions["layer_output_%d" % j] = sentence_vectors(
                 model, layer_index, input_mask, pooling, normalize)
+        return task_model.Head(predictions=predictions)
 
-        return runtime.TPUEstimatorSpec(mode=mode, predictions=predictions,
-                                        scaffold_fn=scaffold_fn)
-
-    return model_fn
+    return task_model.task_model_fn(build_head, init_checkpoint, 0.0, None, None, use_tpu,
+                                    options, modes=(runtime.ModeKeys.PREDICT,))
 
 
 def sentence_vectors(model, layer_index, input_mask, pooling, normalize=False):
@@ -421,53 +437,48 @@ def embedding_model_fn_builder(bert_config, layer_index, pooling, normalize, opt
       float32 [batch, hidden_size]}.
     """
 
-    def model_fn(features, labels, mode, params):
-        """See embedding_model_fn_builder."""
-        del labels, params  # Unused.
-        if mode != runtime.ModeKeys.PREDICT:
-            raise ValueError("An embedding export only predicts; got mode %s" % mode)
+    def build_head(features, mode):
+        del mode  # PREDICT only.
         model = training.bert_model(
             bert_config, False, features["input_ids"], features["input_mask"],
             features["segment_ids"], False, options)
         embedding = sentence_vectors(model, layer_index, features["input_mask"], pooling,
                                      normalize)
-        return runtime.TPUEstimatorSpec(
-            mode=mode, predictions={EMBEDDING: embedding},
-            export_outputs={serving.TEXT_SIGNATURE: runtime.PredictOutput(
-                {EMBEDDING: embedding})})
+        return task_model.Head(predictions={EMBEDDING: embedding},
+                               export_outputs={EMBEDDING: embedding})
 
-    return model_fn
+    return task_model.task_model_fn(build_head, None, 0.0, None, None, False, options,
+                                    modes=(runtime.ModeKeys.PREDICT,))
 
 
-def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_lower_case,
-                      max_seq_length=128, layer_index=-1, pooling="mean", normalize=False,
-                      text_pairs=False, options=None):
-    """Exports a SavedModel (tag "serve") of sentence embeddings from the
-    weights of `init_checkpoint` (see serving.py) and returns its directory
-    (timestamped, in `export_dir`).
+def export_embeddings(source, layer_index=-1, pooling="mean", normalize=False,
+                      text_pairs=False):
+    """Exports a SavedModel (tag "serve") of sentence embeddings of the
+    `serving.ExportSource` `source` (see serving.py) and returns its
+    directory (timestamped, in source.export_dir).
 
     serving_default takes tf.string text [batch] (and text_b [batch] with
     `text_pairs`: an empty one gives the text alone), tokenized and packed
     as extract_features.py packs a line (a pair as "A ||| B"), cut to
-    `max_seq_length`, and returns embedding, float32 [batch, hidden_size]:
-    layer `layer_index` pooled by `pooling` (and L2-normalised with
-    `normalize`), see `sentence_vectors`. serving_ids takes int32
+    source.max_seq_length, and returns embedding, float32 [batch,
+    hidden_size]: layer `layer_index` pooled by `pooling` (and L2-normalised
+    with `normalize`), see `sentence_vectors`. serving_ids takes int32
     input_ids, input_mask and segment_ids [batch, seq_length] and returns
     the same embedding. tokenizer_config.json records max_seq_length,
     pooling, layer and normalize_embeddings.
 
     Args:
-      bert_config: modeling.BertConfig.
-      init_checkpoint: a checkpoint prefix holding the encoder (and the
-        pooler, for pooling "pooler").
-      export_dir: the SavedModel goes into a timestamped folder in it.
-      vocab_file, do_lower_case: the tokenizer, built into the export.
+      source: the model and its weights (a checkpoint prefix holding the
+        encoder, and the pooler for pooling "pooler"), the folder, the
+        tokenizer built into the export, the input length and the options
+        (its precision is kept).
       layer_index, pooling, normalize: the embedding (pooling not "none").
       text_pairs: serving_default also takes text_b.
-      options: training.TrainingOptions (its precision is kept).
     """
-    model_fn = embedding_model_fn_builder(bert_config, layer_index, pooling, normalize,
-                                          (options or training.TrainingOptions()).for_export())
+    model_fn = embedding_model_fn_builder(
+        source.bert_config, layer_index, pooling, normalize,
+        (source.options or training.TrainingOptions()).for_export())
+    max_seq_length = source.max_seq_length
 
     def text_signature(tokenizer):
         inputs = {"text": serving.string_input("text")}
@@ -480,168 +491,10 @@ def export_embeddings(bert_config, init_checkpoint, export_dir, vocab_file, do_l
 
     settings = {"max_seq_length": max_seq_length, "pooling": pooling, "layer": layer_index,
                 "normalize_embeddings": bool(normalize)}
-    return serving.export(model_fn, export_dir, init_checkpoint, vocab_file, do_lower_case,
-                          text_signature, settings=settings)
-
-
-# ---------------------------------------------------------------------------
-# Output writers. Each takes (linex_index, tokens, [one array per layer]) per
-# example, where an array is [num_tokens, hidden] (pooling "none") or
-# [hidden]; `close` completes the file, `abort` removes what was written.
-
-class JsonlWriter(file_io.AtomicWriter):
-    """JSON Lines with one entry per token (pooling "none"), or with pooling one line
-    {"linex_index": i, "layers": [{"index": -1, "values": [...]}, ...]}."""
-
-    def __init__(self, output_file, layer_indexes):
-        super().__init__(output_file, lambda path: tf.io.gfile.GFile(path, "w"))
-        self._layer_indexes = layer_indexes
-
-    @staticmethod
-    def _values(vector):
-        # Python's round() of the float64 value of each float32, not
-        # np.round, which can differ in the last digit: the same vectors
-        # must give the same text as Google's script.
-        return [round(x, 6) for x in vector.tolist()]
-
-    def _layers(self, vectors):
-        """[{"index": layer index, "values": [...]}, ...] of one vector per
-        layer."""
-        return [{"index": index, "values": self._values(vector)}
-                for index, vector in zip(self._layer_indexes, vectors)]
-
-    def write(self, linex_index, tokens, layers):
-        # Plain dicts keep their insertion order, which json.dumps follows:
-        # the keys come out in the documented order.
-        record = {"linex_index": linex_index}
-        if layers and layers[0].ndim == 1:
-            record["layers"] = self._layers(layers)
-        else:
-            record["features"] = [
-                {"token": token, "layers": self._layers([layer[t] for layer in layers])}
-                for t, token in enumerate(tokens)]
-        self._writer.write(json.dumps(record) + "\n")
-
-
-class TFRecordFeatureWriter(file_io.AtomicWriter):
-    """One tf.train.Example per input line with int64 "linex_index" and
-    "num_tokens", bytes "tokens" (pooling "none" only) and, per layer, float
-    "layer_<index>" holding the flattened [num_tokens, hidden] (or [hidden])
-    vectors."""
-
-    def __init__(self, output_file, layer_indexes):
-        super().__init__(output_file, tf.io.TFRecordWriter)
-        self._layer_indexes = layer_indexes
-
-    def write(self, linex_index, tokens, layers):
-        feature = {
-            "linex_index": input_pipeline.int64_feature([linex_index]),
-            "num_tokens": input_pipeline.int64_feature([len(tokens)]),
-        }
-        if layers[0].ndim == 2:
-            feature["tokens"] = tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[t.encode("utf-8") for t in tokens]))
-        for index, layer in zip(self._layer_indexes, layers):
-            feature["layer_%d" % index] = tf.train.Feature(
-                float_list=tf.train.FloatList(value=layer.reshape(-1)))
-        example = tf.train.Example(features=tf.train.Features(feature=feature))
-        self._writer.write(example.SerializeToString())
-
-
-class NpzWriter:
-    """A NumPy .npz (uncompressed zip of .npy arrays), written without
-    holding the features in memory: arrays are appended to local raw files
-    while predictions arrive, and the archive is assembled from them at the
-    end.
-
-    Arrays: "linex_index" int64 [N], "num_tokens" int32 [N], and per layer
-    "layer_<index>": [total_tokens, hidden] (pooling "none"; example i's rows
-    start at the sum of num_tokens[:i]) or [N, hidden] (pooling); with
-    pooling "none" also "tokens" (unicode) [total_tokens].
-    """
-
-    def __init__(self, output_file, layer_indexes, dtype=np.float32):
-        self._layer_indexes = layer_indexes
-        self._path = output_file
-        self._dtype = np.dtype(dtype)
-        self._dir = tempfile.mkdtemp(prefix="extract_features_npz_")
-        self._files = {}
-        self._rows = 0
-        self._hidden = None
-        self._num_tokens = 0
-        self._max_token_len = 1
-        self._pooled = None
-        self._count = 0
-
-    def _append(self, name, array):
-        f = self._files.get(name)
-        if f is None:
-            f = self._files[name] = open(os.path.join(self._dir, name), "wb")
-        f.write(np.ascontiguousarray(array).tobytes())
-
-    def write(self, linex_index, tokens, layers):
-        self._count += 1
-        self._pooled = layers[0].ndim == 1
-        self._hidden = layers[0].shape[-1]
-        self._append("linex_index", np.array([linex_index], dtype="<i8"))
-        self._append("num_tokens", np.array([len(tokens)], dtype="<i4"))
-        for index, layer in zip(self._layer_indexes, layers):
-            self._append("layer_%d" % index, layer.astype(self._dtype.newbyteorder("<")))
-        if not self._pooled:
-            self._num_tokens += len(tokens)
-            self._max_token_len = max([self._max_token_len] + [len(t) for t in tokens])
-            self._append("tokens", "".join(t + "\n" for t in tokens).encode("utf-8"))
-
-    def _arrays(self):
-        """(name, dtype, shape, chunk iterator) of each array, in order."""
-        rows = self._count if self._pooled else self._num_tokens
-        arrays = [("linex_index", np.dtype("<i8"), (self._count,)),
-                  ("num_tokens", np.dtype("<i4"), (self._count,))]
-        if not self._pooled:
-            arrays.append(("tokens", np.dtype("<U%d" % self._max_token_len), (rows,)))
-        for index in self._layer_indexes:
-            arrays.append(("layer_%d" % index, self._dtype.newbyteorder("<"),
-                           (rows, self._hidden)))
-        return arrays
-
-    def _chunks(self, name, dtype):
-        path = os.path.join(self._dir, name)
-        if name == "tokens":
-            # Fixed-width UTF-32 as NumPy stores unicode arrays.
-            with open(path, "r", encoding="utf-8", newline="\n") as f:
-                for line in f:
-                    yield np.array([line[:-1]], dtype=dtype).tobytes()
-            return
-        with open(path, "rb") as f:
-            while True:
-                chunk = f.read(1 << 22)
-                if not chunk:
-                    return
-                yield chunk
-
-    def close(self):
-        for f in self._files.values():
-            f.close()
-        try:
-            zip_path = os.path.join(self._dir, "output.npz")
-            with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-                for name, dtype, shape in self._arrays():
-                    with zf.open(name + ".npy", "w", force_zip64=True) as entry:
-                        np.lib.format.write_array_header_2_0(entry, {
-                            "descr": np.lib.format.dtype_to_descr(dtype),
-                            "fortran_order": False, "shape": shape})
-                        for chunk in self._chunks(name, dtype):
-                            entry.write(chunk)
-            target = file_io.AtomicFile(self._path)
-            tf.io.gfile.copy(zip_path, target.tmp_path, overwrite=True)
-            target.commit()
-        finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
-
-    def abort(self):
-        for f in self._files.values():
-            f.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+    if text_pairs:
+        # A row without text_b is the text alone (an empty text_b packs so).
+        settings["optional_inputs"] = ["text_b"]
+    return serving.export(model_fn, source, text_signature, settings=settings)
 
 
 # ---------------------------------------------------------------------------
@@ -689,30 +542,30 @@ def resolve_checkpoint(init_checkpoint):
 
 # ---------------------------------------------------------------------------
 
-def _check_run_flags(input_file, output_file, export_dir, pooling, normalize_embeddings,
-                     export_text_pairs):
-    """The checks of which outputs a run writes, on the flags of the same
-    names alone (before any file is read): --input_file with
+def _check_run_flags(settings):
+    """The checks of which outputs a run writes, on the flags of
+    `settings` alone (before any file is read): --input_file with
     --output_file, --export_dir, or both; --normalize_embeddings and
     --export_text_pairs where they apply.
 
     Raises:
       InputError: one line naming the flag.
     """
+    s = settings
     model_flags = ("vocab_file", "bert_config_file", "init_checkpoint")
-    if not export_dir:
-        shared_flags.require_flags("input_file", "output_file", *model_flags)
-    elif input_file:
-        shared_flags.require_flags("output_file", *model_flags)
+    if not s.export_dir:
+        settings_lib.require(s, "input_file", "output_file", *model_flags)
+    elif s.input_file:
+        settings_lib.require(s, "output_file", *model_flags)
     else:
-        shared_flags.require_flags(*model_flags)
-        if output_file:
+        settings_lib.require(s, *model_flags)
+        if s.output_file:
             raise InputError("--output_file=%s needs an --input_file to read (with "
-                             "--export_dir alone, only the export is written)" % output_file)
-    if normalize_embeddings and pooling == "none" and input_file:
+                             "--export_dir alone, only the export is written)" % s.output_file)
+    if s.normalize_embeddings and s.pooling == "none" and s.input_file:
         raise InputError("--normalize_embeddings normalises pooled vectors: give --pooling=cls, "
                          "mean or pooler (per-token vectors are written as they are)")
-    if export_text_pairs and not export_dir:
+    if s.export_text_pairs and not s.export_dir:
         raise InputError("--export_text_pairs shapes the export: give --export_dir too")
 
 
@@ -735,41 +588,52 @@ class ExtractionRun:
     """What the phases of `main` take, from `prepare_run`.
 
     Attributes:
+      settings: the script's `Settings`.
       tokenizer: the tokenization.FullTokenizer of --vocab_file.
       bert_config: the model's modeling.BertConfig.
       init_checkpoint: the checkpoint (resolved from --init_checkpoint).
       layer_indexes: --layers, parsed (ints).
       options: training.TrainingOptions (precision, XLA, fused ops).
-      tpu: training.make_run_config's TPU keywords, from the flags.
-      The others: the flags of the same names.
     """
 
-    input_file: Optional[str]
-    output_file: Optional[str]
-    export_dir: Optional[str]
-    vocab_file: str
-    do_lower_case: bool
+    settings: Settings
     tokenizer: tokenization.FullTokenizer
     bert_config: modeling.BertConfig
     init_checkpoint: str
     layer_indexes: list
-    pooling: str
-    normalize_embeddings: bool
-    export_text_pairs: bool
-    output_format: str
-    npz_dtype: str
-    max_seq_length: int
-    batch_size: int
-    trim_padding: bool
-    use_tpu: bool
-    use_one_hot_embeddings: bool
-    tpu: dict
     options: training.TrainingOptions
 
+    def export_source(self):
+        """What the export takes (`serving.ExportSource`): the model and
+        the weights of --init_checkpoint, --export_dir, the tokenizer's
+        files, --max_seq_length and the options."""
+        s = self.settings
+        return serving.ExportSource(self.bert_config, self.init_checkpoint, s.export_dir,
+                                    s.vocab_file, s.do_lower_case, s.max_seq_length,
+                                    self.options)
 
-def prepare_run():
-    """Reads and checks the flags and the files they name, before any
-    output is written.
+    def estimator(self, model_dir):
+        """The runner of the feature-extraction model_fn (`model_fn_builder`)
+        with its scratch `model_dir` (None on a TPU): a TPUEstimator's API,
+        which runs on the CPU or GPU when --use_tpu is off."""
+        s = self.settings
+        run_config = training.make_run_config(
+            output_dir=model_dir, save_checkpoints_steps=None, use_tpu=s.use_tpu,
+            tpu_name=s.tpu_name, tpu_zone=s.tpu_zone, gcp_project=s.gcp_project,
+            master=s.master, num_tpu_cores=s.num_tpu_cores, tpu_job_name=s.tpu_job_name,
+            options=self.options)
+        model_fn = model_fn_builder(
+            bert_config=self.bert_config, init_checkpoint=self.init_checkpoint,
+            layer_indexes=self.layer_indexes, use_tpu=s.use_tpu,
+            use_one_hot_embeddings=s.use_one_hot_embeddings, pooling=s.pooling,
+            options=self.options, normalize=s.normalize_embeddings)
+        return training.make_estimator(model_fn, run_config, s.use_tpu,
+                                       predict_batch_size=s.batch_size)
+
+
+def prepare_run(settings):
+    """Checks `settings` (the script's `Settings`) and the files they name,
+    before any output is written.
 
     Returns:
       An `ExtractionRun`.
@@ -777,104 +641,97 @@ def prepare_run():
     Raises:
       InputError: one line naming the flag (and file) at fault.
     """
-    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
-    _check_run_flags(FLAGS.input_file, FLAGS.output_file, FLAGS.export_dir, FLAGS.pooling,
-                     FLAGS.normalize_embeddings, FLAGS.export_text_pairs)
-    if FLAGS.input_file:
-        file_io.require_file("input_file", FLAGS.input_file)
-    if FLAGS.export_dir:
-        serving.check_export_flags(FLAGS.vocab_file, FLAGS.export_dir)
-    tokenizer = checkpoints.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
-                                           FLAGS.init_checkpoint)
+    s = settings
+    _check_run_flags(s)
+    if s.input_file:
+        file_io.require_file("input_file", s.input_file)
+    if s.export_dir:
+        serving.check_export_flags(s.vocab_file, s.export_dir)
+    tokenizer = checkpoints.load_tokenizer(s.vocab_file, s.do_lower_case, s.init_checkpoint)
     bert_config = checkpoints.load_bert_config(
-        FLAGS.bert_config_file, max_seq_length=max_seq_length,
-        vocab=tokenizer.vocab, vocab_file=FLAGS.vocab_file)
+        s.bert_config_file, max_seq_length=s.max_seq_length,
+        vocab=tokenizer.vocab, vocab_file=s.vocab_file)
     missing = [t for t in ("[CLS]", "[SEP]", "[UNK]") if t not in tokenizer.vocab]
     if missing:
         raise InputError("--vocab_file %s lacks %s: not a BERT vocabulary"
-                         % (FLAGS.vocab_file, ", ".join(missing)))
-    layer_indexes = parse_layers(FLAGS.layers, bert_config.num_hidden_layers,
-                                 output_format=FLAGS.output_format)
-    init_checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
+                         % (s.vocab_file, ", ".join(missing)))
+    layer_indexes = parse_layers(s.layers, bert_config.num_hidden_layers,
+                                 output_format=s.output_format)
+    init_checkpoint = resolve_checkpoint(s.init_checkpoint)
     checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                      FLAGS.bert_config_file)
-    if FLAGS.pooling == "pooler":
-        _check_pooler(FLAGS.layers, layer_indexes, bert_config.num_hidden_layers,
-                      init_checkpoint)
-    if max_seq_length < 3:
+                                      s.bert_config_file)
+    if s.pooling == "pooler":
+        _check_pooler(s.layers, layer_indexes, bert_config.num_hidden_layers, init_checkpoint)
+    if s.max_seq_length < 3:
         raise InputError("--max_seq_length=%d is too small (at least 3: [CLS] A [SEP])"
-                         % max_seq_length)
-    if FLAGS.batch_size < 1:
+                         % s.max_seq_length)
+    if s.batch_size < 1:
         raise InputError("--batch_size must be positive")
-    if FLAGS.trim_padding and FLAGS.use_tpu:
+    if s.trim_padding and s.use_tpu:
         raise InputError("--trim_padding needs dynamic shapes, which TPUs do not "
                          "support: leave it off with --use_tpu")
     options = training.TrainingOptions(
-        precision=FLAGS.precision, use_xla=FLAGS.use_xla,
-        fused_ops=training.choose_fused_ops(FLAGS.fused_ops, training=False))
-    if FLAGS.input_file:
-        file_io.check_output_file(FLAGS.output_file, "output_file")
-    return ExtractionRun(
-        input_file=FLAGS.input_file, output_file=FLAGS.output_file,
-        export_dir=FLAGS.export_dir, vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case, tokenizer=tokenizer, bert_config=bert_config,
-        init_checkpoint=init_checkpoint, layer_indexes=layer_indexes,
-        pooling=FLAGS.pooling, normalize_embeddings=FLAGS.normalize_embeddings,
-        export_text_pairs=FLAGS.export_text_pairs, output_format=FLAGS.output_format,
-        npz_dtype=FLAGS.npz_dtype, max_seq_length=max_seq_length,
-        batch_size=FLAGS.batch_size, trim_padding=FLAGS.trim_padding,
-        use_tpu=FLAGS.use_tpu, use_one_hot_embeddings=FLAGS.use_one_hot_embeddings,
-        tpu=dict(tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
-                 gcp_project=FLAGS.gcp_project, master=FLAGS.master,
-                 num_tpu_cores=FLAGS.num_tpu_cores, tpu_job_name=FLAGS.tpu_job_name),
-        options=options)
+        precision=s.precision, use_xla=s.use_xla,
+        fused_ops=training.choose_fused_ops(s.fused_ops, training=False))
+    if s.input_file:
+        file_io.check_output_file(s.output_file, "output_file")
+    return ExtractionRun(s, tokenizer, bert_config, init_checkpoint, layer_indexes, options)
 
 
 def export_run(run):
     """Writes the sentence-embedding SavedModel of `run` under
-    `run.export_dir` (`export_embeddings`), pooled by --pooling (none:
-    mean)."""
+    --export_dir (`export_embeddings`), pooled by --pooling (none: mean)."""
+    s = run.settings
     # Per-token vectors (the file's default) make no sentence embedding.
-    pooling = "mean" if run.pooling == "none" else run.pooling
+    pooling = "mean" if s.pooling == "none" else s.pooling
     tf.logging.info(
         "Exporting sentence embeddings: %s pooling%s of layer %d, %s%s", pooling,
-        " (the export's default for --pooling=none)" if run.pooling == "none" else "",
+        " (the export's default for --pooling=none)" if s.pooling == "none" else "",
         run.layer_indexes[0],
-        "L2-normalised" if run.normalize_embeddings else
+        "L2-normalised" if s.normalize_embeddings else
         "not normalised (--normalize_embeddings to normalise)",
-        "; inputs text and text_b" if run.export_text_pairs else "; input text")
-    export_embeddings(run.bert_config, run.init_checkpoint, run.export_dir, run.vocab_file,
-                      run.do_lower_case, max_seq_length=run.max_seq_length,
-                      layer_index=run.layer_indexes[0], pooling=pooling,
-                      normalize=run.normalize_embeddings,
-                      text_pairs=run.export_text_pairs, options=run.options)
+        "; inputs text and text_b" if s.export_text_pairs else "; input text")
+    export_embeddings(run.export_source(), layer_index=run.layer_indexes[0], pooling=pooling,
+                      normalize=s.normalize_embeddings, text_pairs=s.export_text_pairs)
 
 
-def _feature_writer(run):
-    """The writer of `run.output_file` in --output_format."""
-    if run.output_format == "jsonl":
-        return JsonlWriter(run.output_file, run.layer_indexes)
-    if run.output_format == "tfrecord":
-        return TFRecordFeatureWriter(run.output_file, run.layer_indexes)
-    return NpzWriter(run.output_file, run.layer_indexes, dtype=run.npz_dtype)
+def write_input_features(run, features_file):
+    """Tokenizes --input_file, streaming, into `features_file`
+    (`write_features`). Returns the number of examples.
+
+    Raises:
+      InputError: an empty --input_file.
+    """
+    s = run.settings
+    num_examples = write_features(
+        (convert_example(i, example, s.max_seq_length, run.tokenizer)
+         for i, example in enumerate(iter_examples(s.input_file))),
+        features_file)
+    if num_examples == 0:
+        raise InputError("--input_file %s is empty: expected one text (or "
+                         "\"A ||| B\" pair) per line" % s.input_file)
+    tf.logging.info("Tokenized %d examples from %s", num_examples, s.input_file)
+    return num_examples
 
 
 def write_features_file(run, estimator, input_fn, num_examples):
     """Predicts the features of the `num_examples` examples of `input_fn`
-    and writes them to `run.output_file` as they come (the file appears,
+    and writes them to --output_file as they come (the file appears,
     complete, only at the end).
 
     Raises:
       RuntimeError: the estimator gave another number of predictions.
     """
-    writer = _feature_writer(run)
+    s = run.settings
+    writer = feature_writers.make_writer(s.output_format, s.output_file, run.layer_indexes,
+                                         s.npz_dtype)
     try:
         start = time.time()
         done = 0
         # The model_fn restores --init_checkpoint; the runner's model
         # directory is a scratch one, without checkpoints.
         for result in fine_tuning.iter_predictions(
-                estimator, input_fn, num_examples, run.batch_size, num_examples,
+                estimator, input_fn, num_examples, s.batch_size, num_examples,
                 init_checkpoint=run.init_checkpoint, phase="Computing features",
                 unit="examples", last_line=False):
             if done == 0:
@@ -889,7 +746,7 @@ def write_features_file(run, estimator, input_fn, num_examples):
             layers = []
             for j in range(len(run.layer_indexes)):
                 layer = result["layer_output_%d" % j]
-                layers.append(layer if run.pooling != "none" else layer[:num_tokens])
+                layers.append(layer if s.pooling != "none" else layer[:num_tokens])
             writer.write(int(result["unique_id"]), tokens, layers)
             done += 1
         writer.close()
@@ -898,54 +755,32 @@ def write_features_file(run, estimator, input_fn, num_examples):
         if writer is not None:
             writer.abort()
     elapsed = max(time.time() - start, 1e-9)
-    file_io.report_output(run.output_file, "%d examples in %.1f s (%.1f examples/s)"
+    file_io.report_output(s.output_file, "%d examples in %.1f s (%.1f examples/s)"
                           % (done, elapsed, done / elapsed))
 
 
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
-
-    run = prepare_run()
-    if run.export_dir:
+    run = prepare_run(settings_lib.from_flags(Settings))
+    settings = run.settings
+    if settings.export_dir:
         export_run(run)
-        if not run.input_file:
+        if not settings.input_file:
             return
 
-    output_dir = os.path.dirname(run.output_file)
+    output_dir = os.path.dirname(settings.output_file)
     if output_dir:
         tf.io.gfile.makedirs(output_dir)
 
     # Tokenize once, streaming, into a TFRecord file next to the output (so
     # a TPU can read it from the same bucket).
-    features_file = "%s.features.tmp-%d" % (run.output_file, os.getpid())
-    model_dir = None if run.use_tpu else tempfile.mkdtemp(prefix="extract_features_")
+    features_file = "%s.features.tmp-%d" % (settings.output_file, os.getpid())
+    model_dir = None if settings.use_tpu else tempfile.mkdtemp(prefix="extract_features_")
     try:
-        num_examples = write_features(
-            (convert_example(i, example, run.max_seq_length, run.tokenizer)
-             for i, example in enumerate(iter_examples(run.input_file))),
-            features_file)
-        if num_examples == 0:
-            raise InputError("--input_file %s is empty: expected one text (or "
-                             "\"A ||| B\" pair) per line" % run.input_file)
-        tf.logging.info("Tokenized %d examples from %s", num_examples, run.input_file)
-
-        run_config = training.make_run_config(
-            output_dir=model_dir, save_checkpoints_steps=None, use_tpu=run.use_tpu,
-            options=run.options, **run.tpu)
-        model_fn = model_fn_builder(
-            bert_config=run.bert_config,
-            init_checkpoint=run.init_checkpoint,
-            layer_indexes=run.layer_indexes,
-            use_tpu=run.use_tpu,
-            use_one_hot_embeddings=run.use_one_hot_embeddings,
-            pooling=run.pooling, options=run.options,
-            normalize=run.normalize_embeddings)
-        # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-        estimator = training.make_estimator(model_fn, run_config, run.use_tpu,
-                                            predict_batch_size=run.batch_size)
-        input_fn = file_based_input_fn_builder(features_file, run.max_seq_length,
-                                               trim_padding=run.trim_padding)
-        write_features_file(run, estimator, input_fn, num_examples)
+        num_examples = write_input_features(run, features_file)
+        input_fn = file_based_input_fn_builder(features_file, settings.max_seq_length,
+                                               trim_padding=settings.trim_padding)
+        write_features_file(run, run.estimator(model_dir), input_fn, num_examples)
     finally:
         if tf.io.gfile.exists(features_file):  # Scratch input, never an output.
             tf.io.gfile.remove(features_file)

@@ -165,7 +165,7 @@ class BertModel:
           ValueError: the config is unusable or a tensor has the wrong rank.
         """
         config = copy.deepcopy(config)
-        _validate_config(config)
+        validate_config(config)
         # Resolved first, so that an unknown name fails before any variable
         # is created.
         activation = get_activation(config.hidden_act)
@@ -257,7 +257,7 @@ def _as_float32(tensor):
     return tensor if tensor.dtype == tf.float32 else tf.cast(tensor, tf.float32)
 
 
-def _validate_config(config):
+def validate_config(config):
     """Rejects, with a readable ValueError, configs no model can be built from."""
     if config.vocab_size is None or int(config.vocab_size) <= 0:
         raise ValueError("BertConfig.vocab_size must be a positive integer, got %r"

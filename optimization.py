@@ -158,6 +158,44 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
     learning_rate = learning_rate_schedule(global_step, init_lr, num_train_steps,
                                            num_warmup_steps, poly_power=poly_power,
                                            start_warmup_step=start_warmup_step)
+    optimizer = _optimizer(optimizer_name, learning_rate, global_step, use_tpu, fused_update)
+
+    if tvars is None:
+        tvars = tf.trainable_variables()
+    replica_context = tf.distribute.get_replica_context()
+    many_replicas = (tf.distribute.has_strategy() and replica_context is not None
+                     and replica_context.num_replicas_in_sync > 1)
+    accumulating = bool(gradient_accumulation_steps and gradient_accumulation_steps > 1)
+    grads = _gradients(loss, tvars, loss_scale_manager,
+                       keep_sparse=not (use_tpu or many_replicas or accumulating))
+
+    num_replicas = 1
+    if many_replicas:
+        if accumulating:
+            raise ValueError("gradient_accumulation_steps > 1 is not supported together "
+                             "with a tf.distribute strategy: use a larger per-replica "
+                             "batch or more replicas instead")
+        grads = _replica_mean(grads, replica_context)
+        num_replicas = replica_context.num_replicas_in_sync
+
+    batches_read = None
+    if loss_scale_manager is not None and count_batches:
+        batches_read = tf.get_variable(
+            BATCHES_READ_VARIABLE, shape=[], dtype=tf.int64, trainable=False,
+            initializer=tf.zeros_initializer(), collections=[tf.GraphKeys.GLOBAL_VARIABLES],
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    if accumulating:
+        return _accumulating_train_op(optimizer, grads, tvars, global_step,
+                                      gradient_accumulation_steps, loss_scale_manager,
+                                      batches_read)
+    return _train_op(optimizer, grads, tvars, global_step, loss_scale_manager, num_replicas,
+                     batches_read)
+
+
+def _optimizer(optimizer_name, learning_rate, global_step, use_tpu, fused_update):
+    """The optimizer of `create_optimizer` (see there for the arguments),
+    with BERT's hyperparameters, for the `learning_rate` tensor."""
     # Fine-tuning uses the pre-training optimizer too. Its m/v slots start
     # at zero: init_checkpoint restores the weights only.
     hyperparameters = dict(weight_decay_rate=_WEIGHT_DECAY_RATE, beta_1=0.9, beta_2=0.999,
@@ -172,52 +210,45 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
         optimizer = AdamWeightDecayOptimizer(learning_rate, **hyperparameters)
     if use_tpu:
         optimizer = tf.tpu.CrossShardOptimizer(optimizer)
+    return optimizer
 
-    if tvars is None:
-        tvars = tf.trainable_variables()
-    replica_context = tf.distribute.get_replica_context()
-    many_replicas = (tf.distribute.has_strategy() and replica_context is not None
-                     and replica_context.num_replicas_in_sync > 1)
-    accumulating = bool(gradient_accumulation_steps and gradient_accumulation_steps > 1)
-    if loss_scale_manager is None and not (use_tpu or many_replicas or accumulating):
-        # The plain step keeps sparse (embedding) gradients sparse, each row
-        # once, until their update (see `_apply_sparse_last`).
-        grads = [_summed_slices(g) if isinstance(g, tf.IndexedSlices) else g
-                 for g in tf.gradients(loss, tvars)]
-    elif loss_scale_manager is None:
-        grads = [_to_dense(g) for g in tf.gradients(loss, tvars)]
-    else:
-        scale = loss_scale_manager.scale
-        grads = [None if g is None else _to_dense(g) / scale
-                 for g in tf.gradients(loss * scale, tvars)]
 
-    num_replicas = 1
-    if many_replicas:
-        if accumulating:
-            raise ValueError("gradient_accumulation_steps > 1 is not supported together "
-                             "with a tf.distribute strategy: use a larger per-replica "
-                             "batch or more replicas instead")
-        # Average over replicas before clipping, so that clipping sees the
-        # gradient of the global batch, exactly as on a single device.
-        present = [i for i, g in enumerate(grads) if g is not None]
-        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.MEAN,
-                                             [grads[i] for i in present])
-        for i, g in zip(present, reduced):
-            grads[i] = g
-        num_replicas = replica_context.num_replicas_in_sync
+def _gradients(loss, tvars, loss_scale_manager, keep_sparse):
+    """The gradients of `loss` for `tvars` (None where a variable has
+    none): with `loss_scale_manager`, of the scaled loss and unscaled; dense,
+    but with `keep_sparse` (and no loss scale), where sparse (embedding)
+    gradients stay sparse, each row once, until their update (see
+    `_apply_sparse_last`)."""
+    if loss_scale_manager is None and keep_sparse:
+        return [_summed_slices(g) if isinstance(g, tf.IndexedSlices) else g
+                for g in tf.gradients(loss, tvars)]
+    if loss_scale_manager is None:
+        return [_to_dense(g) for g in tf.gradients(loss, tvars)]
+    scale = loss_scale_manager.scale
+    return [None if g is None else _to_dense(g) / scale
+            for g in tf.gradients(loss * scale, tvars)]
 
-    batches_read = None
-    if loss_scale_manager is not None and count_batches:
-        batches_read = tf.get_variable(
-            BATCHES_READ_VARIABLE, shape=[], dtype=tf.int64, trainable=False,
-            initializer=tf.zeros_initializer(), collections=[tf.GraphKeys.GLOBAL_VARIABLES],
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
-    if accumulating:
-        return _accumulating_train_op(optimizer, grads, tvars, global_step,
-                                      gradient_accumulation_steps, loss_scale_manager,
-                                      batches_read)
+def _replica_mean(grads, replica_context):
+    """`grads` averaged over the replicas of `replica_context` (None entries
+    stay None), before clipping, so that clipping sees the gradient of the
+    global batch, exactly as on a single device."""
+    grads = list(grads)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    reduced = replica_context.all_reduce(tf.distribute.ReduceOp.MEAN,
+                                         [grads[i] for i in present])
+    for i, g in zip(present, reduced):
+        grads[i] = g
+    return grads
 
+
+def _train_op(optimizer, grads, tvars, global_step, loss_scale_manager, num_replicas,
+              batches_read):
+    """The train op of one update per call (no gradient accumulation):
+    `grads` clipped and applied, then `global_step` incremented; with
+    `loss_scale_manager`, a step whose gradients are not all finite is
+    skipped (neither applied nor counted in the global step) and the scale
+    updated, and `batches_read` (or None) counts the call."""
     all_finite = None
     if loss_scale_manager is not None:
         all_finite = _all_finite(grads)

@@ -8,17 +8,20 @@ REST API.
 
 --model_dir is an export folder of run_classifier.py, run_ner.py,
 run_swag.py or extract_features.py (the newest timestamped SavedModel in it
-is used) or one SavedModel folder. The model tokenizes its own text (serving.py), so no
-vocabulary or config is needed here. The model is loaded by exported_model.py; the
-server is rest_server.py, answering requests as rest_api.py checks them.
+is used) or one SavedModel folder. The model tokenizes its own text
+(scriptkit/serving.py), so no vocabulary or config is needed here. The
+model is loaded by scriptkit/exported_model.py; the server is
+scriptkit/rest_server.py, answering requests as scriptkit/rest_api.py
+checks them.
 
 Labelling: the input is JSON Lines (objects with the signature's input
-names, e.g. "text_a" and "text_b"; other fields are ignored), TSV or CSV
-whose header names the inputs, or one text per line for a model with one
-text input; the format is told from the file's extension or its first line
-(--input_format forces it), and --input_columns maps fields named otherwise
-(sentence:text_a). Each input gives one JSON object of the signature's
-outputs, in input order; a tagger's per-word outputs are cut to the text's
+names, e.g. "text_a" and "text_b", or the columns its training run read;
+an "id" goes through), TSV or CSV whose header names them, or one text per
+line for a model with one text input; the format is told by the file's
+extension (--input_format says it otherwise), never by its content
+(scriptkit/labelling_input.py), and --input_columns maps fields named
+otherwise (sentence:text_a). Each input gives one line, a JSON object of
+the signature's outputs, in input order; a tagger's per-word outputs are cut to the text's
 words, fill-mask's to its masks and a question answering export's n-best
 to its num_answers (the REST API keeps them padded, as TensorFlow Serving
 does).
@@ -35,9 +38,8 @@ server is for trusted networks: it has no authentication or TLS
 (docs/serving.md shows a reverse proxy for the rest).
 """
 
-import csv
+import dataclasses
 import errno
-import itertools
 import json
 import os
 import re
@@ -45,43 +47,75 @@ import signal
 import socket
 import stat
 import sys
+import time
+from typing import Optional
 
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow as tf
 from absl import flags
 
-import exported_model
-import file_io
-import interrupts
-import logs
-import rest_api
-import rest_server
-import script_runner
-import shared_flags
-from errors import InputError
-from exported_model import RequestError
-from rest_api import DEFAULT_LIMITS
+from scriptkit import exported_model
+from scriptkit import file_io
+from scriptkit import interrupts
+from scriptkit import labelling_input
+from scriptkit import logs
+from scriptkit import rest_api
+from scriptkit import rest_server
+from scriptkit import script_runner
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
+from scriptkit.errors import InputError
+from scriptkit.exported_model import RequestError
+from scriptkit.labelling_input import STDIN
+from scriptkit.rest_api import DEFAULT_LIMITS
 
-FLAGS = flags.FLAGS
 
-shared_flags.define_flags(
-    "input_file", "output_file", "batch_size", "skip_malformed_rows", "input_format",
-    helps={"input_format": "Format of --input_file: jsonl, tsv, csv (with a header naming "
-                           "the model's inputs) or text (one text per line, tabs and all); "
-                           "auto: by the extension (.jsonl, .ndjson, .tsv, .csv), else by the "
-                           "first line: an object is JSON Lines, a line holding a tab a TSV "
-                           "header, a comma-separated line naming the inputs a CSV header, "
-                           "anything else the first text.",
-           "input_file": "Text to label: files (comma-separated, globs allowed) in JSON "
-                         "Lines, TSV or CSV with a header naming the model's inputs (or "
-                         "mapped with --input_columns), or one text per line. Default: "
-                         "standard input.",
-           "output_file": "JSON Lines of the model's outputs, one line per input (its folder "
-                          "is created if missing; a regular file there is replaced when "
-                          "done). Default: standard output.",
-           "skip_malformed_rows": "Skip (with a warning naming the file and line) inputs "
-                                  "that cannot be read or that the model refuses instead of "
-                                  "stopping: their outputs are left out."})
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.Common):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    model_dir: Optional[str] = None
+    input_file: Optional[str] = None
+    output_file: Optional[str] = None
+    batch_size: int = 32
+    skip_malformed_rows: bool = False
+    input_format: str = "auto"
+    id_column: Optional[str] = None
+    input_columns: Optional[str] = None
+    signature_name: str = "serving_default"
+    port: Optional[int] = None
+    host: str = "127.0.0.1"
+    model_name: str = "default"
+    max_request_bytes: int = DEFAULT_LIMITS.max_request_bytes
+    max_instances: int = DEFAULT_LIMITS.max_instances
+    max_text_chars: int = DEFAULT_LIMITS.max_text_chars
+    max_windows_per_request: int = DEFAULT_LIMITS.max_windows_per_request
+    max_requests_in_flight: int = DEFAULT_LIMITS.max_requests_in_flight
+    max_connections: int = DEFAULT_LIMITS.max_connections
+    max_buffered_bytes: int = DEFAULT_LIMITS.max_buffered_bytes
+    client_timeout_seconds: float = DEFAULT_LIMITS.timeout_seconds
+
+
+shared_flags.define_settings_flags(Settings, helps={
+    "input_format": "Format of --input_file: jsonl (one JSON object per line), tsv or csv (a "
+                    "header row naming the model's inputs, then one input per row), or text "
+                    "(one text per line, tabs and all, no header); auto: by the extension "
+                    "(.jsonl, .ndjson, .json, .tsv, .csv, .txt), and standard input is text. "
+                    "Nothing is told from the content.",
+    "input_file": "Text to label: files (comma-separated, globs allowed) in JSON Lines, TSV or "
+                  "CSV with a header naming the model's inputs (or the columns its training "
+                  "run read, or mapped with --input_columns), or one text per line. Default: "
+                  "standard input, one text per line.",
+    "output_file": "JSON Lines of the model's outputs, one line per input, in input order "
+                   "(its folder is created if missing; a regular file there is replaced when "
+                   "done). Default: standard output.",
+    "skip_malformed_rows": "For inputs that cannot be read or that the model refuses: write "
+                           "a line {\"error\": \"<file>, line <n>: <why>\"} (with a "
+                           "warning) and go on, instead of stopping; lines out still equal "
+                           "inputs in.",
+    "id_column": "The JSON field or TSV/CSV column copied, under its own name and unchanged, "
+                 "to the output line of each input that has it (default: id)."})
 
 flags.DEFINE_string(
     "model_dir", None,
@@ -116,12 +150,27 @@ flags.DEFINE_integer(
     "pieces, or --max_windows windows, of the export); the rest is not tokenized. More: "
     "400.")
 flags.DEFINE_integer(
+    "max_windows_per_request", DEFAULT_LIMITS.max_windows_per_request,
+    "Server: the most windows (rows of the export's max_seq_length pieces) the model may "
+    "run for one request, counted by the export's tokenizer before the model runs: each "
+    "window of a question answering context, a tagger's document or a classifier text "
+    "read with --doc_stride, one per other instance, one per ending of a multiple-choice "
+    "instance. More: 400.")
+flags.DEFINE_integer(
     "max_requests_in_flight", DEFAULT_LIMITS.max_requests_in_flight,
     "Server: :predict requests decoded and run at once; further ones wait for a place "
     "(each holding its connection).")
 flags.DEFINE_integer(
     "max_connections", DEFAULT_LIMITS.max_connections,
-    "Server: open connections (a thread each); one more is answered 503 and closed.")
+    "Server: open connections, idle ones included (each a file descriptor and a few KiB; "
+    "what they have sent counts towards --max_buffered_bytes); one more is answered 503 "
+    "and closed. The process's limit of open files is raised to fit them.")
+flags.DEFINE_integer(
+    "max_buffered_bytes", DEFAULT_LIMITS.max_buffered_bytes,
+    "Server: bytes of requests not yet answered (lines, headers, bodies) held in memory, "
+    "all connections together (never less than one request of --max_request_bytes "
+    "takes); past it, the request still being read that holds the most is answered 503 "
+    "and what it sent is dropped.")
 flags.DEFINE_float(
     "client_timeout_seconds", DEFAULT_LIMITS.timeout_seconds,
     "Server: a request (its line, headers and body) must arrive within this many seconds, "
@@ -129,64 +178,45 @@ flags.DEFINE_float(
     "as long.")
 
 
-
 # ---------------------------------------------------------------------------
 # Labelling files.
 
-# Formats told from a file's name (--input_format=auto); other names and
-# standard input by their first line.
-_EXTENSION_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv", ".csv": "csv"}
-
-
-def parse_input_columns(value):
-    """--input_columns ("FIELD:INPUT,...") -> {input name: field name}.
-    An input not named there is read from the field of its own name.
-
-    Raises:
-      InputError: an item without a colon, or a field or input named twice.
-    """
-    fields = {}
-    for item in (value or "").split(","):
-        if not item.strip():
-            continue
-        field, colon, name = item.rpartition(":")
-        field, name = field.strip(), name.strip()
-        if not colon or not field or not name:
-            raise InputError("--input_columns: %r is not FIELD:INPUT (e.g. sentence:text_a)"
-                             % item.strip())
-        if name in fields or field in fields.values():
-            raise InputError("--input_columns names %s twice"
-                             % (name if name in fields else field))
-        fields[name] = field
-    return fields
-
-
-def check_labelling_flags():
-    """Checks the flags of labelling files (not --port) before the model
-    loads: the input files exist and can be read (or standard input is
-    open), and --output_file can be written (its folder is created) and is
-    neither an input nor anything but a regular file (or standard output is
-    open).
+def check_labelling_flags(settings):
+    """Checks the `settings` of labelling files (not --port) before the
+    model loads: the input files exist and can be read (or standard input is
+    open), each has a format (`input_format`), --id_column names a field
+    only where there are fields, and --output_file can be written (its
+    folder is created) and is neither an input nor anything but a regular
+    file (or standard output is open).
 
     Returns:
-      The input files (empty for standard input).
+      input file (or `STDIN`) -> its format, in reading order.
 
     Raises:
       InputError: naming the flag at fault.
     """
     paths = []
-    if FLAGS.input_file:
-        paths = file_io.expand_file_patterns("input_file", FLAGS.input_file)
+    if settings.input_file:
+        paths = file_io.expand_file_patterns("input_file", settings.input_file)
         for path in paths:
             if not file_io.is_remote(path) and not os.access(path, os.R_OK):
                 raise InputError("--input_file %s cannot be read (permission denied)" % path)
     elif sys.stdin is None or sys.stdin.closed:
         raise InputError("standard input is closed: give the text to label with --input_file")
-    output = FLAGS.output_file
+    formats = {name: labelling_input.input_format(name, settings.input_format)
+               for name in paths or [STDIN]}
+    texts = [name for name, data_format in formats.items() if data_format == "text"]
+    if texts and settings.id_column:
+        raise InputError("--id_column names a field or column; %s is one text per line"
+                         % ("standard input" if texts[0] == STDIN else texts[0]))
+    if texts and settings.input_columns:
+        raise InputError("--input_columns names fields or columns; %s is one text per line"
+                         % ("standard input" if texts[0] == STDIN else texts[0]))
+    output = settings.output_file
     if not output:
         if sys.stdout is None or sys.stdout.closed:
             raise InputError("standard output is closed: name a file with --output_file")
-        return paths
+        return formats
     file_io.check_output_file(output)
     if not file_io.is_remote(output) and os.path.lexists(output):
         kind = os.lstat(output).st_mode
@@ -201,260 +231,55 @@ def check_labelling_flags():
             if not file_io.is_remote(path) and os.path.samefile(path, output):
                 raise InputError("--output_file %s is the input file %s: writing the labels "
                                  "would replace it; name another file" % (output, path))
-    return paths
+    return formats
 
 
-def _sources(paths):
-    """(name, binary stream) of each input: the files `paths`, or standard
-    input."""
-    if not paths:
-        yield "<stdin>", sys.stdin.buffer
-        return
-    for path in paths:
-        with file_io.open_file(path, "rb") as f:
-            yield path, f
-
-
-def _lines(stream):
-    """The lines of a binary stream without their line breaks: a line ends
-    at "\n", "\r\n" or "\r" (Windows and old Mac files)."""
-    for raw in stream:
-        line = raw[:-1] if raw.endswith(b"\n") else raw
-        line = line[:-1] if line.endswith(b"\r") else line
-        yield from line.split(b"\r")
-
-
-def _decoded_lines(name, stream):
-    """(line number, text) per line of `stream` that is not blank (every
-    format skips those); a line that is not UTF-8 gives (number,
-    RequestError)."""
-    for number, raw in enumerate(_lines(stream), 1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            yield number, RequestError("not valid UTF-8 (%s)" % e.reason)
-            continue
-        if number == 1 and text.startswith("\ufeff"):
-            text = text[1:]
-        if text.strip():
-            yield number, text
-
-
-def _header(line, delimiter):
-    """The fields of a TSV (no quoting) or CSV header line; csv.Error if it
-    is not CSV."""
-    if delimiter == "\t":
-        return [field.strip() for field in line.split("\t")]
-    return [field.strip() for field in next(csv.reader([line], strict=True), [])]
-
-
-def _detect_format(name, first_line, fields):
-    """The format of the input `name` whose first non-blank line is
-    `first_line`, by --input_format, else the name's extension, else that
-    line: an object is JSON Lines; a line holding a tab, a TSV header; a
-    comma-separated line naming the input fields (`fields`, input -> field),
-    a CSV header (so is any line that is no object, with --input_columns);
-    anything else, one text per line."""
-    if FLAGS.input_format != "auto":
-        return FLAGS.input_format
-    extension = os.path.splitext(name)[1].lower()
-    if extension in _EXTENSION_FORMATS:
-        return _EXTENSION_FORMATS[extension]
-    if first_line.lstrip().startswith("{"):
-        return "jsonl"
-    if "\t" in first_line:
-        return "tsv"
-    if FLAGS.input_columns:
-        return "csv"
-    try:
-        if set(fields.values()) <= set(_header(first_line, ",")):
-            return "csv"
-    except csv.Error:
-        pass
-    return "text"
-
-
-def read_inputs(name, stream, signature, fields=None):
-    """(line number, input values or RequestError) per input of a source:
-    values are name -> value for `signature`'s inputs.
+def label_inputs(settings, model, writer, sources, fields, id_field=None):
+    """Labels every input of `sources` in batches of --batch_size and writes
+    one JSON line of outputs per input to `writer`, in input order, with
+    the input's passed fields (its id). An input the model cannot take
+    stops the run with one line naming its file and line (InputError), or
+    with --skip_malformed_rows gets a line {"error": "<file>, line <n>:
+    <why>"} (and its id), with a warning: lines out equal inputs in.
 
     Args:
-      name: the source's name (a file's path, or "<stdin>").
-      stream: its binary stream.
-      signature: the Signature labelling it.
-      fields: input name -> the JSON field or column holding it (default:
-        the input's own name; see --input_columns).
+      settings: the script's settings (--signature_name, --batch_size,
+        --skip_malformed_rows).
+      model: the `exported_model.Model`.
+      writer: a text stream.
+      sources: (Source, binary stream) per input (`labelling_input.sources`,
+        `labelling_input.input_format`).
+      fields: input name -> the fields that may hold it
+        (`labelling_input.input_fields`).
+      id_field: the field passed through (see `labelling_input.read_inputs`).
 
-    Raises:
-      InputError: the source's format cannot give the signature's inputs.
+    Returns:
+      (inputs labelled, inputs refused).
     """
-    fields = {n: (fields or {}).get(n, n) for n in signature.inputs}
-    lines = _decoded_lines(name, stream)
-    text_inputs = [n for n, spec in signature.inputs.items()
-                   if spec.dtype == tf.string and spec.shape.rank == 1]
-    # The first readable line tells the format (and may be a header).
-    first = None
-    for number, line in lines:
-        if isinstance(line, RequestError):
-            yield number, line
-        else:
-            first = (number, line)
-            break
-    if first is None:
-        return
-    data_format = _detect_format(name, first[1], fields)
-    if data_format == "jsonl":
-        rows = _jsonl_rows(itertools.chain([first], lines))
-    elif data_format == "text":
-        if len(signature.inputs) != 1 or len(text_inputs) != 1:
-            raise InputError(
-                "%s: one text per line fits a model with one text input; signature %s takes "
-                "%s: give JSON Lines, or TSV/CSV with a header naming them"
-                % (name, signature.name, ", ".join(sorted(signature.inputs))))
-        if FLAGS.input_columns:
-            raise InputError("%s: --input_columns names fields or columns, which one text "
-                             "per line (--input_format=text) has not" % name)
-        fields = {text_inputs[0]: text_inputs[0]}
-        rows = (((n, {text_inputs[0]: line}) if isinstance(line, str) else (n, line))
-                for n, line in itertools.chain([first], lines))
-    else:
-        rows = _delimited_rows(name, data_format, first, lines, signature, fields)
-    for number, row in rows:
-        if not isinstance(row, RequestError):
-            try:
-                row = _row_values(row, signature, fields)
-            except RequestError as e:
-                row = e
-        yield number, row
-
-
-def _row_values(row, signature, fields):
-    """The signature's inputs from a row (a dict with their `fields`, and
-    perhaps others), each checked against its signature input: one value
-    per example (a text: a string or {"b64": ...}), or for an input of
-    lists (SWAG's endings, the id signature's ids) a non-empty list of
-    them."""
-    values = {}
-    for name, spec in signature.inputs.items():
-        field = fields[name]
-        if field not in row:
-            raise RequestError("no %s" % field + ("" if field == name else " (input %s)" % name))
-        _check_value(name, row[field], spec.shape.rank - 1, spec.dtype)
-        values[name] = row[field]
-    return values
-
-
-def _check_value(name, value, rank, dtype):
-    """Checks that `value` is a value of `dtype` (rank 0) or a non-empty
-    list of such, nested `rank` deep; RequestError if not."""
-    if rank:
-        if not isinstance(value, list) or not value:
-            raise RequestError("%s: expected a non-empty list" % name
-                               + (" of lists" if rank > 1 else ""))
-        for item in value:
-            _check_value(name, item, rank - 1, dtype)
-    elif dtype == tf.string:
-        if isinstance(value, list):
-            raise RequestError("%s: expected one value, found a list" % name)
-        try:
-            exported_model.encode_strings(name, value)
-        except UnicodeEncodeError:
-            raise RequestError("%s: text holding a lone surrogate (such as \\ud800), which "
-                               "is no character" % name)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RequestError("%s: expected a number, found %s"
-                           % (name, json.dumps(value, ensure_ascii=False)[:80]))
-
-
-def _jsonl_rows(lines):
-    for number, line in lines:
-        if isinstance(line, RequestError):
-            yield number, line
-            continue
-        try:
-            value = json.loads(line)
-        except RecursionError:
-            yield number, RequestError("not valid JSON here (nested too deep)")
-            continue
-        except ValueError as e:
-            yield number, RequestError("not valid JSON (%s)" % e)
-            continue
-        yield number, (value if isinstance(value, dict) else RequestError(
-            "expected a JSON object, found %s" % type(value).__name__))
-
-
-def _delimited_rows(name, data_format, first, lines, signature, fields):
-    """Rows (column -> field) of a TSV/CSV source whose header line is
-    `first`; the header must name a column for each input (`fields`)."""
-    rank2 = [n for n, spec in signature.inputs.items() if spec.shape.rank != 1]
-    if rank2:
-        raise InputError("%s: the input %s is a list per example: give JSON Lines"
-                         % (name, ", ".join(rank2)))
-    delimiter = "\t" if data_format == "tsv" else ","
-    try:
-        header = _header(first[1], delimiter)
-    except csv.Error as e:
-        raise InputError("%s, line %d: not a CSV header (%s)" % (name, first[0], e))
-    missing = [n for n in sorted(fields) if fields[n] not in header]
-    if missing:
-        found = ", ".join(repr(field) for field in header)
-        if FLAGS.input_columns:
-            raise InputError("%s, line %d: the header has no column %s (--input_columns); "
-                             "columns found: %s" % (name, first[0], ", ".join(
-                                 fields[n] for n in missing), found))
-        raise InputError(
-            "%s, line %d: the header names no column for the model's input %s (it takes %s; "
-            "columns found: %s): map one with --input_columns=COLUMN:%s, or give "
-            "--input_format=text if each line is one text"
-            % (name, first[0], ", ".join(missing), ", ".join(sorted(signature.inputs)), found,
-               missing[0]))
-    for number, line in lines:
-        if isinstance(line, RequestError):
-            yield number, line
-            continue
-        if data_format == "tsv":
-            values = line.split("\t")
-        else:
-            try:
-                values = next(csv.reader([line], strict=True))
-            except csv.Error as e:
-                yield number, RequestError(str(e))
-                continue
-        if len(values) != len(header):
-            yield number, RequestError("expected %d columns (as the header), found %d"
-                                       % (len(header), len(values)))
-            continue
-        yield number, dict(zip(header, values))
-
-
-def label_inputs(model, writer, paths=(), fields=None):
-    """Labels every input of `paths` (standard input if none) in batches
-    of --batch_size and writes one JSON line of outputs per input to
-    `writer`. An input the model cannot take stops the run with one line
-    naming its file and line (InputError), or with --skip_malformed_rows
-    is left out with a warning. Returns (inputs labelled, inputs skipped).
-
-    Args:
-      fields: input name -> field or column (see `read_inputs`).
-    """
-    signature = model.signature(FLAGS.signature_name)
+    signature = model.signature(settings.signature_name)
+    optional = tuple(model.tokenizer_config.get("optional_inputs") or ())
     progress = logs.Progress("Labelling", unit="inputs")
-    done = skipped = 0
+    done = refused = 0
     batch = []
 
-    def bad_input(where, error):
-        nonlocal skipped
+    def write(row):
+        writer.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+
+    def bad_input(where, error, passed):
+        nonlocal refused
         message = "%s, line %d: %s" % (where[0], where[1], error)
-        if not FLAGS.skip_malformed_rows:
-            raise InputError(message + " (--skip_malformed_rows skips such inputs)")
-        logs.log_warning("Skipping input: %s", message)
-        skipped += 1
+        if not settings.skip_malformed_rows:
+            raise InputError(message + " (--skip_malformed_rows writes an error line for such "
+                             "inputs instead)")
+        logs.log_warning("Input refused: %s", message)
+        write(dict(passed, error=message))
+        refused += 1
 
     def label(rows):
-        columns = {n: [values[n] for _, values in rows] for n in signature.inputs}
-        for example in exported_model.split_outputs(signature(columns)):
-            example = _own_answers(example)
-            writer.write(json.dumps(example, ensure_ascii=False, sort_keys=True) + "\n")
+        columns = {n: [values[n] for _, values, _ in rows] for n in signature.inputs}
+        outputs = exported_model.split_outputs(signature(columns))
+        for (_, _, passed), example in zip(rows, outputs):
+            write(dict(_own_answers(example), **passed))
 
     def flush():
         nonlocal done
@@ -465,7 +290,7 @@ def label_inputs(model, writer, paths=(), fields=None):
             done += len(batch)
         except (RequestError, tf.errors.OpError) as e:
             if len(batch) == 1:
-                bad_input(batch[0][0], _error_text(e))
+                bad_input(batch[0][0], _error_text(e), batch[0][2])
             # Which inputs the model refuses (ids whose lengths differ, say):
             # found by labelling the batch one input at a time.
             for row in batch if len(batch) > 1 else ():
@@ -473,25 +298,28 @@ def label_inputs(model, writer, paths=(), fields=None):
                     label([row])
                     done += 1
                 except (RequestError, tf.errors.OpError) as error:
-                    bad_input(row[0], _error_text(error))
+                    bad_input(row[0], _error_text(error), row[2])
         progress.update(len(batch))
         del batch[:]
 
-    for name, stream in _sources(paths):
+    for source, stream in sources:
         flush()
-        for number, values in read_inputs(name, stream, signature, fields):
+        for number, values, passed in labelling_input.read_inputs(source, stream, signature, fields,
+                                                  id_field, optional):
             if isinstance(values, RequestError):
-                bad_input((name, number), values)
+                flush()  # The lines before it first.
+                bad_input((source.name, number), values, passed)
                 continue
             # A batch holds inputs of one shape (as many endings each, say).
             if batch and _shape(values) != _shape(batch[0][1]):
                 flush()
-            batch.append(((name, number), values))
-            if len(batch) == FLAGS.batch_size:
+            batch.append(((source.name, number), values, passed))
+            if len(batch) == settings.batch_size:
                 flush()
-    flush()
+        flush()
+        logs.log_info("Read %s", source.describe())
     progress.done()
-    return done, skipped
+    return done, refused
 
 
 def _own_answers(example):
@@ -535,64 +363,132 @@ def _reader_gone():
     return _ReaderGone()
 
 
-def _listen():
-    """The server of the flags, listening: its flags checked and its port
+def _listen(settings):
+    """The server of `settings`, listening: its flags checked and its port
     bound before the model loads, so that a busy port or a bad address is
     one line naming the flag."""
-    if not 0 <= FLAGS.port <= 65535:
-        raise InputError("--port=%d: a port is 0 (any free one) to 65535" % FLAGS.port)
-    if not re.fullmatch(r"[^/:?#\s]+", FLAGS.model_name):
+    if not 0 <= settings.port <= 65535:
+        raise InputError("--port=%d: a port is 0 (any free one) to 65535" % settings.port)
+    if not re.fullmatch(r"[^/:?#\s]+", settings.model_name):
         raise InputError("--model_name=%r: a name for the URLs, without /, :, ?, # or spaces"
-                         % FLAGS.model_name)
-    for name in rest_api.ServerLimits._fields[:-1]:
-        if FLAGS[name].value < 1:
-            raise InputError("--%s=%d: must be at least 1" % (name, FLAGS[name].value))
-    if not FLAGS.client_timeout_seconds > 0:
+                         % settings.model_name)
+    counts = [name for name in rest_api.ServerLimits._fields if name != "timeout_seconds"]
+    for name in counts:
+        if getattr(settings, name) < 1:
+            raise InputError("--%s=%d: must be at least 1" % (name, getattr(settings, name)))
+    if not settings.client_timeout_seconds > 0:
         raise InputError("--client_timeout_seconds=%g: must be more than 0"
-                         % FLAGS.client_timeout_seconds)
-    limits = rest_api.ServerLimits(
-        *[FLAGS[name].value for name in rest_api.ServerLimits._fields[:-1]],
-        timeout_seconds=FLAGS.client_timeout_seconds)
+                         % settings.client_timeout_seconds)
+    limits = rest_api.ServerLimits(timeout_seconds=settings.client_timeout_seconds,
+                                   **{name: getattr(settings, name) for name in counts})
     try:
-        return rest_server.make_server(None, FLAGS.host, FLAGS.port, FLAGS.model_name,
-                                       limits=limits, log_every_seconds=FLAGS.log_every_seconds)
+        return rest_server.make_server(None, settings.host, settings.port, settings.model_name,
+                                       limits=limits,
+                                       log_every_seconds=settings.log_every_seconds)
     except socket.gaierror as e:
         raise InputError("--host=%s: no address of this machine, nor a name of one (%s)"
-                         % (FLAGS.host, e.strerror))
+                         % (settings.host, e.strerror))
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise InputError("--port=%d: another program listens there (%s)"
-                             % (FLAGS.port, e.strerror))
+                             % (settings.port, e.strerror))
         if e.errno == errno.EADDRNOTAVAIL:
             raise InputError("--host=%s: no network interface of this machine has that "
-                             "address (%s)" % (FLAGS.host, e.strerror))
+                             "address (%s)" % (settings.host, e.strerror))
         if e.errno == errno.EACCES:
             raise InputError("--port=%d: not allowed to listen there (%s; ports below 1024 "
-                             "need privileges)" % (FLAGS.port, e.strerror))
+                             "need privileges)" % (settings.port, e.strerror))
         raise InputError("--host=%s --port=%d: cannot listen there (%s)"
-                         % (FLAGS.host, FLAGS.port, e.strerror or e))
+                         % (settings.host, settings.port, e.strerror or e))
+
+
+def _check_settings(settings):
+    """The checks of the flags against each other, before anything loads."""
+    settings_lib.require(settings, "model_dir")
+    if settings.input_format == "swag_csv":
+        raise InputError("--input_format=swag_csv is for run_swag.py; here: jsonl, tsv, csv "
+                         "or text")
+    if settings.batch_size < 1:
+        raise InputError("--batch_size must be at least 1, got %d" % settings.batch_size)
+    if settings.port is not None and (settings.input_file or settings.output_file):
+        raise InputError("--port serves the model; --input_file and --output_file label "
+                         "files: give one or the other")
+    if settings.port is not None and settings.input_columns:
+        raise InputError("--input_columns names the columns of files to label; --port "
+                         "serves requests, which name the inputs")
+
+
+def serve(settings, server, model):
+    """Serves `model` on the listening `server` until Ctrl-C, after its
+    warm-up (the first call of a signature optimises its graph: seconds at
+    BERT-Base size, done before anyone is told to send requests)."""
+    started = time.monotonic()
+    count, source = model.warm_up()
+    logs.log_info("Warmed up with %d request%s (%s) in %.1f s", count, "" if count == 1
+                  else "s", source or "one per signature: the export has no warm-up file",
+                  time.monotonic() - started)
+    server.model = model
+    host = server.server_address[0]
+    logs.log_info("Serving at http://%s:%d/v1/models/%s, a page to try it at / (Ctrl-C stops)",
+                  "[%s]" % host if ":" in host else host, server.server_address[1],
+                  settings.model_name)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def label_files(settings, model, formats, columns):
+    """Labels the inputs of `formats` (file -> format) into --output_file
+    (or standard output), after checking the flags against the model's
+    signature: --signature_name, --input_columns' inputs and --id_column."""
+    try:
+        signature = model.signature(settings.signature_name)
+    except RequestError as e:
+        raise InputError("--signature_name: %s" % e)
+    unknown = sorted(set(columns) - set(signature.inputs))
+    if unknown:
+        raise InputError("--input_columns: the signature %s has no input %s (it takes %s)"
+                         % (signature.name, ", ".join(unknown),
+                            ", ".join(sorted(signature.inputs))))
+    id_field = settings.id_column or rest_api.ID_FIELD
+    if id_field in signature.inputs or id_field in signature.output_names:
+        raise InputError("--id_column=%s: the signature %s has an %s of that name"
+                         % (id_field, signature.name,
+                            "input" if id_field in signature.inputs else "output"))
+    fields = labelling_input.input_fields(signature, model.tokenizer_config, columns)
+    sources = ((labelling_input.Source(name, formats[name]), stream)
+               for name, stream in labelling_input.sources(
+                   [name for name in formats if name != STDIN]))
+    if not settings.output_file:
+        try:
+            done, refused = label_inputs(settings, model, sys.stdout, sources, fields,
+                                         id_field)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise _reader_gone()
+        logs.log_info("Standard output: %s", _lines_written(done, refused))
+        return
+    directory = os.path.dirname(settings.output_file)
+    if directory:
+        file_io.gfile().makedirs(directory)  # As check_labelling_flags found it can be.
+    with file_io.atomic_output(settings.output_file) as writer:
+        done, refused = label_inputs(settings, model, writer, sources, fields, id_field)
+    file_io.report_output(settings.output_file, _lines_written(done, refused))
 
 
 # ---------------------------------------------------------------------------
 
 def main(_):
-    shared_flags.require_flags("model_dir")
-    if FLAGS.input_format == "swag_csv":
-        raise InputError("--input_format=swag_csv is for run_swag.py; here: jsonl, tsv, csv "
-                         "or text")
-    if FLAGS.batch_size < 1:
-        raise InputError("--batch_size must be at least 1, got %d" % FLAGS.batch_size)
-    if FLAGS.port is not None and (FLAGS.input_file or FLAGS.output_file):
-        raise InputError("--port serves the model; --input_file and --output_file label "
-                         "files: give one or the other")
-    if FLAGS.port is not None and FLAGS.input_columns:
-        raise InputError("--input_columns names the columns of files to label; --port "
-                         "serves requests, which name the inputs")
-    fields = parse_input_columns(FLAGS.input_columns)
-    paths = check_labelling_flags() if FLAGS.port is None else []
-    server = _listen() if FLAGS.port is not None else None  # Before the model loads.
+    settings = settings_lib.from_flags(Settings)
+    _check_settings(settings)
+    columns = labelling_input.parse_input_columns(settings.input_columns)
+    formats = check_labelling_flags(settings) if settings.port is None else {}
+    server = _listen(settings) if settings.port is not None else None  # Before the model.
     try:
-        model = exported_model.Model(FLAGS.model_dir)
+        model = exported_model.Model(settings.model_dir)
     except BaseException:
         if server is not None:
             server.server_close()
@@ -600,43 +496,15 @@ def main(_):
     logs.log_info("Model %s (version %s), signatures: %s", model.path, model.version,
                   ", ".join(sorted(model.signature_defs)))
     if server is not None:
-        server.model = model
-        host = server.server_address[0]
-        logs.log_info("Serving at http://%s:%d/v1/models/%s, a page to try it at / "
-                      "(Ctrl-C stops)",
-                      "[%s]" % host if ":" in host else host, server.server_address[1],
-                      FLAGS.model_name)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
-        return
-    try:
-        signature = model.signature(FLAGS.signature_name)  # Checked before anything is read.
-    except RequestError as e:
-        raise InputError("--signature_name: %s" % e)
-    unknown = sorted(set(fields) - set(signature.inputs))
-    if unknown:
-        raise InputError("--input_columns: the signature %s has no input %s (it takes %s)"
-                         % (signature.name, ", ".join(unknown),
-                            ", ".join(sorted(signature.inputs))))
-    if FLAGS.output_file:
-        directory = os.path.dirname(FLAGS.output_file)
-        if directory:
-            file_io.gfile().makedirs(directory)  # As check_labelling_flags found it can be.
-        with file_io.atomic_output(FLAGS.output_file) as writer:
-            done, skipped = label_inputs(model, writer, paths, fields)
-        file_io.report_output(FLAGS.output_file, "%d inputs labelled%s" % (
-            done, ", %d skipped" % skipped if skipped else ""))
+        serve(settings, server, model)
     else:
-        try:
-            label_inputs(model, sys.stdout, paths, fields)
-            sys.stdout.flush()
-        except BrokenPipeError:
-            raise _reader_gone()
+        label_files(settings, model, formats, columns)
 
+
+def _lines_written(done, refused):
+    """What the output holds, for the log: one line per input."""
+    return "%d lines, one per input: %d labelled%s" % (
+        done + refused, done, ", %d refused (lines with \"error\")" % refused if refused else "")
 
 if __name__ == "__main__":
     script_runner.run_script(main)

@@ -77,26 +77,11 @@ def recompute_layer(layer_fn, layer_input, attention_bias, output_fn=None):
     # draw identical dropout masks from it.
     seed = tf.random.uniform([2], minval=0, maxval=2 ** 31 - 1, dtype=tf.int32,
                              name="dropout_seed")
-
-    def build(fn, *args):
-        """`fn(*args)` under the layer's scope; (its result, the variables
-        it got, by id, in first-use order)."""
-        variables = {}
-
-        def record(getter, *args, **kwargs):
-            variable = getter(*args, **kwargs)
-            variables.setdefault(id(variable), variable)
-            return variable
-
-        with tf.variable_scope(scope, custom_getter=record, auxiliary_name_scope=False):
-            result = fn(*args)
-        return result, list(variables.values())
-
-    body, body_variables = build(layer_fn, layer_input, attention_bias, seed)
+    body, body_variables = _build_in_scope(scope, layer_fn, layer_input, attention_bias, seed)
     output, output_variables = body, []
     kept = []
     if output_fn is not None:
-        output, output_variables = build(output_fn, body)
+        output, output_variables = _build_in_scope(scope, output_fn, body)
         kept = [body]
     variables = body_variables + output_variables
 
@@ -104,6 +89,35 @@ def recompute_layer(layer_fn, layer_input, attention_bias, output_fn=None):
     carried += [tf.convert_to_tensor(v) for v in variables]
     with graph.gradient_override_map({"IdentityN": _GRADIENT_NAME}):
         passed = tf.identity_n(carried)
+    if not hasattr(graph, _BACKWARD_ATTRIBUTE):
+        setattr(graph, _BACKWARD_ATTRIBUTE, {})
+    getattr(graph, _BACKWARD_ATTRIBUTE)[passed[0].op.name] = _backward(
+        scope, layer_fn, output_fn, (layer_input, attention_bias, seed), kept,
+        body_variables, output_variables)
+    return passed[0]
+
+
+def _build_in_scope(scope, fn, *args):
+    """`fn(*args)` under the variable scope `scope`; (its result, the
+    variables it got, by id, in first-use order)."""
+    variables = {}
+
+    def record(getter, *args, **kwargs):
+        variable = getter(*args, **kwargs)
+        variables.setdefault(id(variable), variable)
+        return variable
+
+    with tf.variable_scope(scope, custom_getter=record, auxiliary_name_scope=False):
+        result = fn(*args)
+    return result, list(variables.values())
+
+
+def _backward(scope, layer_fn, output_fn, inputs, kept, body_variables, output_variables):
+    """The gradient of a `recompute_layer` IdentityN: d_output -> one
+    gradient per IdentityN input (output, input, bias, seed, the kept
+    tensor if any, variables), the layer built again under `scope` from
+    `inputs` (layer input, attention bias, seed) and differentiated."""
+    layer_input, attention_bias, seed = inputs
 
     def backward(d_output):
         # Reading the inputs after `d_output` exists keeps the recomputation
@@ -134,14 +148,9 @@ def recompute_layer(layer_fn, layer_input, attention_bias, output_fn=None):
         # frees all of the layer's temporaries before the next one starts.
         with tf.control_dependencies([_dense_part(g) for g in weight_grads if g is not None]):
             d_input = tf.identity(grads[0])
-        # One entry per IdentityN input: output, input, bias, seed, the kept
-        # tensor (if any), variables.
         return [None, d_input, None, None] + [None] * len(kept) + weight_grads
 
-    if not hasattr(graph, _BACKWARD_ATTRIBUTE):
-        setattr(graph, _BACKWARD_ATTRIBUTE, {})
-    getattr(graph, _BACKWARD_ATTRIBUTE)[passed[0].op.name] = backward
-    return passed[0]
+    return backward
 
 
 def _dense_part(grad):

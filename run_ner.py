@@ -33,25 +33,28 @@ import os
 import re
 
 import numpy as np
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import checkpoints
-import file_io
-import fine_tuning
-import input_packing
-import input_pipeline
+from scriptkit import checkpoints
+from scriptkit import file_io
+from scriptkit import evaluation
+from scriptkit import fine_tuning
+from scriptkit import task_model
+from scriptkit import run_record
+from scriptkit import input_packing
+from scriptkit import input_pipeline
 import modeling
-import output_lock
-import runtime
-import script_runner
-import serving
-import shared_flags
+from scriptkit import output_lock
+from scriptkit import runtime
+from scriptkit import script_runner
+from scriptkit import serving
+from scriptkit import shared_flags
 import tokenization
-import training
-import training_progress
-from errors import InputError
+from scriptkit import training
+from scriptkit import training_progress
+from scriptkit.errors import InputError
 
 FLAGS = flags.FLAGS
 
@@ -787,13 +790,13 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
             bert_config, is_training, features["input_ids"], features["input_mask"],
             features["segment_ids"], num_labels, use_one_hot_embeddings, options)
         if is_training:
-            return fine_tuning.Head(
+            return task_model.Head(
                 loss=masked_loss(logits, features["label_ids"], features["label_mask"]))
         # No EVAL: the tags are scored by the words they mark (`score_file`).
-        return fine_tuning.Head(predictions={"probabilities": probabilities},
+        return task_model.Head(predictions={"probabilities": probabilities},
                                 export_outputs={"probabilities": probabilities})
 
-    return fine_tuning.task_model_fn(
+    return task_model.task_model_fn(
         build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
         use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT))
 
@@ -945,7 +948,7 @@ def export_model(bert_config, label_list, scheme, checkpoint_path, export_dir, l
     names) is copied to assets.extra/.
     """
     model_fn = model_fn_builder(bert_config=bert_config, num_labels=len(label_list),
-                                **fine_tuning.export_builder_args(options))
+                                **task_model.export_builder_args(options))
 
     def text_signature(tokenizer):
         text = serving.string_input("text")
@@ -1155,7 +1158,7 @@ def _labels(run, train, dev, test):
     """(scheme, entity types) of the run (see `_choose_labels`), checked
     against the tags of each file, and logged."""
     settings = run.settings
-    saved_path = fine_tuning.find_run_file(LABELS_FILE, run.output_dir, run.init_checkpoint)
+    saved_path = run_record.find_file(LABELS_FILE, run.output_dir, run.init_checkpoint)
     choose = functools.partial(_choose_labels, tag_scheme=settings.tag_scheme,
                                labels=settings.labels)
     if train is None and not settings.labels and saved_path is None:
@@ -1223,8 +1226,9 @@ def _start_output(run, scheme, entity_types, label_list):
 @output_lock.releases_output_lock
 def main(_):
     # Every input is checked before anything is trained or written.
-    run = fine_tuning.prepare_run(FLAG_DEFAULTS, min_seq_length=3, needs=_needs,
-                                  check_flags=_check_flags, head_variable="ner/output_weights")
+    run = fine_tuning.prepare_run(FLAG_DEFAULTS, "run_ner.py", min_seq_length=3,
+                                  needs=_needs, check_flags=_check_flags,
+                                  head_variable="ner/output_weights")
     settings, bert_config = run.settings, run.bert_config
     train, dev, test, text = _read_data(run)
     scheme, entity_types = _labels(run, train, dev, test)
@@ -1278,13 +1282,13 @@ def main(_):
             result["global_step"] = checkpoints.checkpoint_step(checkpoint)
         write_conll_predictions(os.path.join(run.output_dir, "eval_predictions.txt"), dev,
                                 predicted)
-        fine_tuning.write_eval_results(result, run.output_dir, headline="eval_f1")
+        evaluation.write_eval_results(result, run.output_dir, headline="eval_f1")
     if test is not None:
         probabilities, predicted = tag(test, settings.predict_batch_size, "predict.tf_record")
         write_conll_predictions(os.path.join(run.output_dir, "test_predictions.txt"), test,
                                 predicted)
         if test.tagged:
-            fine_tuning.write_eval_results(
+            evaluation.write_eval_results(
                 score_file(test, probabilities, predicted, label_map, scheme),
                 run.output_dir, file_name="test_results.txt",
                 header="***** Test results *****", headline="eval_f1")

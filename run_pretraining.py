@@ -27,70 +27,103 @@ completely) and the output files (checkpoints and eval_results.txt in
 import dataclasses
 import os
 import time
-from typing import NamedTuple, Optional
+from typing import Optional
 
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import checkpoints
-import dynamic_masking
-import errors
-import evaluation
-import file_io
-import fill_mask_export
-import fine_tuning
-import input_pipeline
-import logs
+from scriptkit import checkpoints
+from scriptkit import dynamic_masking
+from scriptkit import errors
+from scriptkit import evaluation
+from scriptkit import file_io
+from scriptkit import fill_mask_export
+from scriptkit import task_model
+from scriptkit import run_record
+from scriptkit import input_pipeline
+from scriptkit import logs
 import modeling
-import output_lock
-import pretraining_records
-import runtime
-import script_runner
-import shared_flags
-import training
-import training_progress
+from scriptkit import output_lock
+from scriptkit import pretraining_inputs
+from scriptkit import pretraining_records
+from scriptkit import runtime
+from scriptkit import script_runner
+from scriptkit import serving
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
+import tokenization
+from scriptkit import training
+from scriptkit import training_progress
 
-FLAGS = flags.FLAGS
+# The name run records give this script (`run_record.write`).
+SCRIPT = "run_pretraining.py"
 
-# This script's default of a shared flag that another script defines with
-# its own (run_squad.py's --max_seq_length is 384): `prepare_run` takes it
-# whenever the flag is not given, whichever definition this process holds.
-FLAG_DEFAULTS = shared_flags.define_flags(
-    "bert_config_file", "input_file", "output_dir", "init_checkpoint",
-    "max_seq_length", "max_predictions_per_seq", "do_train", "do_eval",
-    "train_batch_size", "eval_batch_size", "learning_rate",
-    "save_checkpoints_steps", "iterations_per_loop",
-    "vocab_file", "random_seed", "masked_lm_prob", "do_whole_word_mask",
-    "do_lower_case", "export_dir",
-    shared_flags.TPU_FLAGS, shared_flags.TRAINING_OPTION_FLAGS,
-    max_seq_length=128,
-    helps={
-        "vocab_file": "For data written with --dynamic_masking: the vocabulary it "
-                      "was made with ([CLS], [SEP], [MASK], the '##' pieces that "
-                      "continue a word, the random replacement words).",
-        "random_seed": "For data written with --dynamic_masking: the seed of the "
-                       "masks, which are a function of it, the epoch and the "
-                       "example (its file and its place in the file).",
-        "masked_lm_prob": "For data written with --dynamic_masking: share of each "
-                          "sequence's tokens to mask (at most "
-                          "--max_predictions_per_seq).",
-        "do_whole_word_mask": "For data written with --dynamic_masking: mask all "
-                              "WordPieces of a chosen word.",
-        "do_lower_case": "With --export_dir: the casing of the export's tokenizer "
-                         "(True for uncased models).",
-        "export_dir": "If set, export a fill-mask SavedModel (text with [MASK] in, the "
-                      "--top_k pieces per mask out; docs/pretraining.md) in a timestamped "
-                      "folder here: of --init_checkpoint without --do_train (no "
-                      "--input_file needed), else of the trained model. Needs "
-                      "--vocab_file.",
-        "input_seed": "If not 0: the seed of the training input's order (files, "
-                      "interleaving and record shuffle in each epoch): one fixed "
-                      "stream, and training that starts from a checkpoint (resumed, "
-                      "or after an evaluation) goes on at the next batch of it that "
-                      "the checkpoint has not trained on. 0: an unseeded order, read "
-                      "as fast as the readers deliver (the original's); a resumed run "
-                      "skips as many records as were trained on."})
+
+# ---------------------------------------------------------------------------
+# Settings and flags.
+
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.TPU, settings_lib.TrainingOptions):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    bert_config_file: Optional[str] = None
+    input_file: Optional[str] = None
+    output_dir: Optional[str] = None
+    init_checkpoint: Optional[str] = None
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    do_train: bool = False
+    do_eval: bool = False
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    learning_rate: float = 5e-5
+    save_checkpoints_steps: int = 1000
+    iterations_per_loop: int = 1000
+    vocab_file: Optional[str] = None
+    random_seed: int = 12345
+    masked_lm_prob: float = 0.15
+    do_whole_word_mask: bool = False
+    do_lower_case: bool = True
+    export_dir: Optional[str] = None
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    max_eval_steps: int = 100
+    eval_at_start: bool = False
+    eval_file: Optional[str] = None
+    samples_between_eval: int = 0
+    samples_start_eval: int = 0
+    stop_threshold: float = 0.0
+    top_k: int = 5
+
+
+shared_flags.define_settings_flags(Settings, helps={
+    "vocab_file": "For data written with --dynamic_masking: the vocabulary it "
+                  "was made with ([CLS], [SEP], [MASK], the '##' pieces that "
+                  "continue a word, the random replacement words).",
+    "random_seed": "For data written with --dynamic_masking: the seed of the "
+                   "masks, which are a function of it, the epoch and the "
+                   "example (its file and its place in the file).",
+    "masked_lm_prob": "For data written with --dynamic_masking: share of each "
+                      "sequence's tokens to mask (at most "
+                      "--max_predictions_per_seq).",
+    "do_whole_word_mask": "For data written with --dynamic_masking: mask all "
+                          "WordPieces of a chosen word.",
+    "do_lower_case": "With --export_dir: the casing of the export's tokenizer "
+                     "(True for uncased models).",
+    "export_dir": "If set, export a fill-mask SavedModel (text with [MASK] in, the "
+                  "--top_k pieces per mask out; docs/pretraining.md) in a timestamped "
+                  "folder here: of --init_checkpoint without --do_train (no "
+                  "--input_file needed), else of the trained model. Needs "
+                  "--vocab_file.",
+    "input_seed": "If not 0: the seed of the training input's order (files, "
+                  "interleaving and record shuffle in each epoch): one fixed "
+                  "stream, and training that starts from a checkpoint (resumed, "
+                  "or after an evaluation) goes on at the next batch of it that "
+                  "the checkpoint has not trained on. 0: an unseeded order, read "
+                  "as fast as the readers deliver (the original's); a resumed run "
+                  "skips as many records as were trained on."})
 
 flags.DEFINE_integer(
     "num_train_steps", 100000,
@@ -193,10 +226,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         metric_inputs = [masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
                          masked_lm_weights, next_sentence_example_loss,
                          next_sentence_log_probs, next_sentence_labels]
-        return fine_tuning.Head(loss=masked_lm_loss + next_sentence_loss,
+        return task_model.Head(loss=masked_lm_loss + next_sentence_loss,
                                 eval_metrics=(metric_fn, metric_inputs))
 
-    return fine_tuning.task_model_fn(
+    return task_model.task_model_fn(
         build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
         use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.EVAL))
 
@@ -460,76 +493,13 @@ def input_fn_builder(input_files,
                                                record_index)
         return features, dynamic_masking.draw(example, max_seq_length)
 
-    def training_stream(params):
-        indices = list(range(len(input_files)))
-        num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
-        # The records all pipelines together have trained on: steps times
-        # the global batch, whatever the replicas per pipeline and the batch
-        # each is given.
-        skip_records = params.get(input_pipeline.START_RECORD, 0)
-        skip_batches = skip_records // (train_batch_size or params["batch_size"] * num_pipelines)
-        if num_pipelines > 1 and len(input_files) >= num_pipelines:
-            # Distinct files for each worker: none reads another's, and each
-            # has read its share of the records trained on.
-            skip_records //= num_pipelines
-            indices = indices[index::num_pipelines]
-            params[runtime.INPUT_SHARDED] = True
-            tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
-                            "from %s", index, num_pipelines, len(indices),
-                            len(input_files), os.path.basename(input_files[indices[0]]))
-        files = tf.constant([input_files[i] for i in indices])
-        file_indices = tf.constant(indices, tf.int64)
-        epoch_size = (sum(records_per_file[i] for i in indices)
-                      if records_per_file is not None else None)
-        first_epoch, skip_in_epoch, skip_in_stream = _stream_position(skip_records,
-                                                                       epoch_size)
-        if skip_records:
-            tf.logging.info(
-                "Resuming the training input after %d batches (%d records): %d whole "
-                "epochs skipped by count, then %d records skipped unread", skip_batches,
-                skip_records, first_epoch, skip_in_epoch + skip_in_stream)
-        readers = min(num_cpu_threads, len(indices))
-
-        def epoch_records(epoch):
-            if seed is not None:
-                keys = tf.random.stateless_uniform(
-                    [len(indices)], seed=dynamic_masking.example_seed(seed, epoch, -1, -1))
-                order = tf.argsort(keys, stable=True)
-            else:
-                order = tf.random.shuffle(tf.range(len(indices)))
-            d = tf.data.Dataset.from_tensor_slices((tf.gather(file_indices, order),
-                                                    tf.gather(files, order)))
-            # Records of several files at once. Unseeded, taken in whatever
-            # order the readers deliver them ("sloppy" interleave): faster,
-            # and more mixing on top of the shuffles.
-            # Seeded, in a fixed rotation over the open files.
-            d = d.interleave(_tagged_records, cycle_length=readers,
-                             num_parallel_calls=readers, deterministic=seed is not None)
-            skip_here = tf.where(tf.equal(epoch, first_epoch),
-                                 tf.constant(skip_in_epoch, tf.int64),
-                                 tf.constant(0, tf.int64))
-            if seed is not None:
-                d = _window_permuted(d, seed, epoch).skip(skip_here)
-            else:
-                d = d.skip(skip_here).shuffle(buffer_size=100)
-            return d.map(lambda f, r, record: (epoch, f, r, record))
-
-        d = tf.data.Dataset.range(first_epoch, _EPOCHS).flat_map(epoch_records)
-        return d.skip(skip_in_stream) if skip_in_stream else d
-
-    def evaluation_stream():
-        # Evaluation runs --max_eval_steps batches: repeating the input
-        # means it never runs out. Each repetition counts as an epoch.
-        def epoch_records(epoch):
-            d = tf.data.Dataset.from_tensor_slices(
-                (tf.range(len(input_files), dtype=tf.int64), tf.constant(input_files)))
-            d = d.flat_map(_tagged_records)
-            return d.map(lambda f, r, record: (epoch, f, r, record))
-        return tf.data.Dataset.range(_EPOCHS).flat_map(epoch_records)
-
     def input_fn(params):
         """See input_fn_builder."""
-        d = training_stream(params) if is_training else evaluation_stream()
+        if is_training:
+            d = _training_stream(input_files, params, seed, records_per_file,
+                                 train_batch_size, num_cpu_threads)
+        else:
+            d = _evaluation_stream(input_files)
         d = d.map(parse, num_parallel_calls=num_cpu_threads)
         # Both inputs repeat, so dropping a partial batch loses nothing.
         d = d.batch(params["batch_size"], drop_remainder=True)
@@ -541,54 +511,93 @@ def input_fn_builder(input_files,
     return input_fn
 
 
-class InputFiles(NamedTuple):
-    """What `check_input_files` found.
+def _training_stream(input_files, params, seed, records_per_file, train_batch_size,
+                     num_cpu_threads):
+    """The training input of `input_fn_builder` (see there for the
+    arguments) for the runner's `params`: (epoch, file index, record index,
+    serialized record) of epoch after epoch, from the record that
+    params[input_pipeline.START_RECORD] names on; with several input
+    pipelines, this one's share of the files where there are enough."""
+    indices = list(range(len(input_files)))
+    num_pipelines, index = params.get(runtime.INPUT_PIPELINE, (1, 0))
+    # The records all pipelines together have trained on: steps times
+    # the global batch, whatever the replicas per pipeline and the batch
+    # each is given.
+    skip_records = params.get(input_pipeline.START_RECORD, 0)
+    skip_batches = skip_records // (train_batch_size or params["batch_size"] * num_pipelines)
+    if num_pipelines > 1 and len(input_files) >= num_pipelines:
+        # Distinct files for each worker: none reads another's, and each
+        # has read its share of the records trained on.
+        skip_records //= num_pipelines
+        indices = indices[index::num_pipelines]
+        params[runtime.INPUT_SHARDED] = True
+        tf.logging.info("Input pipeline %d of %d reads %d of the %d input files, "
+                        "from %s", index, num_pipelines, len(indices),
+                        len(input_files), os.path.basename(input_files[indices[0]]))
+    files = tf.constant([input_files[i] for i in indices])
+    file_indices = tf.constant(indices, tf.int64)
+    epoch_size = (sum(records_per_file[i] for i in indices)
+                  if records_per_file is not None else None)
+    first_epoch, skip_in_epoch, skip_in_stream = _stream_position(skip_records,
+                                                                   epoch_size)
+    if skip_records:
+        tf.logging.info(
+            "Resuming the training input after %d batches (%d records): %d whole "
+            "epochs skipped by count, then %d records skipped unread", skip_batches,
+            skip_records, first_epoch, skip_in_epoch + skip_in_stream)
+    epoch_records = _training_epoch(files, file_indices, seed,
+                                    min(num_cpu_threads, len(indices)), first_epoch,
+                                    skip_in_epoch)
+    d = tf.data.Dataset.range(first_epoch, _EPOCHS).flat_map(epoch_records)
+    return d.skip(skip_in_stream) if skip_in_stream else d
 
-    Attributes:
-      records_per_file: list of ints, one per file.
-      kind: pretraining_records.MASKED or UNMASKED (written with
-        --dynamic_masking), the same for all files.
-    """
 
-    records_per_file: list
-    kind: str
+def _training_epoch(files, file_indices, seed, readers, first_epoch, skip_in_epoch):
+    """epoch_records(epoch) -> the dataset of one training epoch's (epoch,
+    file index, record index, record): the `files` (string [n], their
+    indices int64 [n]) in an order of the epoch, read by `readers` at once,
+    the records shuffled; `skip_in_epoch` of them skipped in `first_epoch`.
+    `seed` (or None) as for `input_fn_builder`."""
+
+    def epoch_records(epoch):
+        num_files = int(file_indices.shape[0])
+        if seed is not None:
+            keys = tf.random.stateless_uniform(
+                [num_files], seed=dynamic_masking.example_seed(seed, epoch, -1, -1))
+            order = tf.argsort(keys, stable=True)
+        else:
+            order = tf.random.shuffle(tf.range(num_files))
+        d = tf.data.Dataset.from_tensor_slices((tf.gather(file_indices, order),
+                                                tf.gather(files, order)))
+        # Records of several files at once. Unseeded, taken in whatever
+        # order the readers deliver them ("sloppy" interleave): faster,
+        # and more mixing on top of the shuffles.
+        # Seeded, in a fixed rotation over the open files.
+        d = d.interleave(_tagged_records, cycle_length=readers,
+                         num_parallel_calls=readers, deterministic=seed is not None)
+        skip_here = tf.where(tf.equal(epoch, first_epoch),
+                             tf.constant(skip_in_epoch, tf.int64),
+                             tf.constant(0, tf.int64))
+        if seed is not None:
+            d = _window_permuted(d, seed, epoch).skip(skip_here)
+        else:
+            d = d.skip(skip_here).shuffle(buffer_size=100)
+        return d.map(lambda f, r, record: (epoch, f, r, record))
+
+    return epoch_records
 
 
-def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size,
-                      flag_name="input_file"):
-    """Checks the framing of every input file
-    (`pretraining_records.check_tfrecord_file`), the first record of each
-    (`check_input_file`: all must be of one kind) and logs the number of
-    records (progress about every --log_every_seconds). `flag_name` is the
-    flag that named the files (input_file or eval_file).
-
-    Returns:
-      An `InputFiles`.
-
-    Raises:
-      InputError: naming the flag and the file at fault.
-    """
-    what = "input" if flag_name == "input_file" else "evaluation"
-    progress = logs.Progress("Checking the %s files" % what, len(input_files), "files")
-    counts = []
-    kinds = {}
-    for path in input_files:
-        counts.append(pretraining_records.check_tfrecord_file(flag_name, path))
-        kind = check_input_file(path, max_seq_length, max_predictions_per_seq, vocab_size,
-                                flag_name)
-        kinds.setdefault(kind, path)
-        if len(kinds) > 1:
-            raise errors.InputError(
-                "--%s mixes records with masks (%s) and records written with "
-                "--dynamic_masking (%s): use files of one kind"
-                % (flag_name, kinds[pretraining_records.MASKED],
-                   kinds[pretraining_records.UNMASKED]))
-        progress.update()
-    kind = next(iter(kinds))
-    tf.logging.info("%d %s file(s), %d records%s", len(input_files), what, sum(counts),
-                    " without masks (masked as they are read)"
-                    if kind == pretraining_records.UNMASKED else "")
-    return InputFiles(counts, kind)
+def _evaluation_stream(input_files):
+    """The evaluation input of `input_fn_builder`: (epoch, file index,
+    record index, serialized record) of every file in order, repeated.
+    Evaluation runs --max_eval_steps batches: repeating the input means it
+    never runs out. Each repetition counts as an epoch."""
+    def epoch_records(epoch):
+        d = tf.data.Dataset.from_tensor_slices(
+            (tf.range(len(input_files), dtype=tf.int64), tf.constant(input_files)))
+        d = d.flat_map(_tagged_records)
+        return d.map(lambda f, r, record: (epoch, f, r, record))
+    return tf.data.Dataset.range(_EPOCHS).flat_map(epoch_records)
 
 
 def head_variable_shapes(bert_config):
@@ -604,73 +613,6 @@ def head_variable_shapes(bert_config):
         "cls/seq_relationship/output_weights": [2, h],
         "cls/seq_relationship/output_bias": [2],
     }
-
-
-def check_input_file(input_file, max_seq_length, max_predictions_per_seq, vocab_size,
-                     flag_name="input_file"):
-    """Checks the first record of `input_file` (named by --`flag_name`)
-    against the flags.
-
-    Training would otherwise fail deep inside TensorFlow ("Key: input_ids.
-    Can't parse serialized Example") or, for ids beyond the vocabulary, with
-    an index error on the embedding lookup.
-
-    Returns:
-      The kind of its records: pretraining_records.MASKED, or UNMASKED for
-      a file of create_pretraining_data.py --dynamic_masking (no masked_lm_*
-      features).
-
-    Raises:
-      InputError: naming the file, the feature and the flag at fault.
-    """
-    try:
-        record = next(iter(tf.io.tf_record_iterator(input_file)), None)
-    except tf.errors.OpError as e:
-        raise errors.InputError(
-            "--%s: cannot read %s as TFRecord: %s" % (flag_name, input_file, e.message))
-    if record is None:
-        raise errors.InputError("--%s: %s holds no records" % (flag_name, input_file))
-    try:
-        example = tf.train.Example.FromString(record)
-    except Exception:  # A protobuf DecodeError.
-        raise errors.InputError(
-            "--%s: the first record of %s is not a tf.train.Example "
-            "(was it written by create_pretraining_data.py?)" % (flag_name, input_file))
-    feature_map = example.features.feature
-    kind = pretraining_records.record_kind(feature_map)
-    for spec in pretraining_records.features_of(kind):
-        name, kind_of_values = spec.name, spec.kind
-        if name not in feature_map:
-            raise errors.InputError(
-                "--%s: the records of %s have no feature %r (was it written "
-                "by create_pretraining_data.py?)" % (flag_name, input_file, name))
-        if feature_map[name].WhichOneof("kind") != kind_of_values + "_list":
-            raise errors.InputError(
-                "--%s: feature %r of %s is not %s"
-                % (flag_name, name, input_file, kind_of_values))
-        found = len(getattr(feature_map[name], kind_of_values + "_list").value)
-        expected = spec.size(max_seq_length, max_predictions_per_seq)
-        if found == expected:
-            continue
-        if isinstance(spec.length, str):  # The name of the flag that sets it.
-            flag = "--" + spec.length
-            raise errors.InputError(
-                "--%s: feature %r of %s has length %d but %s=%d: use "
-                "the value the data was created with (%s=%d)"
-                % (flag_name, name, input_file, found, flag, expected, flag, found))
-        raise errors.InputError(
-            "--%s: feature %r of %s has length %d, expected %d"
-            % (flag_name, name, input_file, found, expected))
-    ids = list(feature_map["input_ids"].int64_list.value)
-    if kind == pretraining_records.MASKED:
-        ids += list(feature_map["masked_lm_ids"].int64_list.value)
-    largest_id = max(ids)
-    if largest_id >= vocab_size:
-        raise errors.InputError(
-            "--%s: %s holds token id %d but vocab_size in --bert_config_file "
-            "is %d: the data was made with another vocabulary"
-            % (flag_name, input_file, largest_id, vocab_size))
-    return kind
 
 
 # ---------------------------------------------------------------------------
@@ -705,19 +647,20 @@ def ensure_checkpoint(run, estimator):
     else:
         tf.logging.info("No checkpoint in %s and no --init_checkpoint: saving the "
                         "random initialisation as checkpoint 0", run.output_dir)
-    estimator.train(input_fn=run.input_fn(True), max_steps=max(1, run.num_train_steps),
+    estimator.train(input_fn=run.input_fn(True), max_steps=max(1, run.settings.num_train_steps),
                     hooks=[_StopAtStartHook()])
     return tf.train.latest_checkpoint(run.output_dir)
 
 
 def evaluate(run, estimator, checkpoint_path, file_name, header):
-    """Evaluates `checkpoint_path` on `run.max_eval_steps` batches, logs the
+    """Evaluates `checkpoint_path` on --max_eval_steps batches, logs the
     results and writes them to `run.output_dir`/file_name. Returns them."""
+    s = run.settings
     training_progress.log_phase("Running evaluation", [("Checkpoint", checkpoint_path),
-                                                       ("Batch size", run.eval_batch_size)])
-    result = evaluation.evaluate(estimator, run.input_fn(False), run.max_eval_steps,
-                                 checkpoint_path, steps=run.max_eval_steps, name_weights=False)
-    fine_tuning.write_eval_results(result, run.output_dir, file_name=file_name,
+                                                       ("Batch size", s.eval_batch_size)])
+    result = evaluation.evaluate(estimator, run.input_fn(False), s.max_eval_steps,
+                                 checkpoint_path, steps=s.max_eval_steps, name_weights=False)
+    evaluation.write_eval_results(result, run.output_dir, file_name=file_name,
                                    header=header, headline="masked_lm_accuracy")
     return result
 
@@ -768,9 +711,9 @@ def write_summaries(directory, step, values):
 
 
 def train_with_evaluation(run, estimator):
-    """Trains to `run.num_train_steps`, evaluating on --eval_file at the
+    """Trains to --num_train_steps, evaluating on --eval_file at the
     `evaluation_steps`, and stops at the first evaluation whose
-    masked_lm_accuracy reaches `run.stop_threshold` (when set). Each
+    masked_lm_accuracy reaches --stop_threshold (when set). Each
     segment's training input goes on from the checkpoint it starts from
     (see `input_fn_builder`).
 
@@ -784,42 +727,43 @@ def train_with_evaluation(run, estimator):
       The checkpoint evaluated last.
     """
     started = time.time()
+    s = run.settings
     examples_per_step = run.examples_per_step
-    steps = evaluation_steps(run.num_train_steps, examples_per_step,
-                             run.samples_start_eval, run.samples_between_eval)
+    steps = evaluation_steps(s.num_train_steps, examples_per_step, s.samples_start_eval,
+                             s.samples_between_eval)
     latest = tf.train.latest_checkpoint(run.output_dir)
     done = checkpoints.checkpoint_step(latest)
-    met = stop_threshold_met(run.output_dir, done, run.stop_threshold)
-    if met is not None and done < run.num_train_steps:
+    met = stop_threshold_met(run.output_dir, done, s.stop_threshold)
+    if met is not None and done < s.num_train_steps:
         tf.logging.info(
             "Not training: %s (step %d) already reached --stop_threshold=%g "
             "(masked_lm_accuracy = %.4f in %s); to train on, give --stop_threshold=0 or a "
-            "higher target", latest, done, run.stop_threshold, met,
+            "higher target", latest, done, s.stop_threshold, met,
             os.path.join(run.output_dir, RESULTS_FILE))
         return latest
 
     def evaluate_fn(checkpoint, _):  # The step: the result's global_step.
         result = dict(estimator.evaluate(input_fn=run.input_fn(False),
-                                         steps=run.max_eval_steps, checkpoint_path=checkpoint))
+                                         steps=s.max_eval_steps, checkpoint_path=checkpoint))
         step = int(result["global_step"])
         result["examples_seen"] = step * examples_per_step
         result["wall_time_seconds"] = round(time.time() - started, 1)
-        reached = (run.stop_threshold > 0
-                   and result["masked_lm_accuracy"] >= run.stop_threshold)
+        reached = (s.stop_threshold > 0
+                   and result["masked_lm_accuracy"] >= s.stop_threshold)
         tf.logging.info(
             "Evaluation at step %d (%d examples, %s): masked_lm_accuracy = %.4f, "
             "masked_lm_loss = %.4f%s", step, result["examples_seen"],
             logs.format_duration(result["wall_time_seconds"]),
             result["masked_lm_accuracy"], result["masked_lm_loss"],
-            " (--stop_threshold=%g reached)" % run.stop_threshold if reached else "")
+            " (--stop_threshold=%g reached)" % s.stop_threshold if reached else "")
         write_summaries(os.path.join(run.output_dir, BY_EXAMPLES_DIR),
                         result["examples_seen"],
                         {"masked_lm_accuracy": result["masked_lm_accuracy"],
                          "masked_lm_loss": result["masked_lm_loss"],
                          "global_step": step,
                          "wall_time_seconds": result["wall_time_seconds"]})
-        if run.stop_threshold > 0:
-            result["stop_threshold"] = run.stop_threshold
+        if s.stop_threshold > 0:
+            result["stop_threshold"] = s.stop_threshold
             result["stop_threshold_reached"] = reached
         return result
 
@@ -827,7 +771,7 @@ def train_with_evaluation(run, estimator):
         estimator, run.input_fn(True), steps, evaluate_fn,
         stop=lambda result: result.get("stop_threshold_reached", False),
         evaluate_when_done=True)
-    fine_tuning.write_eval_results(result, run.output_dir, header="***** Eval results *****",
+    evaluation.write_eval_results(result, run.output_dir, header="***** Eval results *****",
                                    headline="masked_lm_accuracy")
     return checkpoint
 
@@ -910,58 +854,45 @@ def check_evaluation_flags(eval_file, samples_between_eval, samples_start_eval,
 
 
 # ---------------------------------------------------------------------------
-# The run: its settings, read from the flags and checked once.
+# The run: its settings and what they name, checked once.
 
 @dataclasses.dataclass
 class PretrainingRun:
     """What the phases of `main` take, from `prepare_run`.
 
     Attributes:
+      settings: the script's `Settings`.
       bert_config: the model's modeling.BertConfig.
       init_checkpoint: the checkpoint to start from (resolved), or None.
       options: the training.TrainingOptions.
       input_files, train_files: the --input_file files and what
-        `check_input_files` found in them.
+        `pretraining_inputs.check_input_files` found in them.
       eval_files, eval_kind: the files evaluated (--eval_file's, else
         --input_file's) and the kind of their records.
       masking: a dynamic_masking.Masking where either kind is unmasked, else
         None.
-      evaluate_during_training: --eval_file was given.
-      The others: the flags of the same names.
     """
 
+    settings: Settings
     bert_config: modeling.BertConfig
     init_checkpoint: Optional[str]
     options: training.TrainingOptions
-    output_dir: str
-    do_train: bool
-    do_eval: bool
-    eval_at_start: bool
-    max_seq_length: int
-    max_predictions_per_seq: int
-    learning_rate: float
-    num_train_steps: int
-    num_warmup_steps: int
-    train_batch_size: int
-    eval_batch_size: int
-    max_eval_steps: int
-    input_seed: int
-    use_tpu: bool
     input_files: list
-    train_files: InputFiles
+    train_files: pretraining_inputs.InputFiles
     eval_files: list
     eval_kind: str
     masking: Optional[dynamic_masking.Masking]
-    evaluate_during_training: bool
-    samples_between_eval: int
-    samples_start_eval: int
-    stop_threshold: float
+
+    @property
+    def output_dir(self):
+        """--output_dir."""
+        return self.settings.output_dir
 
     @property
     def examples_per_step(self):
         """Training examples per optimizer update (gradient accumulation's
         micro-batches together)."""
-        return self.train_batch_size * self.options.gradient_accumulation_steps
+        return self.settings.train_batch_size * self.options.gradient_accumulation_steps
 
     def input_fn(self, is_training):
         """The training or evaluation input_fn (`input_fn_builder`).
@@ -971,23 +902,47 @@ class PretrainingRun:
         checkpoint has not trained on: the runner gives the input_fn that
         position when it starts training.
         """
+        s = self.settings
         if not is_training:
             return input_fn_builder(
-                self.eval_files, self.max_seq_length, self.max_predictions_per_seq,
+                self.eval_files, s.max_seq_length, s.max_predictions_per_seq,
                 is_training=False,
                 masking=self.masking if self.eval_kind == pretraining_records.UNMASKED else None)
         return input_fn_builder(
-            self.input_files, self.max_seq_length, self.max_predictions_per_seq,
-            is_training=True, seed=self.input_seed or None,
+            self.input_files, s.max_seq_length, s.max_predictions_per_seq,
+            is_training=True, seed=s.input_seed or None,
             masking=(self.masking if self.train_files.kind == pretraining_records.UNMASKED
                      else None),
             records_per_file=self.train_files.records_per_file,
-            train_batch_size=self.train_batch_size)
+            train_batch_size=s.train_batch_size)
+
+    def start_output(self):
+        """Makes --output_dir; in a training run, first takes it for this
+        run alone (`output_lock.lock_output_dir`) and writes its run record
+        (`write_run_record`)."""
+        if self.settings.do_train:  # The one training run of --output_dir.
+            output_lock.lock_output_dir(self.output_dir)
+        tf.io.gfile.makedirs(self.output_dir)
+        if self.settings.do_train:
+            write_run_record(self)
+
+    def trainer(self):
+        """The runner of the pre-training model_fn: a TPUEstimator's API,
+        which runs on the CPU or GPU when --use_tpu is off."""
+        s = self.settings
+        model_fn = model_fn_builder(
+            self.bert_config, init_checkpoint=self.init_checkpoint,
+            learning_rate=s.learning_rate, num_train_steps=s.num_train_steps,
+            num_warmup_steps=s.num_warmup_steps, use_tpu=s.use_tpu,
+            use_one_hot_embeddings=s.use_tpu, options=self.options)
+        return training.make_trainer(model_fn, self.options, s,
+                                     train_batch_size=s.train_batch_size,
+                                     eval_batch_size=s.eval_batch_size)
 
 
-def prepare_run():
-    """Reads and checks the flags and the files they name, before anything
-    is built or written.
+def prepare_run(settings):
+    """Checks `settings` (the script's `Settings`) and the files they name,
+    before anything is built or written.
 
     Returns:
       A `PretrainingRun`.
@@ -995,58 +950,109 @@ def prepare_run():
     Raises:
       InputError: one line naming the flag (and file) at fault.
     """
-    shared_flags.require_flags("input_file", "bert_config_file", "output_dir")
-    if not (FLAGS.do_train or FLAGS.do_eval):
+    s = settings
+    settings_lib.require(s, "input_file", "bert_config_file", "output_dir")
+    run_record.check_script(s.output_dir, SCRIPT)
+    if not (s.do_train or s.do_eval):
         raise errors.InputError("Nothing to do: set --do_train, --do_eval and/or --export_dir.")
-    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
-    max_predictions = FLAGS.max_predictions_per_seq
+    max_seq_length, max_predictions = s.max_seq_length, s.max_predictions_per_seq
     if not 0 < max_predictions <= max_seq_length:
         raise errors.InputError(
             "--max_predictions_per_seq=%d must be between 1 and --max_seq_length=%d"
             % (max_predictions, max_seq_length))
-    bert_config = checkpoints.load_bert_config(FLAGS.bert_config_file,
+    bert_config = checkpoints.load_bert_config(s.bert_config_file,
                                                max_seq_length=max_seq_length)
-    file_io.check_output_dir(FLAGS.output_dir)
-    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", FLAGS.init_checkpoint)
+    file_io.check_output_dir(s.output_dir)
+    init_checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", s.init_checkpoint)
     if init_checkpoint:
         checkpoints.check_init_checkpoint("init_checkpoint", init_checkpoint, bert_config,
-                                          FLAGS.bert_config_file)
-    checkpoints.check_output_dir_checkpoint(FLAGS.output_dir, bert_config,
+                                          s.bert_config_file)
+    checkpoints.check_output_dir_checkpoint(s.output_dir, bert_config,
                                             head_variable_shapes(bert_config))
-    input_files = file_io.expand_file_patterns("input_file", FLAGS.input_file)
+    input_files = file_io.expand_file_patterns("input_file", s.input_file)
     tf.logging.info("*** Input Files ***")
     for path in input_files:
         tf.logging.info("  %s", path)
-    train_files = check_input_files(input_files, max_seq_length, max_predictions,
-                                    bert_config.vocab_size)
+    train_files = pretraining_inputs.check_input_files(input_files, max_seq_length,
+                                                       max_predictions, bert_config.vocab_size)
 
-    options = training.training_options_from_flags(FLAGS, training=FLAGS.do_train)
-    check_evaluation_flags(FLAGS.eval_file, FLAGS.samples_between_eval,
-                           FLAGS.samples_start_eval, FLAGS.stop_threshold, FLAGS.do_train,
-                           options.distribution_strategy)
+    options = training.training_options(s, training=s.do_train)
+    check_evaluation_flags(s.eval_file, s.samples_between_eval, s.samples_start_eval,
+                           s.stop_threshold, s.do_train, options.distribution_strategy)
     eval_files, eval_kind = input_files, train_files.kind
-    if FLAGS.eval_file:
-        eval_files = file_io.expand_file_patterns("eval_file", FLAGS.eval_file)
-        eval_kind = check_input_files(eval_files, max_seq_length, max_predictions,
-                                      bert_config.vocab_size, flag_name="eval_file").kind
+    if s.eval_file:
+        eval_files = file_io.expand_file_patterns("eval_file", s.eval_file)
+        eval_kind = pretraining_inputs.check_input_files(
+            eval_files, max_seq_length, max_predictions, bert_config.vocab_size,
+            flag_name="eval_file").kind
     masking = None
     if pretraining_records.UNMASKED in (train_files.kind, eval_kind):
-        masking = load_masking(FLAGS.vocab_file, FLAGS.masked_lm_prob, max_predictions,
-                               FLAGS.do_whole_word_mask, FLAGS.random_seed,
-                               bert_config.vocab_size)
-    return PretrainingRun(
-        bert_config=bert_config, init_checkpoint=init_checkpoint, options=options,
-        output_dir=FLAGS.output_dir, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
-        eval_at_start=FLAGS.eval_at_start, max_seq_length=max_seq_length,
-        max_predictions_per_seq=max_predictions, learning_rate=FLAGS.learning_rate,
-        num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
-        train_batch_size=FLAGS.train_batch_size, eval_batch_size=FLAGS.eval_batch_size,
-        max_eval_steps=FLAGS.max_eval_steps, input_seed=FLAGS.input_seed,
-        use_tpu=FLAGS.use_tpu, input_files=input_files, train_files=train_files,
-        eval_files=eval_files, eval_kind=eval_kind, masking=masking,
-        evaluate_during_training=bool(FLAGS.eval_file),
-        samples_between_eval=FLAGS.samples_between_eval,
-        samples_start_eval=FLAGS.samples_start_eval, stop_threshold=FLAGS.stop_threshold)
+        masking = load_masking(s.vocab_file, s.masked_lm_prob, max_predictions,
+                               s.do_whole_word_mask, s.random_seed, bert_config.vocab_size)
+    return PretrainingRun(s, bert_config, init_checkpoint, options, input_files, train_files,
+                          eval_files, eval_kind, masking)
+
+
+def write_run_record(run):
+    """Writes the run record (`run_record.write`) of a training
+    run, for `convert_checkpoint.py --to_hf` and the scripts that start from
+    the model: its config, sequence length, and the vocabulary and casing
+    where the command line gives them (pre-training reads ids, so it has no
+    say in either)."""
+    s = run.settings
+    given = {name: getattr(s, name) if name in s.given else None
+             for name in ("vocab_file", "do_lower_case")}
+    run_record.write(run.output_dir, SCRIPT, "pretraining", run.bert_config,
+                     dict(given, max_seq_length=s.max_seq_length))
+
+
+# ---------------------------------------------------------------------------
+# The fill-mask export (--export_dir).
+
+def check_export(settings):
+    """The checks of --export_dir in `settings`, before any work: the flags
+    it needs (--vocab_file and --bert_config_file; without --do_train the
+    --init_checkpoint it exports, which must hold the masked-LM head; with
+    --do_train or --do_eval the run's --input_file and --output_dir), a
+    writable folder, a vocabulary with [MASK] and --top_k. Raises
+    errors.InputError."""
+    s = settings
+    names = ["vocab_file", "bert_config_file"]
+    if not s.do_train:
+        names.append("init_checkpoint")
+    if s.do_train or s.do_eval:  # The run's own inputs, checked first.
+        names += ["input_file", "output_dir"]
+    settings_lib.require(s, *names)
+    fill_mask_export.check_export_flags(s.vocab_file, s.export_dir, s.top_k)
+    if not s.do_train:
+        checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", s.init_checkpoint,
+                                                    required=True)
+        bert_config = checkpoints.load_bert_config(s.bert_config_file,
+                                                   max_seq_length=s.max_seq_length)
+        checkpoints.check_init_checkpoint("init_checkpoint", checkpoint, bert_config,
+                                          s.bert_config_file)
+        fill_mask_export.check_masked_lm_head(checkpoint)
+
+
+def export_fill_mask(settings, flag_name):
+    """--export_dir: exports the checkpoint that --`flag_name` names
+    (init_checkpoint; output_dir after training: its latest) with the
+    tokenizer, --top_k, --precision and --max_seq_length of `settings`
+    (`fill_mask_export.export_fill_mask`). Returns the SavedModel's
+    directory."""
+    s = settings
+    checkpoint = checkpoints.resolve_checkpoint(flag_name, getattr(s, flag_name),
+                                                required=True)
+    fill_mask_export.check_masked_lm_head(checkpoint, flag_name)
+    bert_config = checkpoints.load_bert_config(
+        s.bert_config_file, max_seq_length=s.max_seq_length,
+        vocab=tokenization.load_vocab(s.vocab_file), vocab_file=s.vocab_file)
+    tf.logging.info("Exporting fill-mask (the top %d pieces per %s) with the weights of %s",
+                    s.top_k, fill_mask_export.MASK_TOKEN, checkpoint)
+    source = serving.ExportSource(bert_config, checkpoint, s.export_dir, s.vocab_file,
+                                  s.do_lower_case, s.max_seq_length,
+                                  training.TrainingOptions(precision=s.precision))
+    return fill_mask_export.export_fill_mask(source, get_masked_lm_output, top_k=s.top_k)
 
 
 # ---------------------------------------------------------------------------
@@ -1054,53 +1060,41 @@ def prepare_run():
 @output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
+    settings = settings_lib.from_flags(Settings)
 
     # Every input is checked before anything is built or written.
-    max_seq_length = shared_flags.flag_value("max_seq_length", FLAG_DEFAULTS)
-    if FLAGS.export_dir:  # A fill-mask SavedModel (fill_mask_export.py).
-        fill_mask_export.check_flags(FLAGS, max_seq_length)
-        if not (FLAGS.do_train or FLAGS.do_eval):  # Only the export.
-            fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output,
-                                               max_seq_length)
+    if settings.export_dir:  # A fill-mask SavedModel (fill_mask_export.py).
+        check_export(settings)
+        if not (settings.do_train or settings.do_eval):  # Only the export.
+            export_fill_mask(settings, "init_checkpoint")
             return
-    run = prepare_run()
-    if FLAGS.export_dir and not run.do_train:  # Export, then evaluate.
-        fill_mask_export.export_from_flags(FLAGS, "init_checkpoint", get_masked_lm_output,
-                                           max_seq_length)
-    if run.do_train:  # The one training run of --output_dir.
-        output_lock.lock_output_dir(run.output_dir)
-    tf.io.gfile.makedirs(run.output_dir)
-    model_fn = model_fn_builder(
-        run.bert_config, init_checkpoint=run.init_checkpoint,
-        learning_rate=run.learning_rate, num_train_steps=run.num_train_steps,
-        num_warmup_steps=run.num_warmup_steps, use_tpu=run.use_tpu,
-        use_one_hot_embeddings=run.use_tpu, options=run.options)
-    # A TPUEstimator, which runs on the CPU or GPU when --use_tpu is off.
-    estimator = training.estimator_from_flags(
-        model_fn, run.options, FLAGS, train_batch_size=run.train_batch_size,
-        eval_batch_size=run.eval_batch_size)
+    run = prepare_run(settings)
+    if settings.export_dir and not settings.do_train:  # Export, then evaluate.
+        export_fill_mask(settings, "init_checkpoint")
+    run.start_output()
+    estimator = run.trainer()
 
     evaluated = None
-    if run.do_train:
-        if run.eval_at_start:
+    if settings.do_train:
+        if settings.eval_at_start:
             checkpoint = ensure_checkpoint(run, estimator)
             evaluate(run, estimator, checkpoint, START_RESULTS_FILE,
                      "***** Eval results at start (%s) *****" % os.path.basename(checkpoint))
-        training_progress.log_training(run.options, [], run.num_train_steps,
-                                       run.train_batch_size)
-        if run.evaluate_during_training:
+        training_progress.log_training(run.options, [], settings.num_train_steps,
+                                       settings.train_batch_size)
+        if settings.eval_file:  # Evaluations during training.
             evaluated = train_with_evaluation(run, estimator)
         else:
-            estimator.train(input_fn=run.input_fn(True), max_steps=run.num_train_steps)
+            estimator.train(input_fn=run.input_fn(True), max_steps=settings.num_train_steps)
         checkpoints.report_trained_checkpoint(run.output_dir)
-        if FLAGS.export_dir:
-            fill_mask_export.export_from_flags(FLAGS, "output_dir", get_masked_lm_output,
-                                               max_seq_length)
+        if settings.export_dir:
+            export_fill_mask(settings, "output_dir")
 
-    if run.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(run.output_dir):
+    if settings.do_eval and evaluated and evaluated == tf.train.latest_checkpoint(
+            run.output_dir):
         tf.logging.info("--do_eval: %s was evaluated on --eval_file during training "
                         "(eval_results.txt)", os.path.basename(evaluated))
-    elif run.do_eval:
+    elif settings.do_eval:
         # --do_eval evaluates the latest checkpoint of --output_dir. With
         # none there (a --do_eval-only run on a fresh directory, e.g. to score
         # --init_checkpoint on new data), the initial model becomes

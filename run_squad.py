@@ -41,26 +41,27 @@ import os
 import random
 
 import numpy as np
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import checkpoints
-import file_io
-import fine_tuning
-import input_packing
-import input_pipeline
-import logs
+from scriptkit import checkpoints
+from scriptkit import file_io
+from scriptkit import fine_tuning
+from scriptkit import task_model
+from scriptkit import input_packing
+from scriptkit import input_pipeline
+from scriptkit import logs
 import modeling
-import output_lock
-import runtime
-import script_runner
-import shared_flags
-import squad_export
+from scriptkit import output_lock
+from scriptkit import runtime
+from scriptkit import script_runner
+from scriptkit import shared_flags
+from scriptkit import squad_export
 import tokenization
-import training
-import training_progress
-from errors import InputError
+from scriptkit import training
+from scriptkit import training_progress
+from scriptkit.errors import InputError
 from squad_evaluate import (
     dataset_has_answers, get_field, iterate_questions, run_evaluation, write_json)
 
@@ -744,15 +745,15 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
             use_one_hot_embeddings=use_one_hot_embeddings,
             options=options)
         if is_training:
-            return fine_tuning.Head(
+            return task_model.Head(
                 loss=(_position_loss(start_logits, features["start_positions"]) +
                       _position_loss(end_logits, features["end_positions"])) / 2.0)
         # No serving signature: squad_export exports with one of its own.
-        return fine_tuning.Head(predictions={"unique_ids": features["unique_ids"],
+        return task_model.Head(predictions={"unique_ids": features["unique_ids"],
                                              "start_logits": start_logits,
                                              "end_logits": end_logits})
 
-    return fine_tuning.task_model_fn(
+    return task_model.task_model_fn(
         build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
         use_tpu, options, modes=(runtime.ModeKeys.TRAIN, runtime.ModeKeys.PREDICT))
 
@@ -1256,7 +1257,7 @@ def main(_):
 
     # Every input is checked before anything is trained or written.
     run = fine_tuning.prepare_run(
-        FLAG_DEFAULTS,
+        FLAG_DEFAULTS, "run_squad.py",
         # The data files of the actions asked for, named with the model's flags.
         needs=lambda settings: (fine_tuning.data_file_flags(
             settings, ("do_train", "train_file"), ("do_predict", "predict_file")), ()),

@@ -26,48 +26,53 @@ See docs/swag.md.
 """
 
 import collections
+import dataclasses
 import csv
 import io
 import os
 
 import numpy as np
-import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
-from absl import flags
 
-import checkpoints
-import evaluation
-import file_io
-import fine_tuning
-import input_packing
-import input_pipeline
+from scriptkit import file_io
+from scriptkit import evaluation
+from scriptkit import fine_tuning
+from scriptkit import task_model
+from scriptkit import input_packing
+from scriptkit import input_pipeline
 import modeling
-import output_lock
-import runtime
-import script_runner
-import serving
-import shared_flags
-import training
-import training_progress
-from errors import InputError
-
-FLAGS = flags.FLAGS
+from scriptkit import output_lock
+from scriptkit import runtime
+from scriptkit import script_runner
+from scriptkit import serving
+from scriptkit import settings as settings_lib
+from scriptkit import shared_flags
+from scriptkit import training
+from scriptkit import training_progress
+from scriptkit.errors import InputError
 
 # ---------------------------------------------------------------------------
-# Flags.
+# Settings and flags.
 
-# This script's defaults, whichever script defined a shared flag first.
-FLAG_DEFAULTS = shared_flags.define_flags(
-    shared_flags.FINE_TUNING_FLAGS, "input_format", max_seq_length=128,
-    helps={"data_dir": "Folder with the data files, found by their usual names (train.csv, "
-                       "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, "
-                       "test.jsonl).",
-           "input_format": "Format of the data files: swag_csv (the SWAG release), jsonl "
-                           "(one JSON object per line) or auto (by the file name's "
-                           "extension: .csv, .jsonl or .json)."})
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.FineTuning):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    input_format: str = "auto"
+
+
+shared_flags.define_settings_flags(Settings, helps={
+    "data_dir": "Folder with the data files, found by their usual names (train.csv, "
+                "val.csv, test.csv; or train.jsonl, dev.jsonl or val.jsonl, test.jsonl).",
+    "input_format": "Format of the data files: swag_csv (the SWAG release), jsonl (one "
+                    "JSON object per line) or auto (by the file name's extension: .csv, "
+                    ".jsonl or .json)."})
 
 # The formats of --input_format that SWAG's data come in.
 INPUT_FORMATS = ("auto", "swag_csv", "jsonl")
+
 
 # ---------------------------------------------------------------------------
 # Reading data.
@@ -77,9 +82,11 @@ TRAIN_NAMES = ("train.csv", "train.jsonl")
 DEV_NAMES = ("val.csv", "dev.csv", "dev.jsonl", "val.jsonl")
 TEST_NAMES = ("test.csv", "test.jsonl")
 
-# The SWAG release's columns (the first, unnamed, is the example id).
+# The SWAG release's columns (the first, unnamed, is the example id), and
+# its number of endings.
 SWAG_COLUMNS = ("", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
                 "ending0", "ending1", "ending2", "ending3")
+SWAG_ENDINGS = 4
 
 # example_id: str; context: str; question: str (may be empty); endings: list
 # of str; label: index of the right ending, or None (unlabelled).
@@ -142,7 +149,7 @@ def read_swag_csv(path, flag_name="data_dir"):
         if len(row) != len(header):
             raise InputError("%s, line %d: expected %d comma-separated columns, found %d"
                              % (path, line, len(header), len(row)))
-        endings = [row[column["ending%d" % i]] for i in range(4)]
+        endings = [row[column["ending%d" % i]] for i in range(SWAG_ENDINGS)]
         label = _parse_label(row[column["label"]], 4, path, line) if has_label else None
         examples.append(MultipleChoiceExample(
             example_id=row[0], context=row[column["sent1"]], question=row[column["sent2"]],
@@ -363,19 +370,19 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     """
 
     def build_head(features, mode):
-        label_ids, is_real_example = fine_tuning.example_labels(features)
+        label_ids, is_real_example = task_model.example_labels(features)
         total_loss, per_example_loss, logits, probabilities = create_model(
             bert_config, mode == runtime.ModeKeys.TRAIN, features["input_ids"],
             features["input_mask"], features["segment_ids"], label_ids,
             use_one_hot_embeddings, options)
-        return fine_tuning.Head(
+        return task_model.Head(
             loss=total_loss,
-            eval_metrics=(fine_tuning.loss_and_accuracy(),
+            eval_metrics=(task_model.loss_and_accuracy(),
                           [per_example_loss, label_ids, logits, is_real_example]),
             predictions={"probabilities": probabilities},
             export_outputs={"probabilities": probabilities})
 
-    return fine_tuning.task_model_fn(
+    return task_model.task_model_fn(
         build_head, init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
         use_tpu, options, passed_through=("label_ids", "is_real_example"))
 
@@ -393,12 +400,13 @@ def write_test_results(path, examples, probabilities):
         for example, probs in zip(examples, probabilities):
             writer.write("\t".join([example.example_id, str(int(np.argmax(probs)))] +
                                    ["%.6f" % p for p in probs]) + "\n")
+    file_io.report_output(path, "%d predictions" % len(examples))
 
 
-def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_case,
-                 max_seq_length=128, options=None):
-    """Exports a SavedModel for serving from `checkpoint_path` (see
-    serving.py) and returns its directory (timestamped, in `export_dir`).
+def export_model(source):
+    """Exports a SavedModel for serving (see serving.py) of the
+    `serving.ExportSource` `source` and returns its directory (timestamped,
+    in source.export_dir).
 
     serving_default takes tf.string context [batch], question [batch] and
     endings [batch, num_choices] (any number of choices), packed as
@@ -407,8 +415,8 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
     serving_ids takes int32 input_ids, input_mask and segment_ids [batch,
     num_choices, seq_length] and returns probabilities, as exports did
     before."""
-    model_fn = model_fn_builder(bert_config=bert_config,
-                                **fine_tuning.export_builder_args(options))
+    model_fn = model_fn_builder(bert_config=source.bert_config,
+                                **task_model.export_builder_args(source.options))
 
     def text_signature(tokenizer):
         inputs = {"context": serving.string_input("context"),
@@ -421,7 +429,7 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
         # The pieces of question + " " + ending are those of the two apart.
         second = [tf.gather(tokenizer.tokenize(inputs["question"]), example),
                   tokenizer.tokenize(endings)]
-        flat = serving.pack(context, second, max_seq_length, tokenizer.cls_id,
+        flat = serving.pack(context, second, source.max_seq_length, tokenizer.cls_id,
                             tokenizer.sep_id)
         features = {name: tf.reshape(t, [-1, num_choices, tf.shape(t)[1]])
                     for name, t in flat.items()}
@@ -433,9 +441,13 @@ def export_model(bert_config, checkpoint_path, export_dir, vocab_file, do_lower_
 
         return inputs, features, outputs
 
-    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
-                          text_signature, id_rank=3,
-                          settings={"max_seq_length": max_seq_length})
+    # The SWAG release's columns hold the inputs too (predict.py reads its
+    # CSV files as they are).
+    fields = {"context": "sent1", "question": "sent2",
+              "endings": ["ending%d" % i for i in range(SWAG_ENDINGS)]}
+    return serving.export(model_fn, source, text_signature, id_rank=3,
+                          settings={"max_seq_length": source.max_seq_length,
+                                    "input_fields": fields})
 
 
 def _check_flags(settings):
@@ -477,67 +489,53 @@ def _read_data(run):
 def main(_):
     # Every input is checked before anything is trained or written.
     run = fine_tuning.prepare_run(
-        FLAG_DEFAULTS, min_seq_length=4, check_flags=_check_flags,
-        head_variable="swag/output_weights",
+        settings_lib.from_flags(Settings), "run_swag.py", min_seq_length=4,
+        check_flags=_check_flags, head_variable="swag/output_weights",
         needs=lambda settings: ((), fine_tuning.data_file_flags(
             settings, ("do_train", "train_file"), ("do_eval", "dev_file"),
             ("do_predict", "test_file"))))
-    settings, bert_config = run.settings, run.bert_config
-    max_seq_length = settings.max_seq_length
+    settings = run.settings
     train, dev, test = _read_data(run)
-
-    # A checkpoint of another model in --output_dir would be restored and fail.
-    checkpoints.check_output_dir_checkpoint(
-        run.output_dir, bert_config,
-        {"swag/output_weights": [1, bert_config.hidden_size], "swag/output_bias": [1]})
+    run.check_output_dir({"swag/output_weights": [1, run.bert_config.hidden_size],
+                          "swag/output_bias": [1]})
     num_train_steps = num_warmup_steps = None
     if settings.do_train:
         num_train_steps, num_warmup_steps = run.train_schedule(len(train))
     run.check_export_checkpoint()
 
     run.start_output("multiple_choice", ["do_lower_case", "max_seq_length", "vocab_file"])
-    trainer = run.trainer(model_fn_builder(
-        bert_config=bert_config, init_checkpoint=run.init_checkpoint,
-        learning_rate=settings.learning_rate, num_train_steps=num_train_steps,
-        num_warmup_steps=num_warmup_steps, use_tpu=settings.use_tpu,
-        use_one_hot_embeddings=settings.use_tpu, options=run.options))
-
+    trainer = run.trainer(model_fn_builder(**run.model_fn_args(num_train_steps,
+                                                               num_warmup_steps)))
     if settings.do_train:
-        train_file = os.path.join(run.output_dir, "train.tf_record")
-        write_features(train, max_seq_length, run.tokenizer, train_file)
-        training_progress.log_training(run.options, [
-            ("Num examples", len(train)), ("Num choices", len(train[0].endings))],
-            num_train_steps, settings.train_batch_size)
-        trainer.train(input_fn=file_based_input_fn_builder(
-            train_file, len(train[0].endings), max_seq_length, is_training=True,
-            drop_remainder=True, length_buckets=run.options.length_buckets),
-            max_steps=num_train_steps)
-        checkpoints.report_trained_checkpoint(run.output_dir)
+        run.train(trainer, _train_input(run, train), num_train_steps, [
+            ("Num examples", len(train)), ("Num choices", len(train[0].endings))])
 
     checkpoint = run.checkpoint()
     if settings.do_eval:
         num_records, input_fn = _eval_input(run, dev, "eval.tf_record", "Running evaluation",
                                             settings.eval_batch_size)
-        batches = training_progress.num_batches(num_records, settings.eval_batch_size)
-        result = evaluation.evaluate(trainer, input_fn, batches, checkpoint,
-                                     run.init_checkpoint,
-                                     steps=batches if run.fixed_batches else None)
-        fine_tuning.write_eval_results(result, run.output_dir, headline="eval_accuracy")
+        evaluation.write_eval_results(run.evaluate(trainer, input_fn, num_records, checkpoint),
+                                       run.output_dir, headline="eval_accuracy")
 
     if settings.do_predict:
         num_records, input_fn = _eval_input(run, test, "predict.tf_record",
                                             "Running prediction", settings.predict_batch_size)
-        predictions = fine_tuning.predict(
-            trainer, input_fn, num_records, settings.predict_batch_size, len(test),
-            checkpoint, run.init_checkpoint)
-        path = os.path.join(run.output_dir, "test_results.tsv")
-        write_test_results(path, test, [p["probabilities"] for p in predictions])
-        file_io.report_output(path, "%d predictions" % len(test))
+        predictions = run.predict(trainer, input_fn, num_records, len(test), checkpoint)
+        write_test_results(os.path.join(run.output_dir, "test_results.tsv"), test,
+                           [p["probabilities"] for p in predictions])
 
     if settings.export_dir:
-        export_model(bert_config, checkpoint, settings.export_dir, settings.vocab_file,
-                     settings.do_lower_case, max_seq_length=max_seq_length,
-                     options=run.options)
+        export_model(run.export_source(checkpoint))
+
+
+def _train_input(run, examples):
+    """Writes the training features of `examples` to train.tf_record in
+    --output_dir; their input_fn."""
+    train_file = os.path.join(run.output_dir, "train.tf_record")
+    write_features(examples, run.settings.max_seq_length, run.tokenizer, train_file)
+    return file_based_input_fn_builder(
+        train_file, len(examples[0].endings), run.settings.max_seq_length, is_training=True,
+        drop_remainder=True, length_buckets=run.options.length_buckets)
 
 
 def _eval_input(run, examples, name, phase, batch_size):

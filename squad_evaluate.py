@@ -42,9 +42,9 @@ import re
 import string
 import sys
 
-import file_io
-import logs
-from errors import InputError
+from scriptkit import file_io
+from scriptkit import logs
+from scriptkit.errors import InputError
 
 
 # ---------------------------------------------------------------------------
@@ -552,17 +552,8 @@ def _looks_like_v2(dataset):
         return False  # The evaluation reports what is wrong.
 
 
-def main(argv=None):
-    """`python squad_evaluate.py data.json predictions.json [options]`.
-
-    Args:
-      argv: the arguments after the program name (None: sys.argv[1:]).
-
-    Returns:
-      The exit status: 0, or 1 after "ERROR: <message>" on stderr for bad
-      input. The results are printed to stdout as JSON (and written to
-      --out-file if given).
-    """
+def _arguments(argv):
+    """The command line of the official scripts, parsed."""
     parser = argparse.ArgumentParser(
         description="The official SQuAD 1.1 / 2.0 evaluation of a predictions.json.")
     parser.add_argument("data_file", help="SQuAD JSON with answers (e.g. dev-v2.0.json)")
@@ -578,36 +569,57 @@ def main(argv=None):
     parser.add_argument("--squad-version", choices=("auto", "1.1", "2.0"), default="auto",
                         help="which official script to follow (auto: 2.0 if --na-prob-file "
                              "is given or the data file looks like SQuAD 2.0)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _evaluate_files(args):
+    """The results of the files the command line `args` name, as JSON text
+    (written to --out-file too where given). Raises InputError."""
+    dataset = _load_local_json(args.data_file, "data file")
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+        raise InputError("data file %s is not a SQuAD file: it needs a top-level \"data\" "
+                         "list of articles" % args.data_file)
+    predictions = _load_local_json(args.pred_file, "predictions file")
+    if not isinstance(predictions, dict):
+        raise InputError("predictions file %s should hold a JSON object (question id -> "
+                         "answer text)" % args.pred_file)
+    version_2 = (args.squad_version == "2.0" or args.squad_version == "auto" and (
+        args.na_prob_file is not None or _looks_like_v2(dataset)))
+    where = "data file %s" % args.data_file
+    if version_2:
+        na_probs = None
+        if args.na_prob_file is not None:
+            na_probs = _load_local_json(args.na_prob_file, "null odds file")
+        result = evaluate_v2(dataset, predictions, na_probs=na_probs,
+                             na_prob_thresh=args.na_prob_thresh, where=where)
+    else:
+        result = evaluate_v1(dataset, predictions, where=where)
+    text = json.dumps(result, indent=2)
+    if args.out_file:
+        try:
+            with open(args.out_file, "w", encoding="utf-8") as writer:
+                writer.write(text + "\n")
+        except OSError as e:
+            raise InputError("--out-file %s cannot be written: %s"
+                             % (args.out_file, e.strerror or e))
+    return text
+
+
+def main(argv=None):
+    """`python squad_evaluate.py data.json predictions.json [options]`.
+
+    Args:
+      argv: the arguments after the program name (None: sys.argv[1:]).
+
+    Returns:
+      The exit status: 0, or 1 after "ERROR: <message>" on stderr for bad
+      input. The results are printed to stdout as JSON (and written to
+      --out-file if given).
+    """
+    args = _arguments(argv)
     logging.basicConfig(format="%(levelname)s: %(message)s")
     try:
-        dataset = _load_local_json(args.data_file, "data file")
-        if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-            raise InputError("data file %s is not a SQuAD file: it needs a top-level \"data\" "
-                             "list of articles" % args.data_file)
-        predictions = _load_local_json(args.pred_file, "predictions file")
-        if not isinstance(predictions, dict):
-            raise InputError("predictions file %s should hold a JSON object (question id -> "
-                             "answer text)" % args.pred_file)
-        version_2 = (args.squad_version == "2.0" or args.squad_version == "auto" and (
-            args.na_prob_file is not None or _looks_like_v2(dataset)))
-        where = "data file %s" % args.data_file
-        if version_2:
-            na_probs = None
-            if args.na_prob_file is not None:
-                na_probs = _load_local_json(args.na_prob_file, "null odds file")
-            result = evaluate_v2(dataset, predictions, na_probs=na_probs,
-                                 na_prob_thresh=args.na_prob_thresh, where=where)
-        else:
-            result = evaluate_v1(dataset, predictions, where=where)
-        text = json.dumps(result, indent=2)
-        if args.out_file:
-            try:
-                with open(args.out_file, "w", encoding="utf-8") as writer:
-                    writer.write(text + "\n")
-            except OSError as e:
-                raise InputError("--out-file %s cannot be written: %s"
-                                 % (args.out_file, e.strerror or e))
+        text = _evaluate_files(args)
     except InputError as e:
         sys.stdout.flush()
         sys.stderr.write("ERROR: %s\n" % e)

@@ -273,7 +273,7 @@ _ASCII_PUNCTUATION = frozenset(chr(cp) for cp in range(33, 127) if not chr(cp).i
 # extensions A to E, and the compatibility ideographs and their supplement.
 # Hangul, hiragana and katakana are not among them: those scripts separate
 # words with spaces.
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 
 
@@ -291,18 +291,22 @@ def _is_control(char):
     return unicodedata.category(char) in ("Cc", "Cf")
 
 
-def _is_punctuation(char):
+def is_punctuation(char):
     """Whether `char` becomes a token by itself: Unicode punctuation (P*) or
     any ASCII character that is not a letter, digit or whitespace."""
     return char in _ASCII_PUNCTUATION or unicodedata.category(char).startswith("P")
 
 
+# The original's name, which its unit tests call.
+_is_punctuation = is_punctuation
+
+
 def _is_chinese_char(cp):
-    """Whether the code point `cp` (an int) is a CJK ideograph (`_CJK_RANGES`)."""
-    return any(low <= cp <= high for low, high in _CJK_RANGES)
+    """Whether the code point `cp` (an int) is a CJK ideograph (`CJK_RANGES`)."""
+    return any(low <= cp <= high for low, high in CJK_RANGES)
 
 
-def _cleaned(char):
+def cleaned(char):
     """What cleaning turns the character `char` into: None (deleted), a
     space, the character with a space on either side (CJK), or itself."""
     code_point = ord(char)
@@ -316,23 +320,23 @@ def _cleaned(char):
 
 
 class _CleaningTable(dict):
-    """`str.translate` table: code point -> `_cleaned` of its character.
+    """`str.translate` table: code point -> `cleaned` of its character.
 
     Filled on demand (`__missing__`), so only the characters actually seen
     are classified, each once.
     """
 
     def __missing__(self, code_point):
-        self[code_point] = replacement = _cleaned(chr(code_point))
+        self[code_point] = replacement = cleaned(chr(code_point))
         return replacement
 
 
 _CLEANING_TABLE = _CleaningTable()
 
 # The same for ASCII, complete, as a list (faster to index than a dict).
-_ASCII_CLEANING_TABLE = [_cleaned(chr(code_point)) for code_point in range(128)]
+_ASCII_CLEANING_TABLE = [cleaned(chr(code_point)) for code_point in range(128)]
 
-# One ASCII punctuation character (see `_is_punctuation`), and a
+# One ASCII punctuation character (see `is_punctuation`), and a
 # tokenization of ASCII text into such characters and the runs between them.
 _ASCII_PUNCTUATION_RE = re.compile(r"[!-/:-@\[-`{-~]")
 _ASCII_TOKEN_RE = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
@@ -399,7 +403,7 @@ class BasicTokenizer:
         tokens = []
         run_start = 0
         for i, char in enumerate(text):
-            if _is_punctuation(char):
+            if is_punctuation(char):
                 if run_start < i:
                     tokens.append(text[run_start:i])
                 tokens.append(char)

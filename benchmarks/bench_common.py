@@ -219,3 +219,31 @@ def print_latency_table(results, width=8, extra=None):
             statistics.median(r[key] for r in good) for key in ("p50", "p99", "mean")))
             + ("  %s" % (column(good[0]),) if column else ""))
     return first
+
+
+def start_server(python, repo, model_dir, server_flags=(), preexec_fn=None):
+    """`predict.py --port=0` of the checkout `repo`, run by `python` on the
+    export `model_dir` with `server_flags` (and `preexec_fn` run in the
+    child before it starts: a resource limit, say): (the process, its
+    port), once it serves. Its log goes on being read (and dropped), so
+    that the server never blocks on it."""
+    import os
+    import re
+    import subprocess
+    import threading
+    process = subprocess.Popen(
+        [python, os.path.join(repo, "predict.py"), "--model_dir=" + model_dir, "--port=0"]
+        + list(server_flags), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, preexec_fn=preexec_fn)
+    for line in process.stdout:
+        match = re.search(r"Serving at http://\S+:(\d+)/", line)
+        if match:
+            threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
+            return process, int(match.group(1))
+    raise RuntimeError("the server did not start: exit %s" % process.wait())
+
+
+def _drain(stream):
+    for _ in stream:
+        pass
+

@@ -45,7 +45,7 @@ def write_vocab(path, size):
 
 def write_records(directory, num_records, seq, pred, vocab_size, seed=1):
     """(masked file, unmasked file) of the same random sentence pairs."""
-    import pretraining_records as records
+    from scriptkit import pretraining_records as records
     rng = random.Random(seed)
     encoder = records.ExampleEncoder(vocab_size, seq, pred)
     masked, unmasked = [], []
@@ -104,8 +104,8 @@ def main():
     parser.add_argument("--work_dir", help="where to write (default: a temp dir)")
     args = parser.parse_args()
 
-    import quiet_tf  # noqa: F401
-    import dynamic_masking
+    from scriptkit import quiet_tf  # noqa: F401
+    from scriptkit import dynamic_masking
     import run_pretraining
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_dynmask_")

@@ -61,12 +61,13 @@ def export(workdir):
     import convert_checkpoint
     import extract_features
     import modeling
+    from scriptkit import serving
     converted = convert_checkpoint.convert(_hf_model(), os.path.join(workdir, "tf"))
     config = modeling.BertConfig.from_json_file(converted["bert_config_file"])
     return extract_features.export_embeddings(
-        config, converted["checkpoint"], os.path.join(workdir, "export"),
-        converted["vocab_file"], True, max_seq_length=MAX_SEQ_LENGTH, layer_index=-1,
-        pooling="mean", normalize=True)
+        serving.ExportSource(config, converted["checkpoint"], os.path.join(workdir, "export"),
+                             converted["vocab_file"], True, max_seq_length=MAX_SEQ_LENGTH),
+        layer_index=-1, pooling="mean", normalize=True)
 
 
 def _text_child(export_dir):

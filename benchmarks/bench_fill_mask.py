@@ -58,9 +58,10 @@ def write_models(workdir):
     import numpy as np
 
     import convert_checkpoint
-    import fill_mask_export
+    from scriptkit import fill_mask_export
     import modeling
     import run_pretraining
+    from scriptkit import serving
     with open(_vocab_file(), encoding="utf-8") as f:
         vocab_size = len(f.read().splitlines())
     config = {"vocab_size": vocab_size, "hidden_size": 768, "num_hidden_layers": 12,
@@ -84,9 +85,10 @@ def write_models(workdir):
     convert_checkpoint.write_tf_checkpoint(weights, checkpoint)
     del weights
     export_dir = fill_mask_export.export_fill_mask(
-        modeling.BertConfig.from_dict(config), checkpoint, os.path.join(workdir, "export"),
-        _vocab_file(), True, run_pretraining.get_masked_lm_output,
-        max_seq_length=MAX_SEQ_LENGTH, top_k=TOP_K)
+        serving.ExportSource(modeling.BertConfig.from_dict(config), checkpoint,
+                             os.path.join(workdir, "export"), _vocab_file(), True,
+                             max_seq_length=MAX_SEQ_LENGTH),
+        run_pretraining.get_masked_lm_output, top_k=TOP_K)
     hf_dir = os.path.join(workdir, "hf")
     convert_checkpoint.convert_to_hf(checkpoint, hf_dir, config_file, _vocab_file(),
                                      do_lower_case=True)

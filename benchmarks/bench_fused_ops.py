@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import quiet_tf  # noqa: E402,F401  (TensorFlow as the scripts import it)
+from scriptkit import quiet_tf  # noqa: E402,F401  (TensorFlow as the scripts import it)
 from absl import app, flags  # noqa: E402
 
 import bench_common  # noqa: E402

@@ -467,7 +467,7 @@ def probe_isa():
         sys.path.insert(0, os.path.abspath(FLAGS.compare_code_dir))
     xla = hold_xla_back()
     if FLAGS.implementation in ("ours", "before"):
-        import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+        from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
     with tf.Graph().as_default():
         product = tf.matmul(tf.constant(values), tf.constant(values))
@@ -523,7 +523,7 @@ def run_child(mode):
     else:
         xla = hold_xla_back()
         if FLAGS.implementation == "ours":
-            import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+            from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
         matmul, model = measure_matmul, measure_model
     result = model(mode)
     if xla:

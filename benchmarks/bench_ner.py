@@ -157,13 +157,13 @@ def time_conversion(input_file, vocab_file, work_dir):
 def time_training():
     import numpy as np
 
-    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
     import modeling
     import run_classifier
     import run_ner
-    import runtime
+    from scriptkit import runtime
 
     tf.logging.set_verbosity(tf.logging.WARN)
     config = bench_common.model_config(

@@ -76,10 +76,10 @@ def sample_lengths(task, count, seq_length, seed=0):
 def write_records(path, task, seq_length):
     """Synthetic inputs in run_classifier's TFRecord format."""
     import numpy as np
-    import quiet_tf  # noqa: F401
+    from scriptkit import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
 
-    import input_pipeline
+    from scriptkit import input_pipeline
     rng = np.random.RandomState(1)
     pairs = TASKS[task][4]
     with tf.io.TFRecordWriter(path) as writer:
@@ -101,10 +101,10 @@ def write_records(path, task, seq_length):
 
 def run_child(spec):
     """Trains one cell in this process; prints one RESULT line."""
-    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
-    import input_pipeline
+    from scriptkit import input_pipeline
     import modeling
     import optimization
     import run_classifier

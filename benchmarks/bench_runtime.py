@@ -48,12 +48,13 @@ def _child(runtime_name):
     os.environ["BERT_RUNTIME"] = runtime_name
     import numpy as np
 
-    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
     import modeling
     import run_classifier
-    import runtime
+    from scriptkit import runners
+    from scriptkit import runtime
 
     tf.logging.set_verbosity(tf.logging.WARN)
     config = modeling.BertConfig(
@@ -94,9 +95,9 @@ def _child(runtime_name):
     session_config = tf.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
                                     inter_op_parallelism_threads=FLAGS.threads)
     with tempfile.TemporaryDirectory() as model_dir:
-        run_config = runtime.make_run_config(model_dir, save_checkpoints_steps=10000)
+        run_config = runners.make_run_config(model_dir, save_checkpoints_steps=10000)
         run_config = run_config.replace(session_config=session_config)
-        runner = runtime.make_estimator(model_fn, run_config, False,
+        runner = runners.make_estimator(model_fn, run_config, False,
                                         train_batch_size=FLAGS.train_batch_size,
                                         predict_batch_size=FLAGS.predict_batch_size)
         timer = StepTimer()

@@ -101,11 +101,12 @@ def _sentence(num_words, rng):
 
 def export(workdir):
     """Writes (or takes) a checkpoint and exports it; returns the SavedModel dir."""
-    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow.compat.v1 as tf
 
     import modeling
     import run_classifier
+    from scriptkit import serving
     config_path = FLAGS.bert_config_file
     checkpoint = FLAGS.init_checkpoint
     vocab_file = os.path.join(workdir, "vocab.txt")
@@ -144,9 +145,9 @@ def export(workdir):
     if not FLAGS.hf_model:
         _write_vocab(vocab_file, config.vocab_size)
     return run_classifier.export_model(
-        config, run_classifier.Sst2Processor(), ["0", "1"], checkpoint,
-        os.path.join(workdir, "export"), vocab_file, do_lower_case=do_lower_case,
-        max_seq_length=FLAGS.seq_length)
+        serving.ExportSource(config, checkpoint, os.path.join(workdir, "export"), vocab_file,
+                             do_lower_case=do_lower_case, max_seq_length=FLAGS.seq_length),
+        run_classifier.Sst2Processor(), ["0", "1"])
 
 
 def _request(seq_length, rng):
@@ -207,8 +208,8 @@ def _text_call(variant, export_dir):
 
     import tensorflow as tf
 
-    import exported_model
-    import rest_server
+    from scriptkit import exported_model
+    from scriptkit import rest_server
     if variant == "text":
         signature = tf.saved_model.load(export_dir).signatures["serving_default"]
         return lambda text: signature(text_a=tf.constant([text]))["probabilities"].numpy()
@@ -286,7 +287,7 @@ def run_child(spec):
         bench_common.print_result({words: _summary(latencies) for words, latencies
                                    in _run_text_child(variant, export_dir).items()})
         return
-    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (every export holds its WordPiece op)
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)

@@ -78,7 +78,7 @@ def export(workdir):
 
     import modeling
     import run_squad
-    import squad_export
+    from scriptkit import squad_export
     config = modeling.BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
                                  num_attention_heads=12, intermediate_size=3072,
                                  max_position_embeddings=512)

@@ -221,7 +221,7 @@ def _build(head, config_name, batch):
     if accum > 1:
         opt_kwargs["gradient_accumulation_steps"] = accum
     if loss_scale:
-        import mixed_precision
+        from scriptkit import mixed_precision
         opt_kwargs["loss_scale_manager"] = mixed_precision.DynamicLossScale()
     if config_name == "lamb":
         opt_kwargs["optimizer_name"] = "lamb"
@@ -250,7 +250,7 @@ def run_child(spec):
             os.path.join(FLAGS.code_dir, "quiet_tf.py")):
         # TensorFlow as that checkout's scripts import it (its CPU back-end
         # choice included); the original gets TensorFlow's own default.
-        import quiet_tf  # noqa: F401
+        from scriptkit import quiet_tf  # noqa: F401
     import tensorflow.compat.v1 as tf
     from tensorflow.python.util import _pywrap_util_port
 

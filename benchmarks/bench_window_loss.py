@@ -183,8 +183,8 @@ def run(flag_values, seed, timer=None):
     """run_classifier.main with `flag_values`, the runner's random seed set
     to `seed`; with `timer`, the training session runs are timed."""
     import run_classifier
-    import training
-    import training_progress
+    from scriptkit import training
+    from scriptkit import training_progress
     make_run_config = training.make_run_config
     training_hooks = training_progress.training_hooks
 

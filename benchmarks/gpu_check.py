@@ -131,7 +131,7 @@ class Checker(object):
 
     def build_loss(self, features, precision, is_training=True):
         """run_classifier's classifier (2 labels) on `features`; the loss and logits."""
-        import training
+        from scriptkit import training
         tf = self.tf
         options = training.TrainingOptions(precision=precision)
         model = __import__("modeling").BertModel(
@@ -178,7 +178,7 @@ class Checker(object):
         """Losses of --check_steps steps on the check batch (the step count
         they were taken at, skipped fp16 steps excluded) and, if `timed`,
         training sequences/s at --batch_size."""
-        import training
+        from scriptkit import training
         tf, args = self.tf, self.args
         with tf.Graph().as_default():
             with tf.device(device):
@@ -232,9 +232,9 @@ class Checker(object):
         """Trains through training.py's runner on one device and with
         MirroredStrategy, from the same checkpoint at the same global batch;
         the largest difference of the trained variables, and the replicas."""
-        import checkpoints
-        import runtime
-        import training
+        from scriptkit import checkpoints
+        from scriptkit import runtime
+        from scriptkit import training
         tf, np, args = self.tf, self.np, self.args
         work = tempfile.mkdtemp(prefix="gpu_check_")
         init = os.path.join(work, "init.ckpt")
@@ -303,7 +303,7 @@ def main(argv):
     smi = nvidia_smi()
     for line in smi:
         say("nvidia-smi: %s" % line)
-    import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
+    from scriptkit import quiet_tf  # noqa: F401  (TensorFlow as the scripts import it)
     import tensorflow as tf2
     tf2.get_logger().setLevel("WARNING")  # the runner's step-by-step INFO lines
     build = tf2.sysconfig.get_build_info()

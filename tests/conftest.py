@@ -19,7 +19,7 @@ if TESTS not in sys.path:
 
 # TensorFlow as the scripts import it, before any test module imports it:
 # the in-process tests then run on the CPU back-end the scripts choose.
-import quiet_tf  # noqa: E402, F401
+from scriptkit import quiet_tf  # noqa: E402, F401
 
 # Captured output kept in a failure report: the last lines of each section.
 REPORT_TAIL_LINES = 40

@@ -44,12 +44,12 @@ def main():
     import tensorflow.compat.v1 as tf
     from absl import flags
 
-    import checkpoints
-    import input_pipeline
+    from scriptkit import checkpoints
+    from scriptkit import input_pipeline
     import modeling
-    import runtime
-    import shared_flags
-    import training
+    from scriptkit import runtime
+    from scriptkit import shared_flags
+    from scriptkit import training
     shared_flags.define_flags(shared_flags.TRAINING_OPTION_FLAGS)
     strategy_name = {"init": "none", "single": "none", "mirrored": "mirrored",
                      "mirrored_dynamic": "mirrored", "worker": "multi_worker_mirrored"}[mode]
@@ -57,7 +57,7 @@ def main():
     optimizer = extra[0] if extra else "adamw"
     flags.FLAGS(["driver", "--distribution_strategy=" + strategy_name,
                  "--optimizer=" + optimizer])
-    options = training.training_options_from_flags(flags.FLAGS)
+    options = training.training_options(flags.FLAGS)
 
     config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=32,

@@ -28,13 +28,15 @@ def _classifier(processor_name, labels, checkpoint="classifier", windows=None,
         import modeling
         import run_classifier
         import test_serving
+        from scriptkit import long_inputs
+        from scriptkit import serving
         processor = getattr(run_classifier, processor_name)()
         processor.is_multi_label = multi_label
         config = modeling.BertConfig.from_json_file(files["config"])
         path = run_classifier.export_model(
-            config, processor, labels, files[checkpoint], str(folder), files["vocab"], True,
-            max_seq_length=test_serving.MAX_SEQ_LENGTH,
-            windows=windows and run_classifier.Windows(*windows))
+            serving.ExportSource(config, files[checkpoint], str(folder), files["vocab"], True,
+                                 max_seq_length=test_serving.MAX_SEQ_LENGTH),
+            processor, labels, windows=windows and long_inputs.Windows(*windows))
         texts = {"text_a": ["The film is good.", "中文 film", "the film " * 20],
                  "text_b": ["Café Crème!", "", "good " * 20]}
         return path, texts if processor.text_pairs else {"text_a": texts["text_a"]}
@@ -50,16 +52,18 @@ def _ner(folder, files):
     path = run_ner.export_model(
         config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2", files["ner"],
         str(folder), labels_path, files["vocab"], True, max_seq_length=16, doc_stride=4)
-    return path, {"text": ["Jack went to Kingston!", "istanbul " * 12]}
+    return path, {"text": ["Jack went to Kingston!", "istanbul " * 24]}
 
 
 def _swag(folder, files):
     import modeling
     import run_swag
     import test_serving
+    from scriptkit import serving
     config = modeling.BertConfig.from_json_file(files["config"])
-    path = run_swag.export_model(config, files["swag"], str(folder), files["vocab"], True,
-                                 max_seq_length=test_serving.MAX_SEQ_LENGTH)
+    path = run_swag.export_model(serving.ExportSource(
+        config, files["swag"], str(folder), files["vocab"], True,
+        max_seq_length=test_serving.MAX_SEQ_LENGTH))
     return path, {"context": ["The film", "Jack went"], "question": ["It", "to"],
                   "endings": [["ends well.", "ends badly.", "is good.", "goes on."],
                               ["Kingston.", "the film.", "中文.", "ab"]]}
@@ -69,11 +73,12 @@ def _embeddings(folder, files):
     import extract_features
     import modeling
     import test_serving
+    from scriptkit import serving
     config = modeling.BertConfig.from_json_file(files["config"])
     path = extract_features.export_embeddings(
-        config, files["classifier"], str(folder), files["vocab"], True,
-        max_seq_length=test_serving.MAX_SEQ_LENGTH, pooling="mean", normalize=True,
-        text_pairs=True)
+        serving.ExportSource(config, files["classifier"], str(folder), files["vocab"], True,
+                             max_seq_length=test_serving.MAX_SEQ_LENGTH),
+        pooling="mean", normalize=True, text_pairs=True)
     return path, {"text": ["The film is good.", "中文 film", "the film " * 20],
                   "text_b": ["Café Crème!", "", "good " * 20]}
 
@@ -81,7 +86,7 @@ def _embeddings(folder, files):
 def _squad(folder, files):
     import modeling
     import run_squad
-    import squad_export
+    from scriptkit import squad_export
     config = modeling.BertConfig.from_json_file(files["config"])
     export_settings = {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
                        "n_best_size": 3, "max_answer_length": 5,
@@ -93,13 +98,15 @@ def _squad(folder, files):
 
 
 def _fill_mask(folder, files):
-    import fill_mask_export
+    from scriptkit import fill_mask_export
     import modeling
     import run_pretraining
+    from scriptkit import serving
     config = modeling.BertConfig.from_json_file(files["config"])
     path = fill_mask_export.export_fill_mask(
-        config, files["fill_mask"], str(folder), files["vocab"], True,
-        run_pretraining.get_masked_lm_output, max_seq_length=16, top_k=3)
+        serving.ExportSource(config, files["fill_mask"], str(folder), files["vocab"], True,
+                             max_seq_length=16),
+        run_pretraining.get_masked_lm_output, top_k=3)
     return path, {"text": ["The film is [MASK].", "[MASK] went to [MASK]!", "no mask"]}
 
 
@@ -126,7 +133,9 @@ def as_json(array):
     return array.tolist()
 
 
-def main(out_dir):
+def write_files(folder):
+    """The vocabulary, config and every task's checkpoint (random weights),
+    in `folder` (a pathlib.Path): the `files` of the export functions."""
     import tensorflow.compat.v1 as tf
 
     import modeling
@@ -134,16 +143,15 @@ def main(out_dir):
     import run_pretraining
     import run_squad
     import test_serving
-    out = pathlib.Path(out_dir)
-    (out / "model").mkdir(parents=True)
-    files = test_serving.write_model_files(out / "model")
+    folder.mkdir(parents=True, exist_ok=True)
+    files = test_serving.write_model_files(folder)
     files["regression"] = test_serving._random_checkpoint(
-        str(out / "model" / "regression.ckpt"), files["config"],
+        str(folder / "regression.ckpt"), files["config"],
         lambda c: run_classifier.create_model(
             c, False, *[tf.zeros([1, 8], tf.int32)] * 3, tf.zeros([1], tf.float32), 1, False,
             is_regression=True))
     files["squad"] = test_serving._random_checkpoint(
-        str(out / "model" / "squad.ckpt"), files["config"],
+        str(folder / "squad.ckpt"), files["config"],
         lambda c: run_squad.create_model(c, False, *[tf.zeros([1, 8], tf.int32)] * 3, False))
 
     def masked_lm(c):
@@ -154,7 +162,16 @@ def main(out_dir):
                                              tf.zeros([1, 2]))
 
     files["fill_mask"] = test_serving._random_checkpoint(
-        str(out / "model" / "fill_mask.ckpt"), files["config"], masked_lm)
+        str(folder / "fill_mask.ckpt"), files["config"], masked_lm)
+    return files
+
+
+def main(out_dir):
+    import tensorflow.compat.v1 as tf
+
+    import test_serving
+    out = pathlib.Path(out_dir)
+    files = write_files(out / "model")
     tasks = {}
     for task, export in EXPORTS.items():
         with tf.Graph().as_default():
@@ -170,5 +187,5 @@ def main(out_dir):
 if __name__ == "__main__":
     ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-    import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+    from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
     main(sys.argv[1])

@@ -25,12 +25,12 @@ import sys
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
+from scriptkit import checkpoints
 import convert_checkpoint
 import create_pretraining_data
-import file_io
+from scriptkit import file_io
 import modeling
-import pretraining_records as records
+from scriptkit import pretraining_records as records
 import run_classifier
 import test_convert_checkpoint as convert_tests
 import test_create_pretraining_data as cpd_tests
@@ -41,7 +41,7 @@ import test_run_pretraining as pretraining_tests
 import test_run_squad as squad_tests
 import test_run_swag as swag_tests
 import tiny
-from errors import InputError
+from scriptkit.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -290,6 +290,38 @@ def lazy_inputs(request, tmp_path):
                                      ("classifier_inputs", script == "run_classifier"),
                                      ("extract_model", script == "extract_features"))}
     return get
+
+
+@pytest.mark.parametrize("script, other", [
+    ("run_squad", "run_classifier.py"), ("run_classifier", "run_squad.py"),
+    ("run_classifier", "run_pretraining.py"), ("run_pretraining", "run_ner.py")])
+@pytest.mark.parametrize("train", [True, False])
+def test_another_scripts_output_dir_is_named(script, other, train, tmp_path, lazy_inputs,
+                                             monkeypatch):
+    """A run whose --output_dir holds the run record of another script
+    stops before any work with one line naming that script, whatever the
+    run does (before: run_squad.py on a classifier's folder took its
+    settings and complained about --max_query_length)."""
+    from scriptkit import run_record
+    output = tmp_path / "other_run"
+    output.mkdir()
+    config = modeling.BertConfig.from_dict(tiny.tiny_config_dict(30))
+    run_record.write(str(output), other, "question_answering", config,
+                                 {"max_seq_length": 64, "do_lower_case": True})
+    if not train:  # The same runs without --do_train (evaluations, predictions).
+        seeded, pretrain = tiny.run_main_seeded, pretraining_tests.run_main
+        monkeypatch.setattr(tiny, "run_main_seeded", lambda main, values: seeded(
+            main, dict(values, do_train=False)))
+        monkeypatch.setattr(pretraining_tests, "run_main", lambda **values: pretrain(
+            **dict(values, do_train=False, do_eval=True)))
+    _, run = _run_with_output(script, tmp_path, output, **lazy_inputs(script))
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError) as e:
+        run()
+    assert _one_line(e) == (
+        "--output_dir %s holds a run of %s (%s): give %s.py an --output_dir of its own"
+        % (output, other, output / "run_config.json", script))
+    assert _snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("script", OUTPUT_SCRIPTS)
@@ -778,7 +810,7 @@ def _run_scripts(command_lines):
     """[(exit status, stdout and stderr), ...] of the command lines (each
     [script, args...]), run as from the shell (see `tiny.run_forked`)."""
     return tiny.run_forked(command_lines, ROOT, _script_env(), timeout=300,
-                           imports="import quiet_tf, tensorflow")
+                           imports="from scriptkit import quiet_tf; import tensorflow")
 
 
 # Flags each script's --help must list: its own and the shared ones it uses.
@@ -807,7 +839,8 @@ _HELP_FLAGS = {
     "predict.py": ("model_dir", "input_file", "output_file", "input_format", "batch_size",
                    "skip_malformed_rows", "port", "model_name", "log_every_seconds",
                    "max_request_bytes", "max_instances", "max_text_chars",
-                   "max_requests_in_flight", "max_connections", "client_timeout_seconds"),
+                   "max_requests_in_flight", "max_connections", "max_buffered_bytes",
+                   "client_timeout_seconds"),
 }
 
 
@@ -899,7 +932,12 @@ def test_small_classifier_run_logs(classifier_inputs):
     train = _run_script(["run_classifier.py", "--do_train", "--train_batch_size=4",
                          "--num_train_epochs=1"] + common)
     assert train.returncode == 0, train.stderr[-3000:]
-    _check_log(train.stdout + train.stderr)
+    train_lines = _check_log(train.stdout + train.stderr)
+    # The last line of training says what its number is, in either runner.
+    last_loss = [line for line in train_lines if "loss was" in line]
+    assert len(last_loss) == 1 and re.search(
+        r"Training done: the last batch's loss was \d+\.\d+", last_loss[0]), last_loss
+    assert not [line for line in train_lines if "Loss for final step" in line]
     output_dir = classifier_inputs["output_dir"]
     checkpoint = tf.train.latest_checkpoint(output_dir)
     assert checkpoint.endswith("model.ckpt-2")  # 8 examples / 4

@@ -204,8 +204,8 @@ def test_choose_fused_ops():
     assert str(bert_ops.FusedOps()) == "none"
     with pytest.raises(ValueError, match="softmax"):
         bert_ops.choose_fused_ops("gelu,softmax")
-    import errors
-    import training
+    from scriptkit import errors
+    from scriptkit import training
     with pytest.raises(errors.InputError, match="^--fused_ops: unknown fused op"):
         training.choose_fused_ops("gelu,softmax")
     assert training.choose_fused_ops("none", start_xla=False) == bert_ops.FusedOps()
@@ -215,7 +215,7 @@ def test_auto_leaves_an_inference_graph_to_onednn():
     """"auto" for a graph that only infers: nothing compiled where oneDNN
     rewrites graphs (and no GPU is visible), the training choice elsewhere;
     settings other than "auto" mean the same either way."""
-    import training
+    from scriptkit import training
     everything = bert_ops.FusedOps(gelu=True, layer_norm=True, dropout=True)
     no_gpu = not tf.config.list_physical_devices("GPU")
     expected = (everything if no_gpu and not bert_ops.onednn_rewrites_graphs()

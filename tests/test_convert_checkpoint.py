@@ -27,7 +27,8 @@ import tensorflow.compat.v1 as tf
 
 import convert_checkpoint
 import modeling
-from errors import InputError
+from scriptkit import hf_weights
+from scriptkit.errors import InputError
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -194,9 +195,9 @@ def test_casing_is_recorded_next_to_the_vocabulary(hf_pretraining, tmp_path):
     """A Hugging Face model's tokenizer_config.json casing goes next to the
     converted vocabulary, where the scripts hold --do_lower_case against it
     (one error line naming the flag); converting a model without one there
-    removes the stale file."""
-    import checkpoints
-    import errors
+    removes the stale file, with --overwrite."""
+    from scriptkit import checkpoints
+    from scriptkit import errors
     source = str(tmp_path / "hf")
     shutil.copytree(hf_pretraining[0], source)
     with open(os.path.join(source, "tokenizer_config.json"), "w") as f:
@@ -211,7 +212,14 @@ def test_casing_is_recorded_next_to_the_vocabulary(hf_pretraining, tmp_path):
             r"^--do_lower_case=True, but .*tokenizer_config\.json says the model's vocabulary "
             r"is used with do_lower_case=False: pass --do_lower_case=False$")):
         checkpoints.load_tokenizer(vocab, True)
-    convert_checkpoint.convert(hf_pretraining[0], output_dir)
+    # The same model without a casing: its removal replaces what is there.
+    with pytest.raises(errors.InputError, match=(
+            r"^--output_dir %s holds tokenizer_config\.json, which this conversion would "
+            r"remove \(the model records none\): --overwrite replaces it, or choose another "
+            r"folder$" % re.escape(output_dir))):
+        convert_checkpoint.convert(hf_pretraining[0], output_dir)
+    assert os.path.exists(os.path.join(output_dir, "tokenizer_config.json"))
+    convert_checkpoint.convert(hf_pretraining[0], output_dir, overwrite=True)
     assert not os.path.exists(os.path.join(output_dir, "tokenizer_config.json"))
 
 
@@ -258,6 +266,58 @@ def test_a_hugging_face_folder_is_not_converted_into(hf_pretraining, tmp_path):
     convert_checkpoint.convert(source, google)
     with open(os.path.join(google, "tokenizer_config.json")) as f:
         assert json.load(f) == {"do_lower_case": True}
+
+
+def _folder_contents(folder):
+    names = sorted(os.listdir(folder))
+    return names, [open(os.path.join(folder, n), "rb").read() for n in names]
+
+
+def test_another_models_folder_is_not_converted_into(hf_pretraining, tmp_path):
+    """A folder holding another model's converted files (another config, or
+    another vocabulary) is refused before anything is written, in one line
+    naming the file; --overwrite replaces the config and weights, never a
+    vocabulary; the same model again is written without it."""
+    output_dir = str(tmp_path / "google")
+    convert_checkpoint.convert(hf_pretraining[0], output_dir)
+    before = _folder_contents(output_dir)
+    # The same model again.
+    convert_checkpoint.convert(hf_pretraining[0], output_dir)
+    assert _folder_contents(output_dir)[0] == before[0]
+
+    wider = copy_model(hf_pretraining[0], str(tmp_path / "wider"),
+                       config_overrides={"initializer_range": 0.05})
+    with pytest.raises(InputError, match=(
+            r"^--output_dir %s holds bert_config\.json of another model \(initializer_range: "
+            r"0\.02 there, 0\.05 here\): --overwrite replaces it, or choose another folder$"
+            % re.escape(output_dir))):
+        convert_checkpoint.convert(wider, output_dir)
+    assert _folder_contents(output_dir) == before
+    convert_checkpoint.convert(wider, output_dir, overwrite=True)
+    with open(os.path.join(output_dir, "bert_config.json")) as f:
+        assert json.load(f)["initializer_range"] == 0.05
+
+    other_vocab = copy_model(hf_pretraining[0], str(tmp_path / "other_vocab"))
+    write_vocab(other_vocab, size=VOCAB_SIZE - 1)
+    before = _folder_contents(output_dir)
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match=(
+                r"^--output_dir %s holds vocab\.txt of another vocabulary \(%d tokens, sha256 "
+                r"[0-9a-f]{12}\.\.\.; this model's: %d tokens, sha256 [0-9a-f]{12}\.\.\.\): a "
+                r"vocabulary is never replaced; choose another folder$"
+                % (re.escape(output_dir), VOCAB_SIZE, VOCAB_SIZE - 1))):
+            convert_checkpoint.convert(other_vocab, output_dir, overwrite=overwrite)
+        assert _folder_contents(output_dir) == before
+
+    # Weights alone: whose they are cannot be told.
+    weights_only = str(tmp_path / "weights_only")
+    os.makedirs(weights_only)
+    shutil.copy(os.path.join(output_dir, "bert_model.ckpt.index"), weights_only)
+    with pytest.raises(InputError, match=(
+            r"holds bert_model\.ckpt\.index, the weights of a model without its config beside "
+            r"them: --overwrite replaces it")):
+        convert_checkpoint.convert(hf_pretraining[0], weights_only)
+    assert os.listdir(weights_only) == ["bert_model.ckpt.index"]
 
 
 def test_variable_names_are_those_bert_model_builds(converted):
@@ -338,13 +398,13 @@ def test_pytorch_bin_without_torch_asks_for_safetensors(tmp_path, monkeypatch):
     (directory / "pytorch_model.bin").write_bytes(b"not read")
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     with pytest.raises(InputError, match="PyTorch is not installed.*safetensors"):
-        convert_checkpoint.load_hf_weights(str(directory))
+        hf_weights.load_hf_weights(str(directory))
 
 
 def test_bfloat16_safetensors(reference):
     # bf16.safetensors was written by safetensors.torch (BF16 and F16
     # tensors); the expected values are PyTorch's float32/float16 casts.
-    loaded = convert_checkpoint._load_safetensors(os.path.join(FIXTURES, "bf16.safetensors"))
+    loaded = hf_weights._load_safetensors(os.path.join(FIXTURES, "bf16.safetensors"))
     assert sorted(loaded) == ["f16", "w"]
     assert reference["bf16:w"].dtype == np.float32
     assert reference["bf16:f16"].dtype == np.float16

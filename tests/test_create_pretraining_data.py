@@ -19,9 +19,10 @@ from absl import flags
 from absl.testing import flagsaver
 
 import create_pretraining_data as cpd
-import pretraining_records
+from scriptkit import pretraining_records
+from scriptkit import settings as settings_lib
 import tiny
-from errors import InputError
+from scriptkit.errors import InputError
 
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,10 +57,12 @@ def test_max_seq_length_default_is_this_scripts(tmp_path):
         with flagsaver.as_parsed(input_file=str(tmp_path / "in.txt"),
                                  output_file=str(tmp_path / "out.tfrecord"),
                                  vocab_file=str(vocab)):
-            assert cpd.prepare_run().max_seq_length == 128
+            run = cpd.prepare_run(settings_lib.from_flags(cpd.Settings))
+            assert run.settings.max_seq_length == 128
         with flagsaver.as_parsed(input_file="in.txt", output_file=str(tmp_path / "out"),
                                  vocab_file=str(vocab), max_seq_length="384"):
-            assert cpd.prepare_run().max_seq_length == 384
+            run = cpd.prepare_run(settings_lib.from_flags(cpd.Settings))
+            assert run.settings.max_seq_length == 384
 
 
 def read_records(paths):

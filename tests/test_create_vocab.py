@@ -11,7 +11,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import create_vocab
-import errors
+from scriptkit import errors
 import tokenization
 
 FLAGS = flags.FLAGS

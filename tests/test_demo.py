@@ -153,8 +153,10 @@ def test_swag_data_in_the_release_layout(name):
 
 def _script_flag_names(script):
     """Flags a script defines, read from its source: its flags.DEFINE_* calls
-    and the shared flags it requests with shared_flags.define_flags."""
-    import shared_flags
+    and the shared flags it requests with shared_flags.define_flags (or, with
+    shared_flags.define_settings_flags, the fields of its settings)."""
+    from scriptkit import settings as settings_lib
+    from scriptkit import shared_flags
     with open(os.path.join(REPO, script), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     names = set()
@@ -170,6 +172,9 @@ def _script_flag_names(script):
                 else:
                     names.update(getattr(shared_flags, arg.attr))
             names.update(k.arg for k in node.keywords)
+        elif node.func.attr == "define_settings_flags":
+            names.update(settings_lib.field_names(
+                getattr(__import__(script[:-3]), node.args[0].id)))
     return names
 
 

@@ -20,7 +20,9 @@ import time
 import numpy as np
 import pytest
 
-import runtime
+from scriptkit import runners
+
+from scriptkit import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "distributed_driver.py")
@@ -173,7 +175,7 @@ def test_multi_worker_two_processes_on_localhost(reference):
 @pytest.mark.skipif(runtime.USE_ESTIMATOR, reason="the Estimator trains several workers")
 def test_multi_worker_refused_by_the_session_runner():
     with pytest.raises(runtime.ConfigError, match="multi_worker_mirrored needs the Estimator"):
-        runtime.make_distribution_strategy("multi_worker_mirrored")
+        runners.make_distribution_strategy("multi_worker_mirrored")
 
 
 @pytest.mark.skipif(not runtime.USE_ESTIMATOR, reason="multi-worker training needs the "

@@ -26,6 +26,8 @@ import run_classifier
 import run_ner
 import run_swag
 import tiny
+from scriptkit import feature_writers
+from scriptkit import serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", flags=re.S)
@@ -177,9 +179,9 @@ def world(tmp_path_factory):
     checkpoint = _save_graph(lambda: run_classifier.create_model(
         config, False, _ids(1, 8), _ids(1, 8), _ids(1, 8), _ids(1), 2, False),
         os.path.join(home, "cola_checkpoint", "model.ckpt"))
-    run_classifier.export_model(config, run_classifier.ColaProcessor(), ["0", "1"], checkpoint,
-                                os.path.join(home, "cola_export"), vocab, True,
-                                max_seq_length=128)
+    run_classifier.export_model(serving.ExportSource(
+        config, checkpoint, os.path.join(home, "cola_export"), vocab, True, max_seq_length=128),
+        run_classifier.ColaProcessor(), ["0", "1"])
     os.makedirs(os.path.join(home, "cola_output"))
     with open(os.path.join(home, "cola_output", "run_config.json"), "w") as f:
         json.dump({"script": "run_classifier.py",
@@ -201,16 +203,16 @@ def world(tmp_path_factory):
     checkpoint = _save_graph(lambda: run_swag.create_model(
         config, False, _ids(1, 4, 8), _ids(1, 4, 8), _ids(1, 4, 8), _ids(1), False),
         os.path.join(home, "swag_checkpoint", "model.ckpt"))
-    swag_export = run_swag.export_model(config, checkpoint, os.path.join(home, "swag_export"),
-                                        vocab, True, max_seq_length=80)
+    swag_export = run_swag.export_model(serving.ExportSource(
+        config, checkpoint, os.path.join(home, "swag_export"), vocab, True, max_seq_length=80))
     # A sentence-embedding export of the pre-trained stand-in.
-    embedding_export = extract_features.export_embeddings(
+    embedding_export = extract_features.export_embeddings(serving.ExportSource(
         config, os.path.join(model_dir, "bert_model.ckpt"), os.path.join(home, "minilm_export"),
-        vocab, True, normalize=True)
+        vocab, True), normalize=True)
 
     # extract_features.py's outputs, written by its own writers.
-    for writer in (extract_features.NpzWriter(os.path.join(home, "output.npz"), [-1]),
-                   extract_features.TFRecordFeatureWriter(
+    for writer in (feature_writers.NpzWriter(os.path.join(home, "output.npz"), [-1]),
+                   feature_writers.TFRecordFeatureWriter(
                        os.path.join(home, "output.tfrecord"), [-1])):
         for index, tokens in enumerate([["[CLS]", "the", "cat", "[SEP]"], ["[CLS]", "[SEP]"]]):
             writer.write(index, tokens, [np.ones((len(tokens), 32), np.float32)])

@@ -10,7 +10,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import create_pretraining_data
-import dynamic_masking
+from scriptkit import dynamic_masking
 import tiny
 
 # A vocabulary with word-continuing "##" pieces.

@@ -21,16 +21,16 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import convert_checkpoint
-import exported_model
-import file_io
-import rest_api
-import rest_server
-import serving
+from scriptkit import exported_model
+from scriptkit import file_io
+from scriptkit import rest_api
+from scriptkit import rest_server
+from scriptkit import serving
 import test_predict
 import test_real_model
 import test_serving
 import tiny
-from errors import InputError
+from scriptkit.errors import InputError
 from test_extract_features import (  # noqa: F401  (model: a fixture of the tests here)
     EXPECTED_TOKENS, LINES, MAX_SEQ_LENGTH, model, run_extract)
 
@@ -243,9 +243,46 @@ def test_predict_writes_embeddings_for_a_file(tiny_export, tmp_path):
         out = test_predict._predict(os.path.dirname(export_dir),
                                     input_file=str(tmp_path / name),
                                     output_file=str(tmp_path / (name + ".out")), batch_size=2)
-        assert [list(o) for o in out] == [["embedding"]] * len(texts), name
+        # The JSON Lines' ids go through.
+        assert [sorted(o) for o in out] == [["embedding"] + (["id"] if name == "in.jsonl"
+                                                            else [])] * len(texts), name
         np.testing.assert_allclose([o["embedding"] for o in out], expected, atol=1e-6,
                                    err_msg=name)
+
+
+@pytest.mark.slow
+def test_pair_export_takes_single_texts(model, tmp_path):  # noqa: F811
+    """An export of text pairs reads a row without text_b as the text alone
+    (as an empty text_b packs): a plain file of sentences, a JSON line
+    without text_b, and a REST instance without it; ids go through."""
+    run_extract(model, "", input_file="", export_dir=str(tmp_path / "export"),
+                export_text_pairs=True)
+    (version,) = os.listdir(tmp_path / "export")
+    export_dir = str(tmp_path / "export" / version)
+    texts = ["The dog is hairy.", "hello world"]
+    expected = _signature(export_dir, {"text": texts, "text_b": ["", ""]})["embedding"]
+    pair = _signature(export_dir, {"text": texts[:1], "text_b": ["hello world"]})["embedding"]
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    (tmp_path / "in.jsonl").write_text(
+        json.dumps({"id": "a", "text": texts[0]}) + "\n"
+        + json.dumps({"id": "b", "text": texts[1], "text_b": ""}) + "\n"
+        + json.dumps({"id": "c", "text": texts[0], "text_b": "hello world"}) + "\n",
+        encoding="utf-8")
+    out = test_predict._predict(export_dir, input_file=str(tmp_path / "in.txt"),
+                                output_file=str(tmp_path / "txt.out"))
+    np.testing.assert_allclose([o["embedding"] for o in out], expected, atol=1e-6)
+    out = test_predict._predict(export_dir, input_file=str(tmp_path / "in.jsonl"),
+                                output_file=str(tmp_path / "jsonl.out"))
+    assert [o["id"] for o in out] == ["a", "b", "c"]
+    np.testing.assert_allclose([o["embedding"] for o in out],
+                               np.concatenate([expected, pair]), atol=1e-6)
+    served = exported_model.Model(export_dir)
+    answer, _ = rest_api.predict_response(served, {"instances": [
+        {"text": texts[0], "id": 7}, {"text": texts[0], "text_b": "hello world"}]})
+    # With an id, each prediction is an object holding it.
+    assert answer["predictions"][0]["id"] == 7 and "id" not in answer["predictions"][1]
+    np.testing.assert_allclose([p["embedding"] for p in answer["predictions"]],
+                               np.concatenate([expected[:1], pair]), atol=1e-6)
 
 
 @pytest.fixture(scope="module")

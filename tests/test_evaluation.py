@@ -8,9 +8,9 @@ import os
 import pytest
 import tensorflow.compat.v1 as tf
 
-import errors
-import evaluation
-import fine_tuning
+from scriptkit import errors
+from scriptkit import evaluation
+from scriptkit import fine_tuning
 
 
 def _save_checkpoint(model_dir, step, value=0.0):

@@ -23,7 +23,8 @@ import extract_features
 import modeling
 import reference
 import tiny
-from errors import InputError
+from scriptkit import settings as settings_lib
+from scriptkit.errors import InputError
 
 FLAGS = flags.FLAGS
 
@@ -130,9 +131,10 @@ def test_max_seq_length_default_is_this_scripts(model, tmp_path):
         # The tiny model has 64 positions: the error names the length used.
         with flagsaver.flagsaver(**values), pytest.raises(
                 InputError, match="Cannot use sequence length 128 because"):
-            extract_features.prepare_run()
+            extract_features.prepare_run(settings_lib.from_flags(extract_features.Settings))
         with flagsaver.flagsaver(max_seq_length=MAX_SEQ_LENGTH, **values):
-            assert extract_features.prepare_run().max_seq_length == MAX_SEQ_LENGTH
+            run = extract_features.prepare_run(settings_lib.from_flags(extract_features.Settings))
+            assert run.settings.max_seq_length == MAX_SEQ_LENGTH
 
 
 def layer_position(index):
@@ -268,7 +270,8 @@ _LIBRARY_SCRIPT = r"""
 import json, sys
 import tensorflow.compat.v1 as tf
 from absl import flags
-import extract_features, modeling, runtime, tokenization
+import extract_features, modeling, tokenization
+from scriptkit import runtime
 
 vocab_file, config_file, checkpoint, input_file, seq = sys.argv[1:5] + [int(sys.argv[5])]
 assert not flags.FLAGS.is_parsed()

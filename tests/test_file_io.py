@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-import file_io
-import logs
+from scriptkit import file_io
+from scriptkit import logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,13 +22,13 @@ TF_FREE_MODULES = ("errors", "shared_flags", "interrupts", "logs", "file_io", "o
 SHARED_MODULES = TF_FREE_MODULES + ("checkpoints", "input_pipeline", "training_progress",
                                     "training", "evaluation", "fine_tuning", "runtime",
                                     "saved_model_writer", "serving", "exported_model", "rest_api",
-                                    "rest_server")
+                                    "async_http", "rest_server")
 
 
 def test_imports_without_tensorflow():
     """The shared modules that need no TensorFlow, and the scripts that use
     only them, start without loading TensorFlow."""
-    code = ("import sys; sys.path.insert(0, %r); import %s, squad_evaluate, "
+    code = ("import sys; sys.path.insert(0, %r); from scriptkit import %s; import squad_evaluate, "
             "create_pretraining_data; print('tensorflow' in sys.modules)"
             % (ROOT, ", ".join(TF_FREE_MODULES)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -41,8 +41,8 @@ def test_shared_names_are_used_from_their_own_module():
     """No shared module passes on another's functions or classes: every
     `<module>.<name>` in the code (scripts, tests, benchmarks) names the
     module that defines it."""
-    modules = {name: importlib.import_module(name) for name in SHARED_MODULES}
-    paths = [path for pattern in ("*.py", "tests/*.py", "benchmarks/*.py")
+    modules = {name: importlib.import_module("scriptkit." + name) for name in SHARED_MODULES}
+    paths = [path for pattern in ("*.py", "scriptkit/*.py", "tests/*.py", "benchmarks/*.py")
              for path in glob.glob(os.path.join(ROOT, pattern))]
     wrong = []
     for path in sorted(paths):
@@ -53,7 +53,7 @@ def test_shared_names_are_used_from_their_own_module():
                     and node.value.id in modules):
                 continue
             value = getattr(modules[node.value.id], node.attr, None)
-            owner = getattr(value, "__module__", None)
+            owner = (getattr(value, "__module__", None) or "").replace("scriptkit.", "", 1)
             if owner in modules and owner != node.value.id:
                 wrong.append("%s:%d: %s.%s is %s's" % (os.path.relpath(path, ROOT), node.lineno,
                                                       node.value.id, node.attr, owner))

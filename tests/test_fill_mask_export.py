@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import exported_model
-import fill_mask_export
+from scriptkit import exported_model
+from scriptkit import fill_mask_export
 import fill_mask_model
-import rest_server
-import serving
+from scriptkit import rest_server
+from scriptkit import serving
 import test_predict
 import test_serving
 import tiny
-from errors import InputError
+from scriptkit.errors import InputError
 from test_run_pretraining import base_flags, run_main, setup  # noqa: F401  (a fixture)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

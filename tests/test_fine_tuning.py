@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import fine_tuning
-import runtime
+
+from scriptkit import task_model
+from scriptkit import runtime
 
 M = runtime.ModeKeys
 X = np.array([[1.0, 2.0], [0.5, -1.0], [-2.0, 0.25]], np.float32)
@@ -28,13 +29,13 @@ def _build_head(features, mode):
     """Softmax of x @ w^T over two classes, w starting at W0."""
     w = tf.get_variable("toy/w", initializer=tf.constant(W0))
     logits = tf.matmul(features["x"], w, transpose_b=True)
-    label_ids, is_real_example = fine_tuning.example_labels(features)
+    label_ids, is_real_example = task_model.example_labels(features)
     per_example_loss = -tf.reduce_sum(
         tf.one_hot(label_ids, 2) * tf.nn.log_softmax(logits), axis=-1)
     probabilities = tf.nn.softmax(logits)
-    return fine_tuning.Head(
+    return task_model.Head(
         loss=tf.reduce_mean(per_example_loss),
-        eval_metrics=(fine_tuning.loss_and_accuracy(),
+        eval_metrics=(task_model.loss_and_accuracy(),
                       [per_example_loss, label_ids, logits, is_real_example]),
         predictions={"probabilities": probabilities, "logits": logits},
         export_outputs={"probabilities": probabilities})
@@ -47,7 +48,7 @@ def _numpy_head(w):
 
 
 def _model_fn(build_head=_build_head, init_checkpoint=None, **kwargs):
-    return fine_tuning.task_model_fn(build_head, init_checkpoint, 0.1, 10, 0, False, None,
+    return task_model.task_model_fn(build_head, init_checkpoint, 0.1, 10, 0, False, None,
                                      **kwargs)
 
 
@@ -113,7 +114,7 @@ def test_training_starts_from_the_init_checkpoint(tmp_path):
 def test_a_mode_the_task_has_not_raises():
     def predict_only(features, mode):
         w = tf.get_variable("toy/w", initializer=tf.constant(W0))
-        return fine_tuning.Head(predictions={"logits": tf.matmul(features["x"], w)})
+        return task_model.Head(predictions={"logits": tf.matmul(features["x"], w)})
 
     for mode in (M.TRAIN, M.EVAL):
         with tf.Graph().as_default():
@@ -130,8 +131,8 @@ def test_a_mode_the_task_has_not_raises():
 def test_example_labels_of_a_serving_request_are_zeros_and_real():
     with tf.Graph().as_default():
         features = _features(with_labels=False)
-        label_ids, is_real_example = fine_tuning.example_labels(features, [5], tf.float32)
-        given = fine_tuning.example_labels(_features())
+        label_ids, is_real_example = task_model.example_labels(features, [5], tf.float32)
+        given = task_model.example_labels(_features())
         out = _run(None, [label_ids, is_real_example, given])
     assert out[0].dtype == np.float32
     np.testing.assert_array_equal(out[0], np.zeros((3, 5)))

@@ -25,7 +25,7 @@ import unicodedata
 import pytest
 import tensorflow.compat.v1 as tf
 
-import graph_tokenization
+from scriptkit import graph_tokenization
 import tokenization
 # The corpora's generators and fixtures (fuzz_setup needs `original`).
 from test_tokenization import _code_point_sample, _random_texts, _write_lines
@@ -354,9 +354,9 @@ def test_split_words(graphs, corpora, google_vocab_file, corpus):  # noqa: F811
         for word, start, end in zip(expected, row_starts, row_ends):
             span = text[start:end]
             assert previous_end <= start < end <= len(text)
-            assert tokenization._cleaned(span[0]) is not None
-            assert tokenization._cleaned(span[-1]) is not None
-            kept = "".join(c for c in span if tokenization._cleaned(c) is not None)
+            assert tokenization.cleaned(span[0]) is not None
+            assert tokenization.cleaned(span[-1]) is not None
+            kept = "".join(c for c in span if tokenization.cleaned(c) is not None)
             assert kept == word, (repr(text), start, end)
             previous_end = end
 

@@ -21,6 +21,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 
@@ -28,13 +29,13 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
+from scriptkit import checkpoints
 import convert_checkpoint
-import fine_tuning
+from scriptkit import run_record
 import modeling
 import tokenization
-import training
-from errors import InputError
+from scriptkit import training
+from scriptkit.errors import InputError
 from test_convert_checkpoint import LAYER_DENSES, LAYER_NORMS, hf_model_dir, read_checkpoint
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -86,7 +87,8 @@ CASES = {
     "swag": ("BertForMultipleChoice",
              {"swag/output_weights": [1, HIDDEN], "swag/output_bias": [1]}, None,
              "multiple_choice", "run_swag.py"),
-    # run_pretraining.py's output: slots, no run record, no config beside it.
+    # run_pretraining.py's output before it wrote a run record: slots, no config
+    # beside it (the record of a real run: test_run_pretraining).
     "pretraining": ("BertForPreTraining", _MLM, None, None, None),
     # A Google release: bert_model.ckpt, bert_config.json and vocab.txt.
     "encoder": ("BertModel", {}, None, None, None),
@@ -170,7 +172,7 @@ def make_checkpoint(case, folder):
         record_flags.update(RECORDED.get(script, {}))
         record = {"script": script, "problem_type": problem_type, "labels": labels,
                   "flags": record_flags, "bert_config": CONFIG}
-        with open(os.path.join(folder, fine_tuning.RUN_RECORD_FILE), "w") as f:
+        with open(os.path.join(folder, run_record.FILE), "w") as f:
             json.dump(record, f)
     return folder
 
@@ -437,14 +439,14 @@ def test_the_runs_input_length_is_logged_and_written(case, says, tmp_path, caplo
         return
     assert written == MAX_SEQ_LENGTH
     (note,) = notes
-    record = os.path.join(folder, fine_tuning.RUN_RECORD_FILE)
+    record = os.path.join(folder, run_record.FILE)
     assert note.startswith("%s (%s) " % (CASES[case][4], record)), note
     assert says in note and note.endswith("(docs/conversion.md)"), note
 
 
 def test_a_run_as_long_as_the_model_is_written_silently(tmp_path, caplog):
     folder = make_checkpoint("classifier", tmp_path / "run")
-    path = os.path.join(folder, fine_tuning.RUN_RECORD_FILE)
+    path = os.path.join(folder, run_record.FILE)
     with open(path) as f:
         record = json.load(f)
     record["flags"]["max_seq_length"] = CONFIG["max_position_embeddings"]
@@ -803,7 +805,7 @@ def test_architecture_without_its_head_is_refused(exported, tmp_path):
 
 def test_labels_that_do_not_fit_the_head_are_refused(tmp_path):
     folder = make_checkpoint("classifier", tmp_path / "run")
-    path = os.path.join(folder, fine_tuning.RUN_RECORD_FILE)
+    path = os.path.join(folder, run_record.FILE)
     with open(path) as f:
         record = json.load(f)
     record["labels"] = ["a", "b", "c"]
@@ -820,9 +822,59 @@ def test_output_dir_with_other_weights_is_refused(exported, tmp_path):
     assert os.listdir(str(tmp_path / "hf")) == ["pytorch_model.bin"]
 
 
+def _contents(folder):
+    names = sorted(os.listdir(folder))
+    return names, [open(os.path.join(folder, n), "rb").read() for n in names]
+
+
+def test_another_models_folder_is_not_written_into(exported, tmp_path):
+    """--to_hf writes into a folder of another model only with --overwrite,
+    never over a different vocabulary, and into its own output again
+    without it."""
+    # A Google-layout model with another vocabulary (its own vocab.txt).
+    google = make_checkpoint("encoder", tmp_path / "google")
+    with open(os.path.join(google, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB + ["extra%d" % i for i in range(10)]) + "\n")
+    before = _contents(google)
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match=(
+                r"^--output_dir %s holds vocab\.txt of another vocabulary \(%d tokens, sha256 "
+                r"[0-9a-f]{12}\.\.\.; this model's: %d tokens, sha256 [0-9a-f]{12}\.\.\.\): a "
+                r"vocabulary is never replaced; choose another folder$"
+                % (re.escape(google), len(VOCAB) + 10, len(VOCAB)))):
+            convert_checkpoint.convert_to_hf(exported["classifier"][0], google,
+                                             overwrite=overwrite)
+        assert _contents(google) == before
+
+    # A Hugging Face folder of another model with the same vocabulary.
+    hf = str(tmp_path / "hf")
+    shutil.copytree(exported["classifier"][1], hf)
+    before = _contents(hf)
+    convert_checkpoint.convert_to_hf(exported["classifier"][0], hf)  # The same model.
+    assert _contents(hf) == before
+    with pytest.raises(InputError, match=(
+            r"^--output_dir %s holds config\.json of another model \(id2label: .* there, "
+            r".* here; label2id: .*\): --overwrite replaces it, or choose another folder$"
+            % re.escape(hf))):
+        convert_checkpoint.convert_to_hf(exported["multi_label"][0], hf)
+    assert _contents(hf) == before
+    convert_checkpoint.convert_to_hf(exported["multi_label"][0], hf, overwrite=True)
+    assert _contents(hf) == _contents(exported["multi_label"][1])
+
+    # Casing or input length of another conversion.
+    with open(os.path.join(hf, "tokenizer_config.json")) as f:
+        tokenizer_config = json.load(f)
+    with open(os.path.join(hf, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tokenizer_config, do_lower_case=False), f)
+    with pytest.raises(InputError, match=(
+            r"holds tokenizer_config\.json with other settings \(do_lower_case: false there, "
+            r"true here\): --overwrite replaces it")):
+        convert_checkpoint.convert_to_hf(exported["multi_label"][0], hf)
+
+
 def test_labels_file_of_own_data_and_missing_labels(tmp_path):
     folder = make_checkpoint("multi_label", tmp_path / "run")
-    os.remove(os.path.join(folder, fine_tuning.RUN_RECORD_FILE))
+    os.remove(os.path.join(folder, run_record.FILE))
     shutil.copy(os.path.join(folder, "vocab.txt"), str(tmp_path / "vocab.txt"))
     config_file = str(tmp_path / "bert_config.json")
     with open(config_file, "w") as f:
@@ -857,7 +909,7 @@ def test_training_state_of_a_real_run_is_left_out(tmp_path, options):
     the loss scale): every variable is written or left out as training
     state."""
     import run_classifier
-    import runtime
+    from scriptkit import runtime
     import tiny
     config = modeling.BertConfig.from_dict(CONFIG)
     folder = tmp_path / "run"

@@ -18,18 +18,18 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import errors
-import file_io
-import input_pipeline
-import interrupts
-import mixed_precision
+from scriptkit import checkpoints
+from scriptkit import errors
+from scriptkit import file_io
+from scriptkit import input_pipeline
+from scriptkit import interrupts
+from scriptkit import mixed_precision
 import optimization
-import output_lock
+from scriptkit import output_lock
 import run_classifier
 import tiny
-import training
-import training_progress
+from scriptkit import training
+from scriptkit import training_progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["good", "bad", "the", "a", "film", "plot", "was", "is", "very", "not", "fine",
@@ -81,7 +81,7 @@ def _flags(task, output_dir, **overrides):
         xnli_language="zh", labels=None, data_format="auto", has_header=True,
         text_column="text", text_b_column=None, label_column="label", id_column=None,
         regression=False, multi_label=False, label_separator="|", multi_label_threshold=0.5,
-        doc_stride=None, max_windows=0, window_aggregation="mean",
+        doc_stride=None,
         data_dir=task["data_dir"], vocab_file=task["vocab"], bert_config_file=task["config"],
         output_dir=output_dir, do_train=True, train_batch_size=4, num_train_epochs=2.0,
         gradient_accumulation_steps=2, save_checkpoints_steps=2, input_seed=7,
@@ -333,6 +333,22 @@ def _copy_checkpoints(source_dir, output_dir, steps):
                 g.write(f.read())
 
 
+def _state_file(output_dir):
+    """(the latest checkpoint, every checkpoint) that the "checkpoint" state
+    file of `output_dir` names (as paths in `output_dir`), read as the text
+    proto it is; None where it is not one."""
+    from google.protobuf import text_format
+    from tensorflow.python.training import checkpoint_state_pb2
+    state = checkpoint_state_pb2.CheckpointState()
+    try:
+        with open(os.path.join(output_dir, "checkpoint"), "rb") as f:
+            text_format.Merge(f.read().decode("utf-8"), state)
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return None
+    return (os.path.join(output_dir, state.model_checkpoint_path),
+            [os.path.join(output_dir, path) for path in state.all_model_checkpoint_paths])
+
+
 def _tensorflow_sees_no_checkpoint(output_dir):
     """Whether TensorFlow finds no checkpoint to resume from in `output_dir`
     (an empty state file makes it raise instead)."""
@@ -378,12 +394,21 @@ def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
         fault %= os.path.join(output_dir, "model.ckpt-8")
 
     if damage == "garbage":
-        tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+        try:
+            tiny.run_main_seeded(run_classifier.main, _flags(task, output_dir))
+            failed = None
+        except Exception as e:  # noqa: BLE001  (asserted on below, with the state file)
+            failed = "%s: %s" % (type(e).__name__, e)
+        # The run resumed and went on to its last step's checkpoint.
+        final = os.path.join(output_dir, os.path.basename(uninterrupted))
+        assert (failed, (_state_file(output_dir) or [None])[0]) == (None, final)
         _assert_same_variables(tf.train.latest_checkpoint(output_dir), uninterrupted)
     else:
         assert checkpoints.use_intact_checkpoint(output_dir, rewrite=False) == newest
         assert _tensorflow_sees_no_checkpoint(output_dir)  # Left as it was.
         assert checkpoints.use_intact_checkpoint(output_dir) == newest
+        # Rewritten to name the newest intact checkpoint, and the older one.
+        assert _state_file(output_dir) == (newest, [newest[:-1] + "2", newest])
         assert tf.train.latest_checkpoint(output_dir) == newest
         assert checkpoints.consumed_batches(output_dir, 2) == 8
     warnings = [line for line in messages if "the newest intact checkpoint" in line]
@@ -528,7 +553,7 @@ import os, signal, sys
 sys.path.insert(0, %r)
 ready_file = sys.argv.pop(1)
 import create_pretraining_data as script
-import script_runner
+from scriptkit import script_runner
 process_shard = script._process_shard
 
 

@@ -8,17 +8,16 @@ import os
 import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
-from absl.testing import flagsaver
 
 import bert_ops
-import fine_tuning
-import input_pipeline
-import logs
+from scriptkit import run_record
+from scriptkit import input_pipeline
+from scriptkit import logs
 import run_classifier
 import tiny
 import tokenization
-import training
-import training_progress
+from scriptkit import training
+from scriptkit import training_progress
 
 FLAGS = flags.FLAGS
 
@@ -178,14 +177,13 @@ def test_run_record_knows_the_vocabulary_by_its_file(tmp_path, monkeypatch, log_
               "flags": {"vocab_file": vocab}}
     (tmp_path / "run_config.json").write_text(json.dumps(record))
     monkeypatch.chdir(tmp_path)
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
+    import run_swag
+    record = run_record.read(str(tmp_path))
     warned = {}
     for given in ("vocab.txt", "./vocab.txt", copy, other):
         del log_lines[:]
-        with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False,
-                                 init_checkpoint=None, vocab_file=given):
-            fine_tuning.use_run_record()
+        run_record.follow(run_swag.Settings(output_dir=str(tmp_path), vocab_file=given,
+                                            given=frozenset({"vocab_file"})), record)
         warned[given] = [line for line in log_lines if "differs" in line]
     assert warned == {"vocab.txt": [], "./vocab.txt": [], copy: [], other: [
         "--vocab_file=%s differs from the training run's %s in %s; using %s"

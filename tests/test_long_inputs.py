@@ -12,17 +12,20 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import errors
-import input_packing
-import input_pipeline
+from scriptkit import checkpoints
+from scriptkit import classifier_features
+from scriptkit import errors
+from scriptkit import input_packing
+from scriptkit import input_pipeline
+from scriptkit import long_inputs
 import modeling
 import run_classifier
-import serving
+from scriptkit import serving
+from scriptkit import settings as settings_lib
 import test_run_classifier
 import tiny
 import tokenization
-import training
+from scriptkit import training
 
 FILLER = ["w%d" % i for i in range(40)]
 SIGNALS = ["alpha", "beta"]
@@ -42,19 +45,19 @@ def test_window_spans_hand_worked():
 def test_first_text_windows_keep_the_second_text_whole():
     a = ["a%d" % i for i in range(10)]
     # One text: 8 - 2 = 6 pieces a window, starting 3 apart.
-    assert run_classifier.first_text_windows(a, None, 8, 3) == [a[0:6], a[3:9], a[6:10]]
+    assert long_inputs.first_text_windows(a, None, 8, 3) == [a[0:6], a[3:9], a[6:10]]
     # A pair: 8 - 3 - 2 = 3 pieces of the first text next to the second.
-    assert run_classifier.first_text_windows(a, ["b0", "b1"], 8, 3) == [
+    assert long_inputs.first_text_windows(a, ["b0", "b1"], 8, 3) == [
         a[0:3], a[3:6], a[6:9], a[9:10]]
-    assert run_classifier.first_text_windows(a[:2], None, 8, 3) == [a[:2]]
-    assert run_classifier.first_text_windows([], None, 8, 3) == [[]]
+    assert long_inputs.first_text_windows(a[:2], None, 8, 3) == [a[:2]]
+    assert long_inputs.first_text_windows([], None, 8, 3) == [[]]
     # No room left by the second text: None (the caller cuts instead).
-    assert run_classifier.first_text_windows(a, ["b"] * 5, 8, 3) is None
+    assert long_inputs.first_text_windows(a, ["b"] * 5, 8, 3) is None
 
 
 def test_graph_windows_equal_the_scripts(tmp_path):
     """serving.first_text_windows (the exports') makes the windows of
-    run_classifier.first_text_windows (--do_predict's), input by input:
+    long_inputs.first_text_windows (--do_predict's), input by input:
     single texts, pairs, pairs whose second text leaves no room, empty
     texts, with and without --max_windows."""
     rng = random.Random(5)
@@ -73,8 +76,8 @@ def test_graph_windows_equal_the_scripts(tmp_path):
                 pieces[0], pieces[1], max_seq_length, stride, max_windows))
         expected_a, expected_b, expected_index = [], [], []
         for index, (a, b) in enumerate(cases):
-            windows = run_classifier.first_text_windows(a, b, max_seq_length, stride,
-                                                        max_windows) or [a]
+            windows = long_inputs.first_text_windows(a, b, max_seq_length, stride,
+                                                     max_windows) or [a]
             expected_a += [[vocab[t] for t in w] for w in windows]
             expected_b += [[vocab[t] for t in b]] * len(windows)
             expected_index += [index] * len(windows)
@@ -86,14 +89,14 @@ def test_graph_windows_equal_the_scripts(tmp_path):
 def test_aggregate_windows_hand_worked():
     values = [[1.0, 5.0], [3.0, 1.0], [7.0, 0.0], [2.0, 2.0], [0.0, 0.0]]
     example_of_record = [0, 0, 1, 2, -1]  # The last is padding.
-    assert run_classifier.aggregate_windows(values, example_of_record, 3, "mean").tolist() == [
+    assert long_inputs.aggregate_windows(values, example_of_record, 3, "mean").tolist() == [
         [2.0, 3.0], [7.0, 0.0], [2.0, 2.0]]
-    assert run_classifier.aggregate_windows(values, example_of_record, 3, "max").tolist() == [
+    assert long_inputs.aggregate_windows(values, example_of_record, 3, "max").tolist() == [
         [3.0, 5.0], [7.0, 0.0], [2.0, 2.0]]
-    assert run_classifier.aggregate_windows(values, example_of_record, 3, "first").tolist() == [
+    assert long_inputs.aggregate_windows(values, example_of_record, 3, "first").tolist() == [
         [1.0, 5.0], [7.0, 0.0], [2.0, 2.0]]
-    assert run_classifier.aggregate_windows([0.5, 1.5, 4.0], [0, 0, 1], 2,
-                                            "mean").tolist() == [1.0, 4.0]
+    assert long_inputs.aggregate_windows([0.5, 1.5, 4.0], [0, 0, 1], 2,
+                                         "mean").tolist() == [1.0, 4.0]
 
 
 def test_example_losses_equal_the_model_heads():
@@ -106,14 +109,14 @@ def test_example_losses_equal_the_model_heads():
     probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     expected = -np.log(probabilities[[0, 1], labels])
     np.testing.assert_allclose(
-        run_classifier.example_losses(probabilities, logits, labels, Task), expected)
+        long_inputs.example_losses(probabilities, logits, labels, Task), expected)
     Task.is_multi_label = True
     p = np.array([[0.9, 0.2]])
-    np.testing.assert_allclose(run_classifier.example_losses(p, None, np.array([[1, 0]]), Task),
+    np.testing.assert_allclose(long_inputs.example_losses(p, None, np.array([[1, 0]]), Task),
                                [-(np.log(0.9) + np.log(0.8)) / 2])
     Task.is_multi_label, Task.is_regression = False, True
     np.testing.assert_allclose(
-        run_classifier.example_losses(np.array([1.5, 2.0]), None, np.array([1.0, 4.0]), Task),
+        long_inputs.example_losses(np.array([1.5, 2.0]), None, np.array([1.0, 4.0]), Task),
         [0.25, 4.0])
 
 
@@ -134,8 +137,8 @@ def test_windows_of_fitting_inputs_are_the_cut_features(tmp_path):
     cut = list(tf.io.tf_record_iterator(paths["cut"]))
     windows = list(tf.io.tf_record_iterator(paths["windows"]))
     assert windows[0] == cut[0]
-    features, was_cut = run_classifier.convert_example(1, long, ["0", "1"], 12, tokenizer,
-                                                       doc_stride=4)
+    features, was_cut = classifier_features.convert_example(1, long, ["0", "1"], 12, tokenizer,
+                                                            doc_stride=4)
     assert not was_cut
     ids = tokenizer.convert_tokens_to_ids
     for k, feature in enumerate(features):
@@ -143,7 +146,7 @@ def test_windows_of_fitting_inputs_are_the_cut_features(tmp_path):
         expected = ids(["[CLS]"]) + piece_ids + ids(["[SEP]", "w4", "w5", "[SEP]"])
         assert feature.input_ids == expected + [0] * (12 - len(expected))
         assert feature.segment_ids[:len(expected)] == [0] * (len(piece_ids) + 2) + [1] * 3
-    _, was_cut = run_classifier.convert_example(
+    _, was_cut = classifier_features.convert_example(
         1, run_classifier.InputExample("a-2", "w1", " ".join(FILLER[:12]), "1"), ["0", "1"],
         12, tokenizer, doc_stride=4)
     assert was_cut
@@ -174,7 +177,7 @@ def test_document_losses_equal_those_of_the_combined_predictions(kind, how):
     labels = {"single": np.array([2, 0, 1]), "regression": np.array([0.5, -1.0, 2.0]),
               "multi": np.array([[1, 0, 1], [0, 0, 1], [1, 1, 0]])}[kind]
     with tf.Graph().as_default(), tf.Session() as sess:
-        losses = sess.run(run_classifier.document_losses(
+        losses = sess.run(long_inputs.document_losses(
             tf.constant(window_logits, tf.float32), tf.constant(window_mask),
             tf.constant(labels), how, is_regression=kind == "regression",
             multi_label=kind == "multi"))
@@ -186,9 +189,9 @@ def test_document_losses_equal_those_of_the_combined_predictions(kind, how):
             predictions.append({"logits": logits, "scores": logits[0],
                                 "probabilities": 1 / (1 + np.exp(-logits))})
     example_of_record = [b for b, count in enumerate(counts) for _ in range(count)]
-    outputs, logits = run_classifier.example_outputs(
-        predictions, example_of_record, 3, _problem(kind), run_classifier.Windows(1, 0, how))
-    expected = run_classifier.example_losses(outputs, logits, labels, _problem(kind))
+    outputs, logits = long_inputs.example_outputs(
+        predictions, example_of_record, 3, _problem(kind), long_inputs.Windows(1, 0, how))
+    expected = long_inputs.example_losses(outputs, logits, labels, _problem(kind))
     np.testing.assert_allclose(losses, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -227,7 +230,7 @@ def test_document_model_is_the_window_model_combined():
     window_logits = window_logits.reshape(3, num_windows, 2)
     combined = np.stack([window_logits[b, :count].max(axis=0)
                          for b, count in enumerate(counts)])
-    np.testing.assert_allclose(per_example_loss, run_classifier.example_losses(
+    np.testing.assert_allclose(per_example_loss, long_inputs.example_losses(
         None, combined, labels, _problem("single")), rtol=1e-5)
     np.testing.assert_allclose(results[True][0], per_example_loss, rtol=1e-5)
     for fixed, gathered in zip(results[True][1], results[False][1]):
@@ -520,6 +523,23 @@ def test_document_loss_with_training_options(long_task):
     assert checkpoints.checkpoint_step(tf.train.latest_checkpoint(output_dir)) == 3
 
 
+def test_window_flags_given_without_doc_stride_are_refused_at_any_value():
+    """Without --doc_stride, a window flag the command line gives is refused
+    even at its default (it would be ignored), as is one that differs from
+    its default (a run record's); unset, they make no Windows."""
+    assert long_inputs.Windows.from_settings(run_classifier.Settings()) is None
+    for name, value in (("window_aggregation", "mean"), ("max_windows", 0)):
+        with pytest.raises(errors.InputError, match="--%s is for --doc_stride" % name):
+            long_inputs.Windows.from_settings(run_classifier.Settings(
+                **{name: value}, given=frozenset({name})))
+    with pytest.raises(errors.InputError, match="--window_loss is for --doc_stride"):
+        long_inputs.Windows.from_settings(run_classifier.Settings(window_loss="document"))
+    windows = long_inputs.Windows.from_settings(run_classifier.Settings(
+        doc_stride=8, max_windows=2, window_aggregation="max", given=frozenset({"doc_stride"})))
+    assert (windows.doc_stride, windows.max_windows, windows.aggregation, windows.loss) == (
+        8, 2, "max", "window")
+
+
 def test_window_flags_need_doc_stride(long_task):
     common = dict(data_dir=long_task["data_dir"], vocab_file=long_task["vocab"],
                   bert_config_file=long_task["config"],
@@ -582,7 +602,8 @@ def test_default_length_buckets():
         from absl.testing import flagsaver
         with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=max_seq_length,
                                  use_tpu=False, **values):
-            return input_pipeline.length_buckets_from_flags(run_classifier.FLAGS)
+            return input_pipeline.length_buckets_of(
+                settings_lib.from_flags(run_classifier.Settings))
 
     run_classifier  # noqa: B018  (defines the flags)
     assert buckets(128) == (16, 32, 48, 64, 80, 96, 112, 128)
@@ -595,11 +616,12 @@ def test_default_length_buckets():
     with pytest.raises(errors.InputError, match="--length_buckets"):
         from absl.testing import flagsaver
         with flagsaver.flagsaver(dynamic_padding=False, length_buckets=["32"]):
-            input_pipeline.length_buckets_from_flags(run_classifier.FLAGS)
+            input_pipeline.length_buckets_of(settings_lib.from_flags(run_classifier.Settings))
     from absl.testing import flagsaver
     with flagsaver.flagsaver(dynamic_padding=True, max_seq_length=128, use_tpu=True,
                              length_buckets=None):
-        assert input_pipeline.length_buckets_from_flags(run_classifier.FLAGS) is None
+        assert input_pipeline.length_buckets_of(
+            settings_lib.from_flags(run_classifier.Settings)) is None
 
 
 def test_dynamic_batches_read_the_same_inputs_cut_to_a_bucket(tmp_path):

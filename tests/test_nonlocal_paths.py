@@ -13,10 +13,14 @@ test writes under a fresh ram:// folder), and renaming a folder leaves its
 files behind (SavedModel exports are written locally and copied).
 """
 
+import errno
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -26,10 +30,10 @@ from absl import flags
 
 from absl.testing import flagsaver
 
-import errors
-import file_io
+from scriptkit import errors
+from scriptkit import file_io
 import modeling
-import output_lock
+from scriptkit import output_lock
 import tiny
 
 FLAGS = flags.FLAGS
@@ -249,6 +253,78 @@ def test_a_live_run_is_named_in_one_line(lock_dir):
             in message)
     assert file_io.read_file_bytes(lock_path(lock_dir)) == before
     assert not output_lock._HELD_LOCKS
+
+
+def test_a_live_run_of_another_user_is_refused(lock_dir, monkeypatch):
+    """Signal 0 to another user's process fails with "permission denied"
+    (EPERM): the process is there, so its run's lock is refused."""
+    holder = live_holder()
+    kill = os.kill
+
+    def kill_of_another_user(pid, signum):
+        if pid == holder["pid"]:
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+        return kill(pid, signum)
+
+    monkeypatch.setattr(os, "kill", kill_of_another_user)
+    write_lock(lock_dir, **holder)
+    with pytest.raises(errors.InputError, match=r"is in use by another training run \(pid %d "
+                       % holder["pid"]):
+        output_lock.lock_output_dir(lock_dir)
+    assert not output_lock._HELD_LOCKS
+
+
+# Run as another user: the lock of a run of this test's user (`pid`) in
+# `folder`. Everything is imported before the privileges are dropped (the
+# interpreter's own files may be readable by root only).
+_LOCK_AS_ANOTHER_USER = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+from scriptkit import output_lock
+from scriptkit.errors import InputError
+if {uid} is not None:
+    os.setgid({uid})
+    os.setuid({uid})
+try:
+    os.kill({pid}, 0)
+    signal = "allowed"
+except PermissionError:
+    signal = "EPERM"
+try:
+    output_lock.lock_output_dir({folder!r})
+    outcome = "taken over"
+except InputError as e:
+    outcome = str(e)
+print(json.dumps([signal, outcome]))
+"""
+
+
+def test_a_run_of_another_user_is_refused_by_a_process_that_cannot_signal_it():
+    """A real "permission denied": a process of another user (nobody, as
+    root runs the tests; else pid 1 where another user's) finds the lock
+    of a live run it may not signal, and must refuse it."""
+    if os.geteuid() == 0:
+        pid, uid = os.getpid(), 65534  # This process (root's), seen by nobody.
+    elif os.path.exists("/proc/1") and os.stat("/proc/1").st_uid != os.geteuid():
+        pid, uid = 1, None
+    else:
+        pytest.skip("neither root nor a process of another user here")
+    folder = tempfile.mkdtemp()
+    try:
+        os.chmod(folder, 0o777)
+        write_lock(folder, **dict(live_holder(), pid=pid,
+                                  process_start=output_lock._process_start(pid)))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        completed = subprocess.run(
+            [sys.executable, "-c", _LOCK_AS_ANOTHER_USER.format(root=root, uid=uid, pid=pid,
+                                                                folder=folder)],
+            capture_output=True, text=True, timeout=300)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        signal, outcome = json.loads(completed.stdout.splitlines()[-1])
+    finally:
+        shutil.rmtree(folder)
+    assert signal == "EPERM"  # What this test is about.
+    assert "is in use by another training run (pid %d on host" % pid in outcome, outcome
 
 
 def _dead_pid():

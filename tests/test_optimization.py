@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import mixed_precision
+from scriptkit import mixed_precision
 import optimization
 import test_training_options as training_option_tests
 

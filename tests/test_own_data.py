@@ -17,11 +17,12 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
-import errors
+from scriptkit import classifier_metrics
+from scriptkit import errors
 import modeling
-import own_data
+from scriptkit import own_data
 import run_classifier
-import script_runner
+from scriptkit import script_runner
 import test_run_classifier
 import tiny
 import tokenization
@@ -37,7 +38,7 @@ def _write(path, text, mode="w"):
 
 
 def _processor(**settings):
-    return run_classifier.GenericProcessor(own_data.Settings(**settings))
+    return own_data.GenericProcessor(own_data.Settings(**settings))
 
 
 def _triples(examples):
@@ -238,25 +239,25 @@ def test_multi_label_f1_hand_worked():
     predictions = [[1, 0, 0], [0, 1, 1], [1, 0, 0], [0, 0, 0]]
     # Per label: 0: TP=2 FP=0 FN=0 -> F1 1; 1: TP=1 FP=0 FN=1 -> 2/3;
     # 2: TP=0 FP=1 FN=1 -> 0. Pooled: TP=3 FP=1 FN=2 -> 6/9.
-    assert own_data.micro_f1(labels, predictions) == pytest.approx(2 / 3)
-    assert own_data.macro_f1(labels, predictions) == pytest.approx((1 + 2 / 3 + 0) / 3)
+    assert classifier_metrics.micro_f1(labels, predictions) == pytest.approx(2 / 3)
+    assert classifier_metrics.macro_f1(labels, predictions) == pytest.approx((1 + 2 / 3 + 0) / 3)
     # A fourth label nobody has or predicts counts 0 in the macro mean only.
     labels4 = [row + [0] for row in labels]
     predictions4 = [row + [0] for row in predictions]
-    assert own_data.micro_f1(labels4, predictions4) == pytest.approx(2 / 3)
-    assert own_data.macro_f1(labels4, predictions4) == pytest.approx((1 + 2 / 3) / 4)
-    assert own_data.micro_f1([[0, 0]], [[0, 0]]) == 0.0
+    assert classifier_metrics.micro_f1(labels4, predictions4) == pytest.approx(2 / 3)
+    assert classifier_metrics.macro_f1(labels4, predictions4) == pytest.approx((1 + 2 / 3) / 4)
+    assert classifier_metrics.micro_f1([[0, 0]], [[0, 0]]) == 0.0
 
     # compute_metrics thresholds the probabilities (>= 0.5) and drops padding.
     probabilities = [[0.9, 0.2, 0.49], [0.1, 0.5, 0.7], [0.6, 0.3, 0.1], [0.2, 0.1, 0.3],
                      [0.9, 0.9, 0.9]]
-    result = run_classifier.compute_metrics(
+    result = classifier_metrics.compute_metrics(
         ("micro_f1", "macro_f1"), labels + [[0, 0, 0]], probabilities, [1, 1, 1, 1, 0],
         is_regression=False, threshold=0.5)
     assert result == {"eval_micro_f1": pytest.approx(2 / 3),
                       "eval_macro_f1": pytest.approx(5 / 9)}
     # At 0.8 only row 0's first label is predicted: TP=1 FP=0 FN=4 -> 2/6.
-    result = run_classifier.compute_metrics(
+    result = classifier_metrics.compute_metrics(
         ("micro_f1",), labels, probabilities[:4], [1, 1, 1, 1], False, threshold=0.8)
     assert result["eval_micro_f1"] == pytest.approx(1 / 3)
 
@@ -464,6 +465,31 @@ def test_three_classes_learned_far_above_majority(sentiment_run):
 
 
 @pytest.mark.slow
+def test_predict_reads_the_training_runs_own_files(sentiment_run, tmp_path):
+    """predict.py labels the run's own dev.csv and test.csv (column "text",
+    the default --text_column) with no flag: the export names the columns
+    its training run read; each line carries its row's id, in order."""
+    import test_predict
+    processor = _processor(data_dir=sentiment_run["data_dir"], id_column="id",
+                           output_dir=sentiment_run["output_dir"])
+    for split, examples in (("dev", processor.get_dev_examples(sentiment_run["data_dir"])),
+                            ("test", processor.get_test_examples(sentiment_run["data_dir"]))):
+        out = test_predict._predict(sentiment_run["export_dir"],
+                                    input_file=os.path.join(sentiment_run["data_dir"],
+                                                            split + ".csv"),
+                                    output_file=str(tmp_path / (split + ".jsonl")))
+        assert [o["id"] for o in out] == ["%s-%d" % (split, i) for i in range(len(examples))]
+        expected = _run_text_signature(sentiment_run["export_dir"], examples)
+        np.testing.assert_allclose([o["probabilities"] for o in out],
+                                   expected["probabilities"], atol=1e-5)
+    # Another id column, named by the flag, goes through under its name.
+    out = test_predict._predict(sentiment_run["export_dir"], id_column="text",
+                                input_file=os.path.join(sentiment_run["data_dir"], "test.csv"),
+                                output_file=str(tmp_path / "by_text.jsonl"))
+    assert out[0]["text"].endswith(", it said") and "id" not in out[0]
+
+
+@pytest.mark.slow
 def test_saved_model_and_prediction_without_training(sentiment_run, tmp_path):
     """The SavedModel gives test_results.tsv's probabilities; a later run
     that only predicts, from the checkpoint by --init_checkpoint and the test
@@ -530,9 +556,9 @@ def test_multi_label_end_to_end(tmp_path):
     served = _run_saved_model(export_dir, dev_features, "probabilities")
     gold = np.array([f.label_id for f in dev_features])
     assert result["eval_micro_f1"] == pytest.approx(
-        own_data.micro_f1(gold, served >= 0.5), abs=1e-6)
+        classifier_metrics.micro_f1(gold, served >= 0.5), abs=1e-6)
     assert result["eval_macro_f1"] == pytest.approx(
-        own_data.macro_f1(gold, served >= 0.5), abs=1e-6)
+        classifier_metrics.macro_f1(gold, served >= 0.5), abs=1e-6)
     # The text signature: the test texts' probabilities, and the labels at
     # or above the threshold, in label order, then "".
     text = _run_text_signature(export_dir, processor.get_test_examples(data_dir))
@@ -659,6 +685,19 @@ def test_bad_jsonl_and_regression_rows(good_inputs, tmp_path):
 def test_bad_flags(good_inputs, change, message):
     good_inputs.update(change)
     tiny.assert_input_error(run_main, good_inputs, message)
+
+
+def test_own_data_flags_for_another_task_are_refused_against_the_scripts_defaults():
+    """check_flags_unused compares with the defaults of the script's
+    settings: a flag of own data that differs from its default is refused
+    for a GLUE task; at its default, or for generic, it passes."""
+    own_data.check_flags_unused("mrpc", run_classifier.Settings(task_name="mrpc"))
+    own_data.check_flags_unused("generic", run_classifier.Settings(text_column="review"))
+    for change in (dict(text_column="review"), dict(multi_label_threshold=0.7),
+                   dict(train_file="t.csv")):
+        name = next(iter(change))
+        with pytest.raises(errors.InputError, match="--%s is for --task_name=generic" % name):
+            own_data.check_flags_unused("mrpc", run_classifier.Settings(**change))
 
 
 def test_one_label_in_training_file(good_inputs):

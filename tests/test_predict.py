@@ -19,16 +19,18 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-import errors
-import exported_model
+from scriptkit import serving
+from scriptkit import errors
+from scriptkit import exported_model
 import modeling
 import predict
-import rest_api
-import rest_server
+from scriptkit import rest_api
+from scriptkit import rest_server
 import run_classifier
 import run_ner
 import run_swag
 import test_serving
+import tiny
 
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,16 +50,18 @@ def exports(tmp_path_factory):
     run_ner.write_labels(labels_path, "iob2", ["PER", "LOC"])
     return {
         "pair": run_classifier.export_model(
-            config, run_classifier.MrpcProcessor(), ["0", "1"], files["classifier"],
-            str(tmp / "pair"), vocab, True, max_seq_length=length),
+            serving.ExportSource(config, files["classifier"], str(tmp / "pair"), vocab, True,
+                                 max_seq_length=length),
+            run_classifier.MrpcProcessor(), ["0", "1"]),
         "single": run_classifier.export_model(
-            config, run_classifier.ColaProcessor(), ["bad", "good"], files["classifier"],
-            str(tmp / "single"), vocab, True, max_seq_length=length),
+            serving.ExportSource(config, files["classifier"], str(tmp / "single"), vocab, True,
+                                 max_seq_length=length),
+            run_classifier.ColaProcessor(), ["bad", "good"]),
         "ner": run_ner.export_model(
             config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2", files["ner"],
             str(tmp / "ner"), labels_path, vocab, True, max_seq_length=16, doc_stride=4),
-        "swag": run_swag.export_model(config, files["swag"], str(tmp / "swag"), vocab, True,
-                                      max_seq_length=length)}
+        "swag": run_swag.export_model(serving.ExportSource(
+            config, files["swag"], str(tmp / "swag"), vocab, True, max_seq_length=length))}
 
 
 def _direct(export_dir, inputs):
@@ -75,7 +79,7 @@ def _predict(export_dir, cached=True, **flag_values):
     export loaded by an earlier call is used again."""
     values = dict(model_dir=export_dir, input_file=None, output_file=None, batch_size=32,
                   skip_malformed_rows=False, input_format="auto", input_columns=None,
-                  signature_name="serving_default", port=None)
+                  id_column=None, signature_name="serving_default", port=None)
     values.update(flag_values)
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
@@ -129,25 +133,54 @@ def test_labels_json_lines_tsv_and_csv_as_the_signature_does(exports, tmp_path):
                                    expected["probabilities"], atol=1e-5, err_msg=name)
         assert [o["labels"] for o in out] == [x.decode() for x in expected["labels"]]
         assert [o["label_ids"] for o in out] == list(expected["label_ids"])
+        # The id field goes through as it is; other fields do not.
+        assert [o.get("id") for o in out] == (list(range(len(PAIRS))) if name == "in.jsonl"
+                                              else [None] * len(PAIRS)), name
+        assert "label" not in out[0]
+
+
+def _predict_stdin(export_dir, text, capsys, monkeypatch, **flag_values):
+    """Runs predict.main on standard input `text` (a str); returns the JSON
+    objects it wrote to standard output and the log's messages."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    values = dict(model_dir=export_dir, input_file=None, output_file=None, batch_size=2,
+                  skip_malformed_rows=False, input_format="auto", input_columns=None,
+                  id_column=None, signature_name="serving_default", port=None)
+    values.update(flag_values)
+    with flagsaver.flagsaver(**values), tiny.LogMessages.collecting() as log:
+        predict.main([])
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()], log.text
 
 
 @pytest.mark.slow
 def test_labels_standard_input_one_text_per_line(exports, monkeypatch, capsys):
-    texts = ["The film is good.", "", "中文 film", "go\u200bod"]
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(
-        "\n".join(texts).encode("utf-8"))))
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(model_dir=exports["single"], input_file=None, output_file=None,
-                             batch_size=2, skip_malformed_rows=False, input_format="auto",
-                             input_columns=None, signature_name="serving_default", port=None):
-        predict.main([])
-    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    kept = [t for t in texts if t]  # Blank lines are skipped.
-    expected = _direct(exports["single"], {"text_a": kept})
+    """Standard input is one text per line, whatever its first line holds:
+    a line "text" or a JSON object is a text too (with a hint for the
+    latter), blank lines are empty texts, and lines out equal lines in."""
+    texts = ["text", "The film is good.", "", "中文 film", "go\u200bod",
+             "Ask me anything, text"]
+    out, log = _predict_stdin(exports["single"], "\n".join(texts) + "\n", capsys,
+                              monkeypatch)
+    expected = _direct(exports["single"], {"text_a": texts})
     np.testing.assert_allclose([o["probabilities"] for o in out], expected["probabilities"],
                                atol=1e-5)
     assert {o["labels"] for o in out} <= {"bad", "good"}
+    assert "<stdin>: 6 inputs (one text per line)" in log
+    assert "Standard output: 6 lines, one per input: 6 labelled" in log
+    assert "JSON Lines" not in log
+    out, log = _predict_stdin(exports["single"], '{"text_a": "good"}\nfilm\n', capsys,
+                              monkeypatch)
+    np.testing.assert_allclose(
+        [o["probabilities"] for o in out],
+        _direct(exports["single"], {"text_a": ['{"text_a": "good"}', "film"]})[
+            "probabilities"], atol=1e-5)
+    assert "Standard input is read as one text per line; --input_format=jsonl reads it as " \
+        "JSON Lines" in log
+    out, _ = _predict_stdin(exports["single"], '{"text_a": "good", "id": "a"}\n', capsys,
+                            monkeypatch, input_format="jsonl")
+    assert out[0]["id"] == "a" and out[0]["labels"] in ("bad", "good")
 
 
 @pytest.mark.slow
@@ -187,6 +220,25 @@ def test_multiple_choice_batches_hold_one_number_of_choices(exports, tmp_path):
                                expected["probabilities"], atol=1e-5)
 
 
+@pytest.mark.slow
+def test_swag_release_csv_needs_no_flag(exports, tmp_path):
+    """SWAG's own CSV (sent1, sent2, ending0..ending3) is read as it is, its
+    endings the model's list of choices."""
+    header = ",".join(run_swag.SWAG_COLUMNS)
+    rows = [row for row in test_serving.SWAG_ROWS if len(row[2]) == 4]
+    lines = [header] + [",".join(["%d" % i, "v", "f", "s", '"%s"' % c, '"%s"' % q]
+                                 + ["g"] + ['"%s"' % e for e in endings])
+                        for i, (c, q, endings) in enumerate(rows)]
+    (tmp_path / "val.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = _predict(exports["swag"], input_file=str(tmp_path / "val.csv"),
+                   output_file=str(tmp_path / "out.jsonl"))
+    expected = _direct(exports["swag"], {"context": [r[0] for r in rows],
+                                         "question": [r[1] for r in rows],
+                                         "endings": [r[2] for r in rows]})
+    np.testing.assert_allclose([o["probabilities"] for o in out], expected["probabilities"],
+                               atol=1e-5)
+
+
 def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_bytes(b'{"text_a": "good", "text_b": "film"}\n'
@@ -202,14 +254,22 @@ def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
     assert not os.path.exists(output)  # Nothing written half.
     out = _predict(exports["pair"], input_file=str(path), output_file=output,
                    skip_malformed_rows=True)
-    assert len(out) == 2
-    # A first line that is not UTF-8: named, then skipped once.
+    # Every input has its line, in order: the refused ones say why.
+    assert [o.get("error") for o in out] == [
+        None, "%s, line 2: input text_a: expected text, got 5" % path,
+        "%s, line 3: no text_b (nor #2 String)" % path,
+        "%s, line 4: not valid JSON (Expecting value: line 1 column 1 (char 0))" % path,
+        "%s, line 5: not valid UTF-8 (invalid continuation byte)" % path, None]
+    assert "probabilities" in out[0] and "probabilities" in out[5]
+    assert "probabilities" not in out[1]
+    # A first line that is not UTF-8: named, then an error line.
     first_bad = tmp_path / "first_bad.jsonl"
     first_bad.write_bytes(b'\xff{"text_a": "x"}\n{"text_a": "good", "text_b": "film"}\n')
     with pytest.raises(errors.InputError, match=r"first_bad\.jsonl, line 1: not valid UTF-8"):
         _predict(exports["pair"], input_file=str(first_bad), output_file=output)
-    assert len(_predict(exports["pair"], input_file=str(first_bad), output_file=output,
-                        skip_malformed_rows=True)) == 1
+    out = _predict(exports["pair"], input_file=str(first_bad), output_file=output,
+                   skip_malformed_rows=True)
+    assert len(out) == 2 and "error" in out[0] and "error" not in out[1]
     with pytest.raises(errors.InputError, match=r"one text per line fits a model with one "
                                                   r"text input; signature serving_default "
                                                   r"takes text_a, text_b"):
@@ -224,55 +284,90 @@ def test_bad_rows_name_file_and_line_and_stop_or_are_skipped(exports, tmp_path):
 SST2_ROWS = [("the film is good", "1"), ("中文 film\u3000is bad", "0"), ("go\u200bod", "1")]
 
 
-def test_a_header_naming_no_input_is_refused_or_mapped(exports, tmp_path):
-    """A TSV or CSV file whose header names none of the model's inputs is
-    refused in one line naming the inputs and the columns (by the file's
-    extension, or a first line holding a tab), or read with its columns
-    mapped by --input_columns; each line is one text with
-    --input_format=text, tabs and all."""
+def test_the_training_files_columns_need_no_flag(exports, tmp_path):
+    """A file laid out as the task's data files (GLUE CoLA/SST-2's
+    "sentence" column, MRPC's "#1 String" and "#2 String") is read as it
+    is, its first row the header; the signature's own names are read too."""
     sentences = [s for s, _ in SST2_ROWS]
     expected = _direct(exports["single"], {"text_a": sentences})["probabilities"]
-    tsv = "sentence\tlabel\n" + "".join("%s\t%s\n" % row for row in SST2_ROWS)
-    files = {"dev.tsv": tsv, "dev.txt": tsv,
-             "dev.csv": "sentence,label\n" + "".join('"%s",%s\n' % row for row in SST2_ROWS)}
+    files = {"dev.tsv": "sentence\tlabel\n" + "".join("%s\t%s\n" % row for row in SST2_ROWS),
+             "dev.csv": "label,sentence\n" + "".join('%s,"%s"\n' % (label, text)
+                                                     for text, label in SST2_ROWS),
+             "dev.jsonl": "".join(json.dumps({"sentence": t}) + "\n" for t, _ in SST2_ROWS),
+             "own.jsonl": "".join(json.dumps({"text_a": t}) + "\n" for t, _ in SST2_ROWS)}
     output = str(tmp_path / "out.jsonl")
     for name, content in files.items():
         (tmp_path / name).write_text(content, encoding="utf-8")
-        with pytest.raises(errors.InputError, match=re.escape(
+        out = _predict(exports["single"], input_file=str(tmp_path / name), output_file=output)
+        np.testing.assert_allclose([o["probabilities"] for o in out], expected, atol=1e-5,
+                                   err_msg=name)
+    (tmp_path / "mrpc.tsv").write_text(
+        "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        + "".join("1\t%d\t%d\t%s\t%s\n" % (i, i, a, b) for i, (a, b) in enumerate(PAIRS)),
+        encoding="utf-8")
+    out = _predict(exports["pair"], input_file=str(tmp_path / "mrpc.tsv"), output_file=output)
+    np.testing.assert_allclose(
+        [o["probabilities"] for o in out],
+        _direct(exports["pair"], {"text_a": [a for a, _ in PAIRS],
+                                  "text_b": [b for _, b in PAIRS]})["probabilities"], atol=1e-5)
+
+
+def test_a_header_naming_no_input_is_refused_or_mapped(exports, tmp_path):
+    """A TSV or CSV file whose header names none of the model's inputs is
+    refused in one line naming the inputs and the columns, with the flag
+    that maps one (--input_columns), or read with its columns mapped; a
+    .txt file is one text per line, its first line too, tabs and all."""
+    sentences = [s for s, _ in SST2_ROWS]
+    expected = _direct(exports["single"], {"text_a": sentences})["probabilities"]
+    files = {"dev.tsv": "review\tlabel\n" + "".join("%s\t%s\n" % row for row in SST2_ROWS),
+             "dev.csv": "review,label\n" + "".join('"%s",%s\n' % row for row in SST2_ROWS)}
+    output = str(tmp_path / "out.jsonl")
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+        with pytest.raises(errors.InputError, match="^" + re.escape(
                 "%s, line 1: the header names no column for the model's input text_a (it "
-                "takes text_a; columns found: 'sentence', 'label'): map one with "
-                "--input_columns=COLUMN:text_a" % (tmp_path / name))):
+                "takes text_a; looked for text_a or sentence; columns found: 'review', "
+                "'label'): map one with --input_columns=COLUMN:text_a" % (tmp_path / name))
+                + "$"):
             _predict(exports["single"], input_file=str(tmp_path / name), output_file=output)
         out = _predict(exports["single"], input_file=str(tmp_path / name), output_file=output,
-                       input_columns="sentence:text_a")
+                       input_columns="review:text_a")
         assert len(out) == len(SST2_ROWS), name
         np.testing.assert_allclose([o["probabilities"] for o in out], expected, atol=1e-5,
                                    err_msg=name)
     # JSON Lines fields too; an input the model lacks is named.
-    (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"sentence": s}) + "\n"
+    (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"review": s}) + "\n"
                                                 for s in sentences), encoding="utf-8")
     out = _predict(exports["single"], input_file=str(tmp_path / "dev.jsonl"),
-                   output_file=output, input_columns=" sentence : text_a ")
+                   output_file=output, input_columns=" review : text_a ")
     np.testing.assert_allclose([o["probabilities"] for o in out], expected, atol=1e-5)
     with pytest.raises(errors.InputError, match=r"--input_columns: the signature "
                                                   r"serving_default has no input text_b "
                                                   r"\(it takes text_a\)"):
         _predict(exports["single"], input_file=str(tmp_path / "dev.jsonl"),
-                 output_file=output, input_columns="sentence:text_b")
-    with pytest.raises(errors.InputError, match=r"header has no column sentence "
+                 output_file=output, input_columns="review:text_b")
+    with pytest.raises(errors.InputError, match=r"header has no column review "
                                                   r"\(--input_columns\); columns found: "
                                                   r"'text', 'label'"):
         (tmp_path / "other.tsv").write_text("text\tlabel\na\t1\n")
         _predict(exports["single"], input_file=str(tmp_path / "other.tsv"),
-                 output_file=output, input_columns="sentence:text_a")
-    # One text per line, tabs kept in the texts.
-    (tmp_path / "lines.txt").write_text("a\tgood film\nbad\tfilm\t!\n", encoding="utf-8")
-    out = _predict(exports["single"], input_file=str(tmp_path / "lines.txt"),
-                   output_file=output, input_format="text")
-    np.testing.assert_allclose(
-        [o["probabilities"] for o in out],
-        _direct(exports["single"], {"text_a": ["a\tgood film", "bad\tfilm\t!"]})[
-            "probabilities"], atol=1e-5)
+                 output_file=output, input_columns="review:text_a")
+    # One text per line, tabs kept in the texts: the first line is no header.
+    lines = ["text", "a\tgood film", "bad\tfilm\t!"]
+    for name, flag in (("lines.txt", "auto"), ("lines.data", "text")):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        out = _predict(exports["single"], input_file=str(tmp_path / name),
+                       output_file=output, input_format=flag)
+        np.testing.assert_allclose(
+            [o["probabilities"] for o in out],
+            _direct(exports["single"], {"text_a": lines})["probabilities"], atol=1e-5)
+    # Other extensions are not guessed at: the flag says.
+    with pytest.raises(errors.InputError, match="^" + re.escape(
+            "--input_file %s: its extension tells no format (.jsonl, .ndjson, .json, .tsv, "
+            ".csv or .txt): give --input_format=jsonl, tsv, csv or text"
+            % (tmp_path / "lines.data")) + "$"):
+        _predict(exports["single"], input_file=str(tmp_path / "lines.data"),
+                 output_file=output)
 
 
 def _refused_before_loading(exports, monkeypatch, message, **flag_values):
@@ -320,6 +415,24 @@ def test_output_file_checks_and_its_folder(exports, tmp_path, monkeypatch):
     assert len(out) == 2
 
 
+def test_id_column_is_checked_before_the_model_runs(exports, tmp_path, monkeypatch):
+    """--id_column names a field: refused for one text per line before the
+    model loads, and where it names an input or output of the model."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good film\n", encoding="utf-8")
+    _refused_before_loading(exports, monkeypatch, r"^--id_column names a field or column; "
+                            r".*texts\.txt is one text per line$", input_file=str(texts),
+                            output_file=str(tmp_path / "out"), id_column="key")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"text_a": "good", "labels": "x"}) + "\n")
+    for field, kind in (("labels", "output"), ("text_a", "input")):
+        with pytest.raises(errors.InputError, match=r"^--id_column=%s: the signature "
+                                                      r"serving_default has an %s of that "
+                                                      r"name$" % (field, kind)):
+            _predict(exports["single"], input_file=str(rows),
+                     output_file=str(tmp_path / "out"), id_column=field)
+
+
 def test_every_malformed_line_is_named_and_skipped(exports, tmp_path):
     """Lines ending in a lone carriage return are lines; a JSON line nested
     100,000 deep, a lone surrogate, a list for a text and ids the model
@@ -340,9 +453,13 @@ def test_every_malformed_line_is_named_and_skipped(exports, tmp_path):
     path.write_bytes(b"\r".join([good] + [line for line, _ in bad] + [good]))
     out = _predict(exports["pair"], input_file=str(path), output_file=output,
                    skip_malformed_rows=True)
+    errors_written = [o.get("error") for o in out]
+    assert errors_written[0] is None and errors_written[-1] is None
+    for number, (_, message) in enumerate(bad, 2):
+        assert errors_written[number - 1].startswith("%s, line %d: %s" % (path, number, message))
     expected = _direct(exports["pair"], {"text_a": ["good"] * 2, "text_b": ["film"] * 2})
-    np.testing.assert_allclose([o["probabilities"] for o in out], expected["probabilities"],
-                               atol=1e-5)
+    np.testing.assert_allclose([o["probabilities"] for o in (out[0], out[-1])],
+                               expected["probabilities"], atol=1e-5)
     # A TSV file with old Mac line endings.
     (tmp_path / "mac.tsv").write_bytes(b"text_a\ttext_b\rgood\tfilm\r\rgood\tfilm\r")
     out = _predict(exports["pair"], input_file=str(tmp_path / "mac.tsv"), output_file=output)
@@ -358,7 +475,8 @@ def test_every_malformed_line_is_named_and_skipped(exports, tmp_path):
                  signature_name="serving_ids")
     out = _predict(exports["pair"], input_file=str(ids), output_file=output,
                    signature_name="serving_ids", skip_malformed_rows=True)
-    assert len(out) == 2
+    assert len(out) == 3 and re.match(r".*ids\.jsonl, line 2: .*1000000", out[1]["error"])
+    assert "error" not in out[0] and "error" not in out[2]
 
 
 @pytest.mark.slow
@@ -432,6 +550,13 @@ def test_server_answers_as_tensorflow_serving(server):
         "signature_name": "serving_ids",
         "inputs": {"input_ids": ids, "input_mask": [[1] * 4], "segment_ids": [[0] * 4]}})
     assert status == 200 and np.array(answer["outputs"]).shape == (1, 2), answer
+    # An instance's id comes back in its prediction, as it was sent.
+    status, answer = _call(url + "/v1/models/mrpc:predict", {"instances": [
+        dict(instances[0], id="row-1"), instances[1], dict(instances[2], id={"n": [3]})]})
+    assert status == 200, answer
+    assert [p.get("id") for p in answer["predictions"]] == ["row-1", None, {"n": [3]}]
+    np.testing.assert_allclose([p["probabilities"] for p in answer["predictions"]],
+                               expected["probabilities"][:3], atol=1e-5)
     status, answer = _call(url + "/v1/models/mrpc")
     assert (status, answer) == (200, {"model_version_status": [{
         "version": version, "state": "AVAILABLE",

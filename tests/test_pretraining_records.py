@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from google import protobuf
 
-import pretraining_records as records
+from scriptkit import pretraining_records as records
 import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,7 +144,7 @@ def test_schema():
 
 
 def test_module_does_not_import_tensorflow():
-    code = ("import sys, pretraining_records as r\n"
+    code = ("import sys\nfrom scriptkit import pretraining_records as r\n"
             "e = r.ExampleEncoder(10, 8, 2).encode([2, 5, 3, 6, 3], 1, [1], [5], 0)\n"
             "r.frame_records([e]), r.decode_example(e)\n"
             "print('TF_LOADED', 'tensorflow' in sys.modules)")
@@ -366,7 +366,7 @@ def test_file_cut_inside_a_header(tmp_path):
     """TensorFlow's reader takes a file that ends inside a record header as
     ending before that record, without an error; the check of the input
     files catches it."""
-    import errors
+    from scriptkit import errors
     path, examples = damaged_file(str(tmp_path / "records.tfrecord"), "truncated_header")
     assert read_with_tensorflow(path) == examples[:1]
     with pytest.raises(errors.InputError, match="truncated"):

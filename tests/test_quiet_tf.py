@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import quiet_tf
+from scriptkit import quiet_tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,7 +65,8 @@ def _import_fake_tensorflow(tmp_path, env=None):
         "        os.write(2, b'E0000 cuda_platform.cc:52] failed call to cuInit: 303\\n')\n"
         "        return []\n"
         % ((NOISE[0] + "\n" + KEPT[0] + "\n").encode(), (NOISE[3] + "\n").encode()))
-    code = ("import sys; sys.path[:0] = [%r, %r]; import quiet_tf, tensorflow; "
+    code = ("import sys; sys.path[:0] = [%r, %r]; from scriptkit import quiet_tf; "
+            "import tensorflow; "
             "print('after the import', file=sys.stderr)" % (str(tmp_path), ROOT))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, **(env or {})), timeout=60)
@@ -97,8 +98,9 @@ def test_real_tensorflow_import_is_quiet():
     on a machine without a GPU."""
     if quiet_tf._HAS_NVIDIA_DEVICE:
         pytest.skip("this machine has an NVIDIA device: its CUDA messages are real")
-    code = ("import sys; sys.path.insert(0, %r); import quiet_tf, tensorflow as tf; "
-            "tf.config.list_physical_devices(); import runtime" % ROOT)
+    code = ("import sys; sys.path.insert(0, %r); from scriptkit import quiet_tf; "
+            "import tensorflow as tf; "
+            "tf.config.list_physical_devices(); from scriptkit import runtime" % ROOT)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -108,7 +110,7 @@ def test_real_tensorflow_import_is_quiet():
 _XLA_SCRIPT = """
 import sys
 sys.path.insert(0, %r)
-import quiet_tf
+from scriptkit import quiet_tf
 import numpy as np
 import tensorflow.compat.v1 as tf
 import bert_ops
@@ -167,7 +169,8 @@ def test_onednn_choice_is_made_before_tensorflow_loads(tmp_path):
         "    @staticmethod\n"
         "    def list_physical_devices(kind):\n"
         "        return []\n")
-    code = "import sys; sys.path[:0] = [%r, %r]; import quiet_tf" % (str(tmp_path), ROOT)
+    code = "import sys; sys.path[:0] = [%r, %r]; from scriptkit import quiet_tf" % (
+        str(tmp_path), ROOT)
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     expected = quiet_tf.use_onednn_by_default({})
     for extra, seen in (({}, expected), ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "0")):
@@ -183,7 +186,8 @@ def test_real_tensorflow_runs_onednn_on_x86_64_linux():
     oneDNN kernels on where quiet_tf chooses them, and off when asked."""
     if quiet_tf.use_onednn_by_default({}) is None:
         pytest.skip("oneDNN is left to TensorFlow's own choice on this platform")
-    code = ("import sys; sys.path.insert(0, %r); import quiet_tf, tensorflow; "
+    code = ("import sys; sys.path.insert(0, %r); from scriptkit import quiet_tf; "
+            "import tensorflow; "
             "from tensorflow.python.util import _pywrap_util_port; "
             "print(_pywrap_util_port.IsMklEnabled())" % ROOT)
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
@@ -246,12 +250,12 @@ def test_a_late_import_leaves_the_run_s_signal_handling_alone():
     SIGINT still stops the work."""
     import signal
 
-    import interrupts
+    from scriptkit import interrupts
     with interrupts.interrupts_caught():
         interrupts.hold_interrupts_until_run()
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
-    assert not interrupts._INTERRUPT["early"]
+    assert not interrupts.held_until_run()
 
 
 @pytest.mark.parametrize("main_name, in_worker, held", [
@@ -267,29 +271,31 @@ def test_only_a_script_s_own_process_holds_early_signals(monkeypatch, main_name,
     import signal
     import types
 
-    import interrupts
+    from scriptkit import interrupts
     main = types.ModuleType(main_name)
     main.__file__ = os.path.join(ROOT, "create_pretraining_data.py")
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(multiprocessing, "parent_process",
                         lambda: object() if in_worker else None)
     handlers = {signum: signal.getsignal(signum) for signum in interrupts.INTERRUPT_SIGNALS}
-    state = dict(interrupts._INTERRUPT)
     try:
         quiet_tf._hold_early_interrupts()
-        assert interrupts._INTERRUPT["early"] is held
+        assert interrupts.held_until_run() is held
     finally:
+        # As a script's run takes over the hold: its handlers leave with it.
+        with interrupts.interrupts_caught():
+            pass
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-        interrupts._INTERRUPT.clear()
-        interrupts._INTERRUPT.update(state)
+    assert not interrupts.held_until_run()
 
 
 @pytest.mark.slow
 def test_keras_loads_when_first_used():
     """Through quiet_tf, TensorFlow's import leaves Keras unloaded; Keras
     then loads, optimizers included, when the code first asks for it."""
-    code = ("import sys; sys.path.insert(0, %r); import quiet_tf, tensorflow as tf; "
+    code = ("import sys; sys.path.insert(0, %r); from scriptkit import quiet_tf; "
+            "import tensorflow as tf; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tf_keras')"
             "         and sys.modules[m] is not None)[:3]); "
             "step = tf.keras.optimizers.SGD(0.5); value = tf.Variable([2.0]); "

@@ -80,7 +80,8 @@ def _written_on_page(page, script):
 
 
 def _is_flag_script(source):
-    return (("flags.DEFINE_" in source or "shared_flags.define_flags" in source)
+    return (("flags.DEFINE_" in source or "shared_flags.define_flags" in source
+             or "shared_flags.define_settings_flags" in source)
             and "__main__" in source)
 
 

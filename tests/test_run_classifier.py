@@ -18,8 +18,12 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
-import errors
-import fine_tuning
+from scriptkit import classifier_metrics
+from scriptkit import errors
+from scriptkit import fine_tuning
+from scriptkit import run_record
+from scriptkit import settings as settings_lib
+import modeling
 import run_classifier
 import tiny
 import tokenization
@@ -498,41 +502,41 @@ def test_metrics_hand_computed():
     labels = [1, 1, 0, 0, 1]
     predictions = [1, 0, 0, 1, 1]
     # TP=2 FP=1 FN=1 TN=1.
-    assert run_classifier.accuracy(labels, predictions) == pytest.approx(0.6)
-    assert run_classifier.f1_score(labels, predictions) == pytest.approx(4 / 6)
+    assert classifier_metrics.accuracy(labels, predictions) == pytest.approx(0.6)
+    assert classifier_metrics.f1_score(labels, predictions) == pytest.approx(4 / 6)
     # (2*1 - 1*1) / sqrt(3*3*2*2) = 1/6.
-    assert run_classifier.matthews_corrcoef(labels, predictions) == pytest.approx(1 / 6)
-    assert run_classifier.matthews_corrcoef([1, 0, 1], [1, 0, 1]) == pytest.approx(1.0)
-    assert run_classifier.matthews_corrcoef([1, 0], [0, 1]) == pytest.approx(-1.0)
-    assert run_classifier.matthews_corrcoef([1, 0, 1], [1, 1, 1]) == 0.0   # undefined
-    assert run_classifier.f1_score([0, 0], [0, 0]) == 0.0                  # undefined
+    assert classifier_metrics.matthews_corrcoef(labels, predictions) == pytest.approx(1 / 6)
+    assert classifier_metrics.matthews_corrcoef([1, 0, 1], [1, 0, 1]) == pytest.approx(1.0)
+    assert classifier_metrics.matthews_corrcoef([1, 0], [0, 1]) == pytest.approx(-1.0)
+    assert classifier_metrics.matthews_corrcoef([1, 0, 1], [1, 1, 1]) == 0.0   # undefined
+    assert classifier_metrics.f1_score([0, 0], [0, 0]) == 0.0                  # undefined
     # dx = [-1.5,-.5,.5,1.5], dy = [-3,-1,0,4]: 11 / sqrt(5 * 26).
-    assert run_classifier.pearson_corr([1, 2, 3, 4], [2, 4, 5, 9]) == pytest.approx(
+    assert classifier_metrics.pearson_corr([1, 2, 3, 4], [2, 4, 5, 9]) == pytest.approx(
         11 / np.sqrt(130))
-    assert run_classifier.pearson_corr([1, 1, 1], [1, 2, 3]) == 0.0
+    assert classifier_metrics.pearson_corr([1, 1, 1], [1, 2, 3]) == 0.0
     # Ties get average ranks.
-    assert list(run_classifier.average_ranks([10, 20, 10, 30, 20, 20])) == [
+    assert list(classifier_metrics.average_ranks([10, 20, 10, 30, 20, 20])) == [
         1.5, 4, 1.5, 6, 4, 4]
     # Ranks x = [1, 2.5, 2.5, 4], y = [1, 3, 2, 4]: 4.5 / sqrt(4.5 * 5).
-    assert run_classifier.spearman_corr([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(
+    assert classifier_metrics.spearman_corr([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(
         4.5 / np.sqrt(22.5))
     # Monotonic but non-linear: Spearman 1, Pearson below 1.
-    assert run_classifier.spearman_corr([1, 2, 3, 4], [1, 4, 9, 100]) == pytest.approx(1.0)
-    assert run_classifier.pearson_corr([1, 2, 3, 4], [1, 4, 9, 100]) < 0.9
+    assert classifier_metrics.spearman_corr([1, 2, 3, 4], [1, 4, 9, 100]) == pytest.approx(1.0)
+    assert classifier_metrics.pearson_corr([1, 2, 3, 4], [1, 4, 9, 100]) < 0.9
 
 
 def test_compute_metrics_excludes_padding():
     probabilities = [[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.9, 0.1]]
     labels = [1, 0, 0, 1]
     real = [1, 1, 1, 0]   # The last row is padding (and would be an error).
-    result = run_classifier.compute_metrics(("f1", "matthews_corr"), labels, probabilities,
-                                            real, is_regression=False)
+    result = classifier_metrics.compute_metrics(("f1", "matthews_corr"), labels,
+                                                probabilities, real, is_regression=False)
     # Real rows: labels 1,0,0 predictions 1,0,1 -> TP=1 FP=1 TN=1 FN=0.
     assert result["eval_f1"] == pytest.approx(2 / 3)
     assert result["eval_matthews_corr"] == pytest.approx(1 / np.sqrt(2 * 1 * 2 * 1))
-    result = run_classifier.compute_metrics(("pearson", "spearman"), [1.0, 2.0, 3.0, 0.0],
-                                            [1.5, 2.5, 3.5, 99.0], [1, 1, 1, 0],
-                                            is_regression=True)
+    result = classifier_metrics.compute_metrics(("pearson", "spearman"), [1.0, 2.0, 3.0, 0.0],
+                                                [1.5, 2.5, 3.5, 99.0], [1, 1, 1, 0],
+                                                is_regression=True)
     assert result == {"eval_pearson": pytest.approx(1.0), "eval_spearman": pytest.approx(1.0)}
 
 
@@ -603,8 +607,7 @@ CLASSIFIER_FLAGS = dict(
     diagnostic_file=None, xnli_language="zh", labels=None, data_format="auto",
     has_header=True, text_column="text", text_b_column=None, label_column="label",
     id_column=None, regression=False, multi_label=False, label_separator="|",
-    multi_label_threshold=0.5, doc_stride=None, max_windows=0, window_aggregation="mean",
-    window_loss="window")
+    multi_label_threshold=0.5, doc_stride=None)
 
 
 def _flag_values(**overrides):
@@ -758,9 +761,9 @@ def test_saved_model_reproduces_estimator_predictions(mrpc_run):
                                                  "probabilities"), axis=1)
     labels = [f.label_id for f in dev]
     best = tiny.read_eval_results(os.path.join(mrpc_run["output_dir"], "best", "eval_results.txt"))
-    assert run_classifier.accuracy(labels, dev_predictions) == pytest.approx(
+    assert classifier_metrics.accuracy(labels, dev_predictions) == pytest.approx(
         best["eval_accuracy"], abs=1e-6)
-    assert run_classifier.f1_score(labels, dev_predictions) == pytest.approx(
+    assert classifier_metrics.f1_score(labels, dev_predictions) == pytest.approx(
         best["eval_f1"], abs=1e-6)
 
 
@@ -885,6 +888,40 @@ def test_evaluate_and_predict_under_a_distribution_strategy(mrpc_run, tmp_path):
     assert result["eval_accuracy"] > 0.9, result
 
 
+def _follow_record():
+    """The run record that a run without --do_train of the parsed flags
+    follows, and its settings (what `fine_tuning.prepare_run` reads)."""
+    settings = settings_lib.from_flags(run_classifier.Settings)
+    record = run_record.read(settings.output_dir, settings.init_checkpoint,
+                             "run_classifier.py")
+    return record, run_record.follow(settings, record)
+
+
+def test_another_scripts_record_beside_the_checkpoint_is_not_followed(tmp_path):
+    """A run record next to --init_checkpoint made by another script (a
+    pre-training run's, say) gives this script's run no settings; its own
+    script's is followed."""
+    checkpoint_dir = tmp_path / "pretrained"
+    checkpoint_dir.mkdir()
+    config = modeling.BertConfig.from_dict(tiny.tiny_config_dict(30))
+    run_record.write(str(checkpoint_dir), "run_pretraining.py", "pretraining",
+                                 config, {"max_seq_length": 16})
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(output_dir=str(tmp_path / "new"), do_train=False,
+                             init_checkpoint=str(checkpoint_dir)), \
+            tiny.LogMessages.collecting() as log:
+        record, settings = _follow_record()
+        assert record is None and settings.max_seq_length == 128
+        assert "Not following %s, the run record of run_pretraining.py" % (
+            checkpoint_dir / "run_config.json") in log.text
+        run_record.write(str(checkpoint_dir), "run_classifier.py",
+                                     "single_label_classification", config,
+                                     {"max_seq_length": 16}, labels=["0", "1"])
+        record, settings = _follow_record()
+        assert record.script == "run_classifier.py" and settings.max_seq_length == 16
+
+
 def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
     """Without --do_train, flags the command line leaves unset take the
     record's values; a given flag keeps its value, with one warning line;
@@ -904,13 +941,16 @@ def test_run_record_fills_unset_flags_and_warns_on_given_ones(tmp_path):
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=False, task_name="sst-2",
                                  init_checkpoint=None):
             before = (FLAGS.max_seq_length, FLAGS.do_lower_case)
-            read, settings = fine_tuning.use_run_record()
+            read, settings = _follow_record()
             values = (settings.task_name, settings.max_seq_length, settings.do_lower_case,
                       settings.vocab_file)
             # The flags themselves keep their parsed values.
             after = (FLAGS.max_seq_length, FLAGS.do_lower_case)
         with flagsaver.flagsaver(output_dir=str(tmp_path), do_train=True):
-            assert fine_tuning.use_run_record()[0] is None
+            # The record's config would stand in for --bert_config_file.
+            with pytest.raises(errors.InputError, match="--bert_config_file"):
+                fine_tuning.prepare_run(settings_lib.from_flags(run_classifier.Settings),
+                                        "run_classifier.py")
     finally:
         tf.logging.set_verbosity(verbosity)
         logging.getLogger("tensorflow").removeHandler(collector)
@@ -979,11 +1019,11 @@ def test_stsb_regression_end_to_end(tmp_path):
     # in repeated runs, so 1e-5 was flaky. The tolerances cover float32
     # run-to-run variation, two orders of magnitude below a real error.
     assert result["eval_loss"] == pytest.approx(np.mean((scores - labels) ** 2), rel=1e-4)
-    assert result["eval_pearson"] == pytest.approx(run_classifier.pearson_corr(labels, scores),
-                                                   abs=2e-4)
+    assert result["eval_pearson"] == pytest.approx(
+        classifier_metrics.pearson_corr(labels, scores), abs=2e-4)
     # Nearly tied scores may also swap ranks.
     assert result["eval_spearman"] == pytest.approx(
-        run_classifier.spearman_corr(labels, scores), abs=1e-3)
+        classifier_metrics.spearman_corr(labels, scores), abs=1e-3)
     with open(os.path.join(output_dir, "test_results.tsv")) as f:
         test_scores = [float(line) for line in f]
     assert len(test_scores) == 6

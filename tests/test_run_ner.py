@@ -13,7 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-import errors
+from scriptkit import errors
 import run_ner
 import tiny
 import tokenization

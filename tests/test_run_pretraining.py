@@ -2,6 +2,7 @@
 input pipeline, input checking, and short end-to-end runs (training shows
 learning; restoring a checkpoint with cls/* variables)."""
 
+import json
 import logging
 import os
 
@@ -11,15 +12,15 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 from absl.testing import flagsaver
 
-import checkpoints
-import dynamic_masking
-import errors
-import input_pipeline
+from scriptkit import checkpoints
+from scriptkit import dynamic_masking
+from scriptkit import errors
+from scriptkit import input_pipeline
 import modeling
 import optimization
-import pretraining_records
+from scriptkit import pretraining_records
 import run_pretraining
-import runtime
+from scriptkit import runtime
 import tiny
 
 FLAGS = flags.FLAGS
@@ -110,11 +111,11 @@ def setup(tmp_path_factory):
     enough to copy the repeated word, so each run builds a smaller graph)
     and data."""
     d = tmp_path_factory.mktemp("pretrain")
-    tiny.write_vocab(str(d), ["w%d" % i for i in range(NUM_WORDS)])
+    vocab = tiny.write_vocab(str(d), ["w%d" % i for i in range(NUM_WORDS)])
     config = tiny.write_config(str(d), VOCAB_SIZE, num_hidden_layers=1,
                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     data = write_records(str(d / "data.tfrecord"), make_instances(256))
-    return {"dir": d, "config": config, "data": data}
+    return {"dir": d, "config": config, "data": data, "vocab": vocab}
 
 
 def base_flags(setup, output_dir, **overrides):
@@ -535,7 +536,8 @@ _LIBRARY_SCRIPT = r"""
 import json, sys
 import tensorflow.compat.v1 as tf
 from absl import flags
-import modeling, run_pretraining, runtime
+import modeling, run_pretraining
+from scriptkit import runtime
 
 config_file, data_file, seq, pred = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 assert not flags.FLAGS.is_parsed()
@@ -598,9 +600,37 @@ def test_building_blocks_work_as_a_library_with_flags_unparsed(setup):
 def trained(setup):
     """Trains TRAIN_STEPS steps with --eval_at_start and --do_eval."""
     output_dir = str(setup["dir"] / "trained")
+    # The vocabulary and casing are for the run record only.
     run_main(**base_flags(setup, output_dir, do_train=True, do_eval=True,
-                          eval_at_start=True))
+                          eval_at_start=True, vocab_file=setup["vocab"], do_lower_case=False))
     return output_dir
+
+
+@pytest.mark.slow
+def test_run_record_is_what_a_conversion_needs(trained, setup, tmp_path):
+    """A training run records its model (config, sequence length, and the
+    vocabulary and casing the command line gave), and --to_hf of its
+    checkpoint needs no other flag."""
+    import convert_checkpoint
+    with open(os.path.join(trained, "run_config.json")) as f:
+        record = json.load(f)
+    with open(setup["config"]) as f:
+        config = json.load(f)
+    assert record["script"] == "run_pretraining.py"
+    assert record["problem_type"] == "pretraining" and record["labels"] is None
+    assert record["flags"] == {"vocab_file": os.path.abspath(setup["vocab"]),
+                               "do_lower_case": False, "max_seq_length": SEQ}
+    assert {k: record["bert_config"][k] for k in config} == config
+    hf = str(tmp_path / "hf")
+    result = convert_checkpoint.convert_to_hf(trained, hf)
+    assert result["architecture"] == "BertForPreTraining"
+    with open(os.path.join(hf, "tokenizer_config.json")) as f:
+        tokenizer_config = json.load(f)
+    assert tokenizer_config["do_lower_case"] is False
+    # Positions after the pre-training's sequences were not trained.
+    assert tokenizer_config["model_max_length"] == SEQ
+    with open(os.path.join(hf, "vocab.txt"), "rb") as f, open(setup["vocab"], "rb") as g:
+        assert f.read() == g.read()
 
 
 @pytest.mark.slow

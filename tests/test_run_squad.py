@@ -24,7 +24,7 @@ import run_squad
 import squad_evaluate
 import tiny
 import tokenization
-from errors import InputError
+from scriptkit.errors import InputError
 from tiny import write_config, write_vocab
 
 FLAGS = flags.FLAGS
@@ -466,12 +466,12 @@ def test_written_results_name_the_metric_as_the_log_and_file_do(tmp_path, versio
     """eval_results.json, its log lines and its "Wrote" line use the official
     scripts' name of the exact-match score: exact_match (SQuAD 1.1), exact
     (2.0)."""
-    import file_io
+    from scriptkit import file_io
     if version_2:
         dataset, predictions = _dataset(V2_QAS), V2_PREDS
     else:
         dataset, predictions = _dataset(V2_QAS[:2]), {"h1": "red dog", "h2": "cat"}
-    del file_io._OUTPUTS[:]
+    file_io.forget_outputs()
     result = squad_evaluate.run_evaluation(dataset, str(tmp_path), "the test set",
                                            all_predictions=predictions,
                                            version_2_with_negative=version_2)
@@ -479,8 +479,8 @@ def test_written_results_name_the_metric_as_the_log_and_file_do(tmp_path, versio
     assert list(result)[:2] == [name, "f1"]
     written = json.loads((tmp_path / "eval_results.json").read_text())
     assert list(written)[:2] == [name, "f1"]
-    ((path, what),) = file_io._OUTPUTS
-    del file_io._OUTPUTS[:]
+    ((path, what),) = file_io.reported_outputs()
+    file_io.forget_outputs()
     assert path == str(tmp_path / "eval_results.json")
     assert what == "%s = %s, f1 = %s" % (name, written[name], written["f1"])
 
@@ -1152,13 +1152,14 @@ def test_script_defaults_hold_whichever_script_defined_the_shared_flags():
     """--max_seq_length and --doc_stride are shared flags, defined once per
     process by the first script imported; each script's run still takes its
     own defaults where the command line leaves them unset."""
-    import fine_tuning
+    from scriptkit import fine_tuning
+    from scriptkit import settings as settings_lib
     import run_classifier
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(do_train=True):
         _, squad = fine_tuning.use_run_record(run_squad.FLAG_DEFAULTS)
-        _, classifier = fine_tuning.use_run_record(run_classifier.FLAG_DEFAULTS)
+        classifier = settings_lib.from_flags(run_classifier.Settings)
         with flagsaver.flagsaver(max_seq_length=64):
             _, given = fine_tuning.use_run_record(run_squad.FLAG_DEFAULTS)
     assert (squad.max_seq_length, squad.doc_stride) == (384, 128)

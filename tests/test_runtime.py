@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import runtime
-import session_runner
+from scriptkit import checkpoints
+from scriptkit import runners
+from scriptkit import runtime
+from scriptkit import session_runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,8 +37,8 @@ MODEL_SOURCE = textwrap.dedent('''
     import numpy as np
     import tensorflow.compat.v1 as tf
 
-    import runtime
-    import session_runner
+    from scriptkit import runtime
+    from scriptkit import session_runner
 
     X = np.linspace(-1.0, 1.0, 10).astype(np.float32)
     Y = (3.0 * X + 1.0).astype(np.float32)
@@ -325,7 +326,7 @@ def test_input_of_several_workers(reads_own_share, expected):
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
                                          num_replicas_in_sync=2)
     with tf.Graph().as_default(), tf.Session() as sess:
-        dataset = runtime._call_input_fn(input_fn, {"batch_size": 1},
+        dataset = runtime.call_input_fn(input_fn, {"batch_size": 1},
                                          runtime.ModeKeys.TRAIN, context)
         next_value = tf.data.make_one_shot_iterator(dataset).get_next()
         values = [int(sess.run(next_value)) for _ in range(len(expected))]
@@ -352,8 +353,8 @@ def test_every_runner_reads_its_input_without_autotuning(tmp_path, monkeypatch):
     def model_fn(features, labels, mode, params):
         return namespace["model_fn"](features, labels, mode, params)
 
-    runner = runtime.make_estimator(
-        model_fn, runtime.make_run_config(str(tmp_path), 10), use_tpu=False,
+    runner = runners.make_estimator(
+        model_fn, runners.make_run_config(str(tmp_path), 10), use_tpu=False,
         train_batch_size=4, eval_batch_size=4, predict_batch_size=4)
     runner.train(train_input_fn, max_steps=2)
     runner.evaluate(input_fn, steps=1)
@@ -367,8 +368,8 @@ def test_sessions_rewrite_graphs_in_two_rounds(tmp_path):
     matmul happens in the second), with soft placement as an Estimator's
     default has; on a TPU, TPUEstimator keeps its own."""
     from tensorflow.core.protobuf import rewriter_config_pb2
-    config = runtime.make_run_config(str(tmp_path), 10).session_config
+    config = runners.make_run_config(str(tmp_path), 10).session_config
     assert (config.graph_options.rewrite_options.meta_optimizer_iterations
             == rewriter_config_pb2.RewriterConfig.TWO)
     assert config.allow_soft_placement
-    assert runtime._session_config(use_xla=False, num_cpus=1, use_tpu=True) is None
+    assert runners._session_config(use_xla=False, num_cpus=1, use_tpu=True) is None

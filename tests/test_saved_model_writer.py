@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import saved_model_writer
-from errors import InputError
+from scriptkit import saved_model_writer
+from scriptkit.errors import InputError
 
 
 def _checkpoint(path, **values):
@@ -24,21 +24,32 @@ def _checkpoint(path, **values):
         return tf.train.Saver().save(session, path, write_meta_graph=False)
 
 
-def _build_signatures():
+def _build_signatures(in_loop=False):
     """y = x * w + b; an unused variable `pooler` stands for a layer that no
-    signature runs."""
+    signature runs. `in_loop`: y is computed in a loop in the graph (as
+    serving.run_in_chunks runs a model), whose body reads `pooler` into
+    an op no output uses (the body's function captures it all the same)."""
     x = tf.placeholder(tf.float32, [None, 2], name="x")
     w = tf.get_variable("w", [2], initializer=tf.zeros_initializer())
     b = tf.get_variable("b", [], initializer=tf.zeros_initializer())
-    tf.get_variable("pooler", [3], initializer=tf.constant_initializer(7.0))
-    return {"serving_default": tf.saved_model.predict_signature_def(
-        {"x": x}, {"y": x * w + b})}
+    pooler = tf.get_variable("pooler", [3], initializer=tf.constant_initializer(7.0))
+    if not in_loop:
+        return {"serving_default": tf.saved_model.predict_signature_def(
+            {"x": x}, {"y": x * w + b})}
+
+    def body(index, y):
+        tf.reduce_sum(pooler.read_value())  # Read, used by nothing.
+        return index + 1, y + x * w + b
+
+    _, y = tf.while_loop(lambda index, _: index < 1, body, [0, tf.zeros_like(x)])
+    return {"serving_default": tf.saved_model.predict_signature_def({"x": x}, {"y": y})}
 
 
-def test_checkpoint_without_global_step_or_unread_variables_exports(tmp_path):
+@pytest.mark.parametrize("in_loop", [False, True])
+def test_checkpoint_without_global_step_or_unread_variables_exports(tmp_path, in_loop):
     checkpoint = _checkpoint(str(tmp_path / "model.ckpt"), w=[2.0, -1.0], b=0.5)
     assert "global_step" not in dict(tf.train.list_variables(checkpoint))
-    path = saved_model_writer.write_saved_model(_build_signatures, checkpoint,
+    path = saved_model_writer.write_saved_model(lambda: _build_signatures(in_loop), checkpoint,
                                                 str(tmp_path / "export"))
     with tf.Graph().as_default(), tf.Session() as session:
         meta_graph = tf.saved_model.loader.load(session, ["serve"], path)
@@ -51,11 +62,13 @@ def test_checkpoint_without_global_step_or_unread_variables_exports(tmp_path):
         np.testing.assert_array_equal(session.run(values["pooler"]), [7.0] * 3)
 
 
-def test_a_read_variable_missing_fails_in_one_line(tmp_path):
+@pytest.mark.parametrize("in_loop", [False, True])
+def test_a_read_variable_missing_fails_in_one_line(tmp_path, in_loop):
     checkpoint = _checkpoint(str(tmp_path / "model.ckpt"), w=[2.0, -1.0])
     export_dir = str(tmp_path / "export")
     with pytest.raises(InputError) as raised:
-        saved_model_writer.write_saved_model(_build_signatures, checkpoint, export_dir)
+        saved_model_writer.write_saved_model(lambda: _build_signatures(in_loop), checkpoint,
+                                             export_dir)
     assert str(raised.value) == ("checkpoint %s lacks 1 variable(s) the export reads, e.g. b"
                                  % checkpoint)
     assert not os.path.exists(export_dir)

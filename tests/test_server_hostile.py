@@ -27,13 +27,14 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-import errors
-import exported_model
+from scriptkit import classifier_features
+from scriptkit import errors
+from scriptkit import exported_model
 import predict
-import rest_api
-import rest_server
+from scriptkit import rest_api
+from scriptkit import rest_server
 import run_classifier
-import serving
+from scriptkit import serving
 import test_serving
 import tiny
 import tokenization
@@ -44,8 +45,8 @@ PREDICT = "/v1/models/m:predict"
 GOOD = {"instances": [{"text_a": "the film is good", "text_b": "what ends well"}]}
 # Limits small enough to reach in a test.
 LIMITS = rest_api.ServerLimits(max_request_bytes=300000, max_instances=16,
-                              max_text_chars=20000, max_requests_in_flight=4,
-                              max_connections=16, timeout_seconds=30)
+                              max_text_chars=20000, max_windows_per_request=1000,
+                              max_requests_in_flight=4, max_connections=16, timeout_seconds=30)
 
 
 class _Servers:
@@ -261,8 +262,11 @@ def test_single_input_models_name_missing_and_unknown_inputs(servers):
     assert _post(server, {"instances": [{"txt": "Jackson went"}]}) == (400, {
         "error": "instances[0]: the signature serving_default takes text; missing: text; "
                  "unknown: txt"})
-    assert _post(server, {"instances": [{"text": "a", "id": 3}]})[1]["error"].endswith(
-        "unknown: id")
+    assert _post(server, {"instances": [{"text": "a", "key": 3}]})[1]["error"].endswith(
+        "unknown: key")
+    # An instance's "id" is no input: it comes back in its prediction.
+    status, answer = _post(server, {"instances": [{"text": "a", "id": 3}]})
+    assert status == 200 and answer["predictions"][0]["id"] == 3
     assert _post(server, {"inputs": {"texts": ["a"]}})[1]["error"] == (
         "\"inputs\": the signature serving_default takes text; missing: text; unknown: texts")
     # The input's value itself, as TensorFlow Serving takes it; bytes too.
@@ -270,6 +274,26 @@ def test_single_input_models_name_missing_and_unknown_inputs(servers):
         "Jackson went".encode()).decode()}]})
     named = _post(server, {"instances": [{"text": "Jackson went"}] * 2})
     assert bare == named and bare[0] == 200
+
+
+def test_json_10000_levels_deep_is_a_400_and_the_server_goes_on(pair):
+    """A request nesting 10,000 lists (json.loads would recurse past
+    Python's limit) is refused before it is decoded; the limit is 16
+    levels: a request of 17 is refused by it, one of 16 decoded and checked
+    further."""
+    server, _ = pair
+    assert _post(server, _nested(10000).encode()) == (400, {
+        "error": "the request's JSON nests 10000 levels deep; this server reads at most 16"})
+    _same_as_before(pair)
+    status, answer = _post(server, ('{"instances": [{"text_a": %s, "text_b": "b"}]}'
+                                    % _nested(14)).encode())
+    assert (status, answer["error"]) == (400, "the request's JSON nests 17 levels deep; this "
+                                              "server reads at most 16")
+    status, answer = _post(server, ('{"instances": [{"text_a": %s, "text_b": "b"}]}'
+                                    % _nested(13)).encode())
+    assert (status, answer["error"]) == (400, "instances[0]: input text_a: expected one text, "
+                                              "found lists nested deeper")
+    _same_as_before(pair)
 
 
 def test_json_depth_counts_brackets_outside_strings_in_one_pass():
@@ -323,6 +347,11 @@ HTTP_ERRORS = [
     (b"GET /%s HTTP/1.1\r\n\r\n" % (b"a" * 9000), False, 414, "longer than 8192 bytes"),
     (b"GET /v1/models/m HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", False, 431,
      "Too many headers"),
+    (b"GET /v1/models/m HTTP/1.1\r\nX-A: %s\r\n\r\n" % (b"b" * 65536), False, 431,
+     "Line too long"),
+    # Headers of at most 100 lines of 64 KiB each, but 64 KiB in all.
+    (b"GET /v1/models/m HTTP/1.1\r\n" + b"X-A: %s\r\n" % (b"b" * 4000) * 17 + b"\r\n",
+     False, 431, "the request's headers are longer than 65536 bytes"),
     (b"PUT %s HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}" % PREDICT.encode(), False, 405,
      "PUT is not answered here"),
     (b"DELETE /v1/models/m HTTP/1.1\r\n\r\n", False, 405, "DELETE is not answered here"),
@@ -519,7 +548,7 @@ def test_a_word_character_is_always_a_word():
                                     {"max_seq_length": 12, "doc_stride": 3, "max_windows": 4}])
 def test_cut_pairs_give_the_features_of_the_whole(config, tmp_path):
     """A pair cut after `words_read` words per text gives the features
-    --do_predict makes of the whole pair (run_classifier.convert_example):
+    --do_predict makes of the whole pair (classifier_features.convert_example):
     the pair cut to fit, or a windowed first text's windows."""
     tokenizer = _tokenizer(tmp_path, True)
     words_a, words_b = (rest_api.words_read(config, name) for name in ("text_a", "text_b"))
@@ -531,7 +560,7 @@ def test_cut_pairs_give_the_features_of_the_whole(config, tmp_path):
                           for most in (40, 16))
         cut_a = text_a[:rest_api.read_length(text_a, words_a, 10 ** 6)]
         cut_b = text_b[:rest_api.read_length(text_b, words_b, 10 ** 6)]
-        features = [[f.input_ids for f in run_classifier.convert_example(
+        features = [[f.input_ids for f in classifier_features.convert_example(
             0, run_classifier.InputExample("x", a, b or None, "0"), ["0"], 12, tokenizer,
             doc_stride=config.get("doc_stride"), max_windows=config.get("max_windows", 0))[0]]
             for a, b in ((text_a, text_b), (cut_a, cut_b))]

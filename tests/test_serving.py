@@ -7,9 +7,11 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -17,13 +19,16 @@ import tensorflow.compat.v1 as tf
 from absl import logging as absl_logging
 from tensorflow.python.framework import ops as tf_ops
 
-import input_packing
+from scriptkit import exported_model
+from scriptkit import input_packing
 import modeling
+from scriptkit import rest_api
 import run_classifier
 import run_ner
 import run_swag
-import saved_model_writer
-import serving
+from scriptkit import saved_model_writer
+import serving_exports
+from scriptkit import serving
 import test_run_classifier
 import test_run_ner
 import test_run_swag
@@ -199,7 +204,9 @@ def test_classifier_text_signature_equals_do_predict(model_files, tmp_path):
     # The id signature takes the features as before, padded to any length.
     tokenizer_config = json.loads((tmp_path / "export").joinpath(
         os.path.basename(export_dir), "assets", serving.CONFIG_ASSET).read_text())
-    assert tokenizer_config == {"do_lower_case": True, "max_seq_length": MAX_SEQ_LENGTH}
+    # MRPC's columns, as the GLUE header names them (predict.py reads such files).
+    assert tokenizer_config == {"do_lower_case": True, "max_seq_length": MAX_SEQ_LENGTH,
+                                "input_fields": {"text_a": "#1 String", "text_b": "#2 String"}}
     padded = {name: outputs["feature/" + name] for name in serving.FEATURE_NAMES}
     padded = {name: np.pad(value, [(0, 0), (0, 5)]) for name, value in padded.items()}
     np.testing.assert_allclose(
@@ -365,7 +372,7 @@ def test_export_changes_no_op_a_session_ran_and_writes_a_fingerprint(tmp_path, m
 _LOADER = r"""
 import json, sys
 try:
-    import serving  # noqa: F401
+    from scriptkit import serving  # noqa: F401
     sys.exit("this repository is importable")
 except ImportError:
     pass
@@ -392,16 +399,17 @@ def test_exports_load_without_this_repository(model_files, tmp_path):
     config = modeling.BertConfig.from_json_file(model_files["config"])
     exports = {
         "classifier": (run_classifier.export_model(
-            config, run_classifier.MrpcProcessor(), ["0", "1"], model_files["classifier"],
-            str(tmp_path / "classifier"), vocab, True, max_seq_length=MAX_SEQ_LENGTH),
+            serving.ExportSource(config, model_files["classifier"], str(tmp_path / "classifier"),
+                                 vocab, True, max_seq_length=MAX_SEQ_LENGTH),
+            run_classifier.MrpcProcessor(), ["0", "1"]),
             {"text_a": [a for a, _ in PAIRS], "text_b": [b for _, b in PAIRS]}),
         "ner": (run_ner.export_model(
             config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2",
             model_files["ner"], str(tmp_path / "ner"), labels_path, vocab, True,
             max_seq_length=16, doc_stride=4), {"text": NER_LINES}),
-        "swag": (run_swag.export_model(
+        "swag": (run_swag.export_model(serving.ExportSource(
             config, model_files["swag"], str(tmp_path / "swag"), vocab, True,
-            max_seq_length=MAX_SEQ_LENGTH),
+            max_seq_length=MAX_SEQ_LENGTH)),
             {"context": [c for c, _, _ in SWAG_ROWS], "question": [q for _, q, _ in SWAG_ROWS],
              "endings": [e for _, _, e in SWAG_ROWS]})}
     os.remove(vocab)
@@ -426,3 +434,115 @@ def test_exports_load_without_this_repository(model_files, tmp_path):
             else:
                 np.testing.assert_allclose(loaded[name][key], value, atol=1e-5,
                                            err_msg="%s %s" % (name, key))
+
+
+# ---------------------------------------------------------------------------
+# The model run in chunks of rows (serving.run_in_chunks).
+
+@pytest.fixture(scope="module")
+def every_task_files(tmp_path_factory):
+    return serving_exports.write_files(tmp_path_factory.mktemp("every_task") / "model")
+
+
+@pytest.mark.parametrize("task", sorted(serving_exports.EXPORTS))
+def test_chunks_of_rows_answer_as_one_batch(every_task_files, tmp_path, monkeypatch, task):
+    """Each task's export run with one chunk for the whole batch (the model
+    called once on every row, as before chunks) and with chunks of two rows
+    (of one where there are only two; the last chunk shorter where the
+    rows are odd): both signatures give the same outputs (floats to 1e-6;
+    measured: at most 1.5e-7 apart), over inputs of several rows (windows,
+    endings)."""
+    export = serving_exports.EXPORTS[task]
+    answers = []
+
+    def run(tokens):
+        monkeypatch.setattr(serving, "TOKENS_PER_CHUNK", tokens)
+        with tf.Graph().as_default():
+            path, inputs = export(tmp_path / str(tokens), every_task_files)
+        outputs = _run_signature(path, serving.TEXT_SIGNATURE, inputs, fetch_features=True)
+        features = {name: outputs.pop("feature/" + name) for name in serving.FEATURE_NAMES}
+        answers.append((tokens, outputs, _run_signature(path, serving.IDS_SIGNATURE, features)))
+        return features["input_ids"].shape
+
+    shape = run(1 << 30)
+    assert shape[0] >= 2, shape
+    run(int(np.prod(shape[1:])) * (2 if shape[0] > 2 else 1))
+    (_, whole, whole_ids), *chunked = answers
+    for tokens, outputs, ids in chunked:
+        for expected, got in ((whole, outputs), (whole_ids, ids)):
+            assert sorted(got) == sorted(expected)
+            for name, value in got.items():
+                assert value.shape == expected[name].shape, (tokens, name)
+                if value.dtype.kind == "f":
+                    np.testing.assert_allclose(value, expected[name], rtol=0, atol=1e-6,
+                                               err_msg="%d %s" % (tokens, name))
+                else:
+                    np.testing.assert_array_equal(value, expected[name],
+                                                  err_msg="%d %s" % (tokens, name))
+
+
+@pytest.mark.parametrize("task", ["classifier", "classifier_windows", "ner", "swag",
+                                  "question_answering"])
+def test_windows_are_counted_before_the_model_runs(every_task_files, tmp_path, task):
+    """exported_model.Signature.windows: the rows the model runs for a
+    request (windows; an instance without windows; each ending), as many
+    as the text signature's features have, counted by the export's own
+    tokenizer without the model (which a broken model function would not
+    stop)."""
+    with tf.Graph().as_default():
+        path, inputs = serving_exports.EXPORTS[task](tmp_path, every_task_files)
+    features = _run_signature(path, serving.TEXT_SIGNATURE, inputs,
+                              fetch_features=True)["feature/input_ids"]
+    model = exported_model.Model(path)
+    arrays = {name: np.array([v.encode("utf-8") if isinstance(v, str) else
+                              [x.encode("utf-8") for x in v] for v in values], dtype=object)
+              for name, values in inputs.items()}
+    with mock.patch.object(exported_model.Signature, "run", side_effect=AssertionError):
+        windows = model.signature(serving.TEXT_SIGNATURE).windows(arrays)
+    assert windows == int(np.prod(features.shape[:-1])) >= len(next(iter(inputs.values())))
+    ids = {name: np.zeros([3, 2, 5] if task == "swag" else [3, 5], np.int32)
+           for name in serving.FEATURE_NAMES}
+    assert model.signature(serving.IDS_SIGNATURE).windows(ids) == (6 if task == "swag" else 3)
+
+
+def _id_request(ids, mask, segments):
+    return {"signature_name": serving.IDS_SIGNATURE,
+            "inputs": {"input_ids": ids, "input_mask": mask, "segment_ids": segments}}
+
+
+@pytest.mark.parametrize("task", ["classifier", "swag"])
+def test_id_signature_refuses_ids_the_model_cannot_mean(every_task_files, tmp_path, task):
+    """serving_ids checks, in the graph before the model reads them, that
+    the segment ids are the model's (type_vocab_size 2), the mask 0 or 1
+    and the three inputs of one shape: a failed check names the input and
+    where, both in a TF1 session (TF Serving) and in predict.py's server
+    (an op error: 400 with that message)."""
+    with tf.Graph().as_default():
+        path, _ = serving_exports.EXPORTS[task](tmp_path, every_task_files)
+    model = exported_model.Model(path)
+
+    def shaped(rows):  # SWAG's ids have a choices axis: 2 choices alike.
+        return [[row, row] for row in rows] if task == "swag" else rows
+
+    good = ([[2, 5, 3], [2, 6, 3]], [[1, 1, 1], [1, 1, 0]], [[0, 0, 1], [0, 1, 0]])
+    at = "[1 0 2]" if task == "swag" else "[1 2]"  # The first of them.
+    cases = [
+        ((good[0], good[1], [[0, 0, 1], [0, 1, 2]]),
+         "input segment_ids: 2 at %s; the model has 2 segment types (0 to 1, its "
+         "type_vocab_size)" % at),
+        ((good[0], good[1], [[0, 0, 1], [0, 1, -1]]), "input segment_ids: -1 at %s" % at),
+        ((good[0], [[1, 1, 1], [1, 1, 5]], good[2]),
+         "input input_mask: 5 at %s; a mask is 0 (padding) or 1 (a piece)" % at),
+        ((good[0], [[1, 1, 1, 1], [1, 1, 1, 1]], good[2]),
+         "the inputs input_ids [2 3], input_mask [2 4] and segment_ids [2 3] differ"
+         if task != "swag" else "the inputs input_ids [2 2 3], input_mask [2 2 4] and "
+                                "segment_ids [2 2 3] differ")]
+    answer = rest_api.predict_response(model, _id_request(*map(shaped, good)))[0]
+    assert np.shape(answer["outputs"]) == (2, 2)  # Two instances, two labels or choices.
+    for values, message in cases:
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            rest_api.predict_response(model, _id_request(*map(shaped, values)))
+        assert message in rest_api.op_error_message(raised.value)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+            _run_signature(path, serving.IDS_SIGNATURE, dict(zip(
+                serving.FEATURE_NAMES, (np.array(shaped(v), np.int32) for v in values))))

@@ -12,25 +12,28 @@ import json
 import os
 import re
 import threading
+from unittest import mock
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import exported_model
-import graph_tokenization
-import input_packing
-import rest_api
-import rest_server
+from scriptkit import exported_model
+from scriptkit import graph_tokenization
+from scriptkit import input_packing
+from scriptkit import rest_api
+from scriptkit import rest_server
 import run_squad
-import serving
+from scriptkit import serving
+import serving_exports
 import squad_evaluate
-import squad_export
+from scriptkit import squad_export
 import test_predict
 import test_serving
 import tiny
 import tokenization
-from errors import InputError
+from scriptkit.errors import InputError
+from scriptkit.exported_model import RequestError
 from test_run_squad import _corpus, _main_flags, _run_main, _write_squad
 from tiny import write_vocab
 
@@ -96,16 +99,32 @@ def _nbest(outputs, i):
             outputs["answer_scores"][i][:count])
 
 
+def _split_words(directory, words):
+    """A vocabulary of `words` in which each word of 6 or more letters is
+    only there as two pieces, its first 3 letters and "##" the rest (so
+    that many spans start or end inside a word); a word the tokenizer would
+    not cut so (another entry is a longer start of it) stays whole.
+    Returns the vocabulary file."""
+    long = {w for w in words if len(w) >= 6 and w.isalpha()}
+    pieces = sorted(set(words) - long) + sorted({p for w in long for p in (w[:3], "##" + w[3:])})
+    tokenizer = tokenization.FullTokenizer(write_vocab(directory, pieces), True)
+    whole = [w for w in long if tokenizer.tokenize(w) != [w[:3], "##" + w[3:]]]
+    assert len(whole) < len(long) / 2, whole
+    return write_vocab(directory, pieces + whole)
+
+
 @pytest.mark.parametrize("version_2", [False, True])
 def test_span_search_equals_the_scripts_predictions(tmp_path, version_2):
     """Random logits rounded to one decimal (ties happen) over windowed
-    contexts: the export's features are eval.tf_record's (cut to the
-    batch's longest window), and its answers, offsets and n-best those of
+    contexts whose longer words are two pieces each (`_split_words`): the
+    export's features are eval.tf_record's (cut to the batch's longest
+    window), and its answers, offsets and n-best those of
     compute_predictions when the logits of the padding are lowest (the
-    export does not pad to max_seq_length)."""
+    export does not pad to max_seq_length). Some answers start or end
+    inside a word."""
     _, dev_v1, _, dev_v2, words = _corpus()
     dev = dev_v2 if version_2 else dev_v1
-    vocab = write_vocab(str(tmp_path), words)
+    vocab = _split_words(str(tmp_path), words)
     examples = run_squad.read_squad_examples(_write_squad(tmp_path / "dev.json", dev), False,
                                              version_2)
     features = []
@@ -126,6 +145,7 @@ def test_span_search_equals_the_scripts_predictions(tmp_path, version_2):
                                 [c for _, c in qas],
                                 lambda f, run: all_logits[run, :, :, :f["input_ids"].shape[1]],
                                 runs=len(all_logits))
+    inside_words = 0  # answers that start or end inside a word of the context
     for seed, (logits, (graph_features, outputs)) in enumerate(zip(all_logits, runs)):
         assert len(graph_features["input_ids"]) == len(features)  # contexts were windowed
         for name in serving.FEATURE_NAMES:
@@ -149,6 +169,12 @@ def test_span_search_equals_the_scripts_predictions(tmp_path, version_2):
             assert (start == -1) == (end == -1) == (answer == "")
             chosen = texts.index(answer)
             assert outputs["score"][i] == pytest.approx(scores[chosen], abs=1e-6)
+            for begin, stop in zip(outputs["answer_starts"][i][:len(texts)],
+                                   outputs["answer_ends"][i][:len(texts)]):
+                context = qas[i][1]
+                inside_words += begin >= 0 and (context[begin - 1:begin].isalpha()
+                                                or context[stop:stop + 1].isalpha())
+    assert inside_words >= 10
 
 
 def test_hand_worked_answers_and_offsets(tmp_path):
@@ -221,6 +247,21 @@ def test_hand_worked_answers_and_offsets(tmp_path):
     assert outputs["answer"].tolist() == [b"SON"]
     assert (outputs["answer_start"][0], outputs["answer_end"][0]) == (10, 13)
     assert outputs["answers"].tolist() == [[b"SON", b"SON (1895-1943", b"JOHNSON"]]
+
+    # The best end inside a word, at john (5), end logit 9: 5-5 "JOHN" (2 + 9
+    # = 11.0) ends at character 10, the end of john's 4 letters, not of
+    # JOHNSON; then 5-6 (5.0), 5-10 (3.5).
+    def end_inside(features, _):
+        logits = logits_of(features)
+        logits[:, 1, 5] = 9.0
+        return logits
+
+    ((_, outputs),) = _signature_on_logits(vocab, export_settings, ["Who?"], [context],
+                                           end_inside)
+    assert outputs["answer"].tolist() == [b"JOHN"]
+    assert (outputs["answer_start"][0], outputs["answer_end"][0]) == (6, 10)
+    assert outputs["answers"].tolist() == [[b"JOHN", b"JOHNSON", b"JOHNSON (1895-1943"]]
+    assert outputs["answer_ends"].tolist() == [[10, 13, 24]]
 
 
 # ---------------------------------------------------------------------------
@@ -330,6 +371,53 @@ def test_export_without_a_fine_tuned_checkpoint_fails_first(tmp_path):
                                          "--output_dir=.* to export"):
         _run_main(values)
     assert not os.path.exists(tmp_path / "export")
+
+
+@pytest.fixture(scope="module")
+def random_export(tmp_path_factory):
+    """serving_exports.py's question answering export (random weights;
+    max_seq_length 24, doc_stride 6, max_query_length 6), its vocabulary
+    and settings."""
+    folder = tmp_path_factory.mktemp("random_squad")
+    files = test_serving.write_model_files(folder)
+    files["squad"] = test_serving._random_checkpoint(
+        str(folder / "squad.ckpt"), files["config"],
+        lambda c: run_squad.create_model(c, False, *[tf.zeros([1, 8], tf.int32)] * 3, False))
+    with tf.Graph().as_default():
+        path, _ = serving_exports.EXPORTS["question_answering"](folder / "export", files)
+    with open(os.path.join(path, "assets", serving.CONFIG_ASSET)) as f:
+        return path, files["vocab"], json.load(f)
+
+
+def test_server_counts_a_context_s_windows_before_the_model_runs(random_export):
+    """--max_windows_per_request: a request whose contexts give more
+    windows than the limit (as many as run_squad makes features of them)
+    is a 400 naming the flag, before the model runs; one at the limit is
+    answered."""
+    path, vocab, settings = random_export
+    questions = ["Where is the film?", "what"]
+    contexts = ["The film went to Kingston! " * 12, "中文 cafe ends well."]
+    examples = [run_squad.SquadExample(qas_id=str(i), question_text=q,
+                                       doc_tokens=run_squad.split_paragraph(c)[0])
+                for i, (q, c) in enumerate(zip(questions, contexts))]
+    features = []
+    run_squad.convert_examples_to_features(
+        examples, tokenization.FullTokenizer(vocab, True), settings["max_seq_length"],
+        settings["doc_stride"], settings["max_query_length"], False, features.append)
+    windows = len(features)
+    assert windows >= 10
+    model = exported_model.Model(path)
+    body = {"instances": [{"question": q, "context": c} for q, c in zip(questions, contexts)]}
+    limits = rest_api.DEFAULT_LIMITS._replace(max_windows_per_request=windows)
+    answer, _ = rest_api.predict_response(model, body, limits)
+    assert [len(p["answers"]) for p in answer["predictions"]] == [4, 4]
+    with mock.patch.object(exported_model.Signature, "run", side_effect=AssertionError):
+        with pytest.raises(RequestError, match=r"^the request would have the model run %d "
+                                               r"windows .*; this server runs at most %d per "
+                                               r"request \(--max_windows_per_request\)$"
+                                               % (windows, windows - 1)):
+            rest_api.predict_response(model, body, limits._replace(
+                max_windows_per_request=windows - 1))
 
 
 def test_server_reads_the_whole_context_and_the_question_s_first_words():

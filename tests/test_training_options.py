@@ -6,7 +6,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import bert_ops
-import mixed_precision
+from scriptkit import mixed_precision
 import modeling
 import optimization
 
@@ -315,8 +315,8 @@ def test_accumulation_resumes_exactly_from_a_mid_cycle_checkpoint(tmp_path):
 _FRAGMENTATION_CHILD = """
 import sys
 sys.path[:0] = [%r, %r]
-import quiet_tf
-import script_runner
+from scriptkit import quiet_tf
+from scriptkit import script_runner
 import tensorflow.compat.v1 as tf
 from malloc_stats import mmapped_bytes
 tf.disable_eager_execution()
@@ -341,7 +341,7 @@ def test_limit_memory_fragmentation_returns_freed_tensors_on_onednn():
     import sys
 
     import malloc_stats
-    import quiet_tf
+    from scriptkit import quiet_tf
     if quiet_tf.use_onednn_by_default({}) is None:
         pytest.skip("oneDNN is x86-64 Linux only here")
     if malloc_stats.mmapped_bytes() is None:

@@ -9,6 +9,8 @@ The browser tests need Debian's chromium and the playwright package
 BERT_BROWSER_TESTS=required (as .ci/run sets), where they fail instead.
 """
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -23,13 +25,14 @@ import tensorflow.compat.v1 as tf
 from seqeval.metrics.sequence_labeling import get_entities
 from tensorflow.core.protobuf import meta_graph_pb2
 
-import exported_model
+from scriptkit import exported_model
 import modeling
-import rest_server
+from scriptkit import rest_server
+from scriptkit import serving
 import run_classifier
 import run_ner
 import test_serving
-import web_page
+from scriptkit import web_page
 
 # The classifier's label names: one that is HTML, shown as text.
 CLASSIFIER_LABELS = ["plain", "<b>bold</b>"]
@@ -51,9 +54,10 @@ def exports(tmp_path_factory):
     run_ner.write_labels(labels_path, "iob2", NER_TYPES)
     return {
         "classifier": run_classifier.export_model(
-            config, run_classifier.MrpcProcessor(), CLASSIFIER_LABELS, files["classifier"],
-            str(tmp / "classifier"), files["vocab"], True,
-            max_seq_length=test_serving.MAX_SEQ_LENGTH),
+            serving.ExportSource(config, files["classifier"], str(tmp / "classifier"),
+                                 files["vocab"], True,
+                                 max_seq_length=test_serving.MAX_SEQ_LENGTH),
+            run_classifier.MrpcProcessor(), CLASSIFIER_LABELS),
         "ner": run_ner.export_model(
             config, run_ner.label_list_for(NER_TYPES, "iob2"), "iob2", files["ner"],
             str(tmp / "ner"), labels_path, files["vocab"], True, max_seq_length=16,
@@ -211,6 +215,30 @@ def test_server_answers_the_page_with_its_policy(servers):
                     == web_page.CONTENT_SECURITY_POLICY)
             body = response.read().decode("utf-8")
     assert '"view": "tagger"' in body and "v1/models/ner:predict" in body
+
+
+def test_the_pages_policy_runs_its_own_script_and_style_and_loads_nothing_else(servers):
+    """The Content-Security-Policy's every directive, against what it must
+    say: its script and style by the hashes of the served page's own
+    inline elements, requests to this server only, nothing else loaded,
+    no framing by other pages."""
+    with urllib.request.urlopen(servers["classifier"][0], timeout=60) as response:
+        headers, body = response.headers, response.read().decode("utf-8")
+    (script,) = re.findall(r"<script>(.*?)</script>", body, flags=re.S)
+    (style,) = re.findall(r"<style>(.*?)</style>", body, flags=re.S)
+
+    def source(text):
+        return "'sha256-%s'" % base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+    directives = [directive.strip().split(" ", 1)
+                  for directive in headers["Content-Security-Policy"].split(";")]
+    assert dict(directives) == {
+        "default-src": "'none'", "script-src": source(script), "style-src": source(style),
+        "connect-src": "'self'", "img-src": "data:", "base-uri": "'none'",
+        "form-action": "'none'", "frame-ancestors": "'none'"}
+    assert len(directives) == 8  # Each once.
+    assert (headers["X-Content-Type-Options"], headers["Referrer-Policy"]) == (
+        "nosniff", "no-referrer")
 
 
 # ---------------------------------------------------------------------------

@@ -64,6 +64,27 @@ class LogMessages(logging.Handler):
     def emit(self, record):
         self.messages.append(record.getMessage())
 
+    @property
+    def text(self):
+        return "\n".join(self.messages)
+
+    @classmethod
+    @contextlib.contextmanager
+    def collecting(cls):
+        """A LogMessages on TensorFlow's logger, at INFO level, while in a
+        with block."""
+        import tensorflow.compat.v1 as tf
+        collector = cls()
+        logger = logging.getLogger("tensorflow")
+        verbosity = tf.logging.get_verbosity()
+        tf.logging.set_verbosity(tf.logging.INFO)
+        logger.addHandler(collector)
+        try:
+            yield collector
+        finally:
+            logger.removeHandler(collector)
+            tf.logging.set_verbosity(verbosity)
+
 
 def example_features(record):
     """A serialized tf.train.Example -> {feature name: (kind, list of
@@ -147,7 +168,7 @@ def run_main_seeded(main, flag_values, seed=1234):
     from absl import flags
     from absl.testing import flagsaver
 
-    import file_io
+    from scriptkit import file_io
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(**flag_values):
@@ -165,7 +186,7 @@ def seeded_runs(seed=1234):
     than the tests' short runs, so unseeded runs would be flaky."""
     import pytest
 
-    import training
+    from scriptkit import training
     make_run_config = training.make_run_config
 
     def seeded_run_config(*args, **kwargs):
@@ -203,8 +224,8 @@ def run_main_interrupted(main, flag_values, at, seed=1234):
     import pytest
     import tensorflow.compat.v1 as tf
 
-    import training
-    import training_progress
+    from scriptkit import training
+    from scriptkit import training_progress
     hooks = training_progress.training_hooks
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(training_progress, "training_hooks", lambda *args, **kwargs: (
@@ -245,7 +266,7 @@ def shell_error(main, argv, flag_values, monkeypatch, capsys):
     import pytest
     from absl.testing import flagsaver
 
-    import script_runner
+    from scriptkit import script_runner
     monkeypatch.setattr("sys.argv", argv + ["--%s=%s" % item for item in flag_values.items()])
     with flagsaver.flagsaver():
         with pytest.raises(SystemExit) as e:
@@ -262,7 +283,7 @@ def assert_input_error(run_main, flag_values, message):
     `message`, before it writes anything (no --output_dir)."""
     import pytest
 
-    import errors
+    from scriptkit import errors
     with pytest.raises(errors.InputError, match=message):
         run_main(**flag_values)
     assert not os.path.exists(flag_values["output_dir"])
@@ -276,7 +297,8 @@ sys.path.insert(0, "tests")
 import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import flags
-import modeling, runtime, tiny, tokenization
+import modeling, tiny, tokenization
+from scriptkit import runtime
 assert not flags.FLAGS.is_parsed()
 """
 
@@ -371,7 +393,7 @@ def run_spec(model_fn, make_features, mode, params, train_steps=1, save_to=None)
     """
     import tensorflow.compat.v1 as tf
 
-    import runtime
+    from scriptkit import runtime
     with tf.Graph().as_default():
         global_step = tf.train.get_or_create_global_step()
         spec = model_fn(make_features(), None, mode, params)
@@ -401,7 +423,7 @@ def race_to_create(barrier, paths, index, results):
     then tries output_lock._create_exclusively(path, b"<index>") and puts
     (round, index, created) on the queue `results`. Imports no TensorFlow, so
     that a spawned process starts in a fraction of a second."""
-    import output_lock
+    from scriptkit import output_lock
     for round_index, path in enumerate(paths):
         barrier.wait(timeout=120)
         created = output_lock._create_exclusively(path, b"%d" % index)

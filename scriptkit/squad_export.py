@@ -1,0 +1,461 @@
+"""Question answering as a SavedModel that takes text: what
+`run_squad.py --export_dir` writes.
+
+serving_default takes ``question`` and ``context`` (tf.string [batch]) and
+does in the graph what run_squad's predict phase does in Python:
+
+* the question's word pieces, cut to max_query_length; the context's word
+  pieces, word by word (`graph_tokenization.GraphTokenizer`);
+* windows of the context by doc_stride, each "[CLS] question [SEP]
+  window [SEP]", as `run_squad.convert_examples_to_features` makes them;
+* per window, the n_best_size best start and end positions among its
+  tokens; a span is valid where both lie in the window's context, the
+  window is the one where the start has the most context, and it holds 1
+  to max_answer_length pieces; the spans of all windows ranked by start +
+  end logit, those of the same text kept once, the n_best_size best kept;
+* SQuAD 2.0: the null answer (the window where [CLS] scores lowest) is
+  predicted when its score exceeds the best span's by more than the
+  threshold.
+
+It returns ``answer`` (the best span's text as it stands in the context;
+"" for no answer), ``answer_start`` and ``answer_end`` (int64 character
+offsets into the context, in Unicode code points, end exclusive; -1 for no
+answer), ``score`` (the answer's probability among the n-best, as
+nbest_predictions.json's), and the n-best: ``answers``, ``answer_scores``,
+``answer_starts``, ``answer_ends`` [batch, n] (n = n_best_size, one more
+with SQuAD 2.0, which may append the null answer) and ``num_answers``
+[batch] (the entries past it are padding: "", 0.0, -1).
+
+Character offsets come from the tokenizer's word offsets: a piece's
+characters are its share of its word where the word's pieces, "##"
+removed, are as long as the word; else the whole word. The answer is
+therefore always a slice of the context; docs/squad.md lists how this
+differs from predictions.json.
+
+serving_ids takes the int32 features and returns start_logits and
+end_logits [batch, seq_length].
+"""
+
+import json
+import os
+
+import numpy as np
+from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
+import tensorflow.compat.v1 as tf
+
+from scriptkit import file_io
+from scriptkit import task_model
+from scriptkit import run_record
+from scriptkit import graph_tokenization
+from scriptkit import runtime
+from scriptkit import serving
+import squad_evaluate
+
+
+# The run record's entry for a threshold tuned by --tune_null_threshold
+# (not a flag value: a later --do_predict keeps its own flag's default).
+TUNED_THRESHOLD_KEY = "tuned_null_score_diff_threshold"
+
+# The settings of the export, as run_squad's flags name them (stored in
+# tokenizer_config.json).
+SETTING_NAMES = ("max_seq_length", "doc_stride", "max_query_length", "n_best_size",
+                 "max_answer_length", "version_2_with_negative", "null_score_diff_threshold")
+
+
+# ---------------------------------------------------------------------------
+# Windows and the span search, as graph ops.
+
+def max_context_window(position, num_pieces, room, step, count):
+    """For each context piece `position`, the window in which it has the
+    most context, as `run_squad._check_is_max_context` chooses it, by
+    arithmetic rather than by scoring every window.
+
+    Windows k = 0 .. count - 1 start at k * step; all but the last hold
+    `room` pieces. Over the full windows that hold p, the context min(p -
+    start, end - p) rises, then falls with k; its first maximum is at c0 =
+    floor((2p - room + 1) / (2 step)) or c0 + 1 (kept to the full windows
+    starting at or before p). Those two and the last window are scored as
+    run_squad scores them (float64), and the first best wins.
+
+    Args:
+      position, num_pieces, room, step, count: int32 tensors of one shape:
+        the piece, and its context's number of pieces, window length, step
+        between windows and number of windows.
+
+    Returns:
+      int32, the shape of `position`: the window's index.
+    """
+    last = count - 1
+    last_full = tf.maximum(0, tf.minimum(position // step, last - 1))
+    centre = (2 * position - room + 1) // (2 * step)
+    candidates = tf.stack([tf.clip_by_value(centre, 0, last_full),
+                           tf.clip_by_value(centre + 1, 0, last_full), last], axis=-1)
+    start = candidates * step[..., tf.newaxis]
+    length = tf.minimum(room[..., tf.newaxis], num_pieces[..., tf.newaxis] - start)
+    end = start + length - 1
+    p = position[..., tf.newaxis]
+    covers = (start <= p) & (p <= end)
+    score = (tf.cast(tf.minimum(p - start, end - p), tf.float64)
+             + 0.01 * tf.cast(length, tf.float64))
+    score = tf.where(covers, score, tf.fill(tf.shape(score), tf.constant(-1.0, tf.float64)))
+    best = covers & tf.equal(score, tf.reduce_max(score, axis=-1, keepdims=True))
+    return tf.reduce_min(tf.where(best, candidates, tf.fill(tf.shape(candidates),
+                                                            tf.int32.max)), axis=-1)
+
+
+def piece_offsets(word_pieces, word_starts, word_ends, piece_lengths):
+    """Character offsets of the context's pieces.
+
+    Args:
+      word_pieces: RaggedTensor int32 [batch, (words), (pieces)].
+      word_starts, word_ends: int32 [total words], the words' offsets.
+      piece_lengths: int32 [vocab size], each piece's characters ("##"
+        not counted; [UNK] a negative number, which never fits).
+
+    Returns:
+      (starts, ends): int32 [total pieces]: a piece's share of its word
+      where the lengths of the word's pieces add up to the word's length,
+      else the whole word.
+    """
+    ids = word_pieces.flat_values
+    word = word_pieces.values.value_rowids()
+    length = tf.gather(piece_lengths, ids)
+    num_words = tf.size(word_starts, out_type=tf.int64)
+    fits = tf.equal(tf.math.unsorted_segment_sum(length, word, num_words),
+                    word_ends - word_starts)
+    before = tf.cumsum(length, exclusive=True)
+    within = before - tf.gather(tf.gather(before, word_pieces.values.row_starts()), word)
+    fits, first, last = (tf.gather(t, word) for t in (fits, word_starts, word_ends))
+    start = tf.where(fits, first + within, first)
+    return start, tf.where(fits, start + length, last)
+
+
+def _segment_first(condition, segments, num_segments):
+    """The index of the first element of each segment where `condition`
+    holds (int32 [num_segments]), int32.max where it holds nowhere."""
+    index = tf.range(tf.size(condition))
+    return tf.math.unsorted_segment_min(
+        tf.where(condition, index, tf.fill(tf.shape(index), tf.int32.max)), segments,
+        num_segments)
+
+
+def _row_softmax(scores, rows, num_rows):
+    """Softmax of float64 `scores` [n] within each row (`rows` int32 [n])."""
+    top = tf.gather(tf.math.unsorted_segment_max(scores, rows, num_rows), rows)
+    exps = tf.exp(scores - top)
+    return exps / tf.gather(tf.math.unsorted_segment_sum(exps, rows, num_rows), rows)
+
+
+def text_signature(tokenizer, piece_lengths, export_settings):
+    """serving_default of the export (see the module docstring), for
+    `serving.export`.
+
+    Args:
+      tokenizer: the graph_tokenization.GraphTokenizer.
+      piece_lengths: list of ints, each vocabulary entry's characters.
+      export_settings: dict of SETTING_NAMES.
+
+    Returns:
+      (inputs, features, outputs_fn), as `serving.export` wants them.
+    """
+    s = export_settings
+    question = serving.string_input("question")
+    context = serving.string_input("context")
+    batch = tf.size(context)
+    query = tokenizer.tokenize(question)[:, :s["max_query_length"]]
+    words, word_starts, word_ends = tokenizer.split_words(context)
+    word_pieces = tokenizer.word_pieces(words)
+    pieces = word_pieces.merge_dims(1, 2)  # [batch, (pieces)]
+    piece_start, piece_end = piece_offsets(word_pieces, word_starts.flat_values,
+                                           word_ends.flat_values,
+                                           tf.constant(piece_lengths, tf.int32))
+
+    # Windows: "[CLS] question [SEP]" leaves `room` pieces; one window at
+    # least (an empty one for an empty context).
+    num_pieces = tf.cast(pieces.row_lengths(), tf.int32)
+    query_length = tf.cast(query.row_lengths(), tf.int32)
+    room = s["max_seq_length"] - 3 - query_length
+    step = tf.minimum(room, s["doc_stride"])
+    count = 1 + tf.maximum(0, -((room - num_pieces) // step))
+    example = tf.repeat(tf.range(batch), count)  # [windows], ascending
+    index = tf.cast(tf.ragged.range(count).values, tf.int32)  # within its example
+
+    def per_window(values):
+        return tf.gather(values, example)
+
+    window_start = index * per_window(step)
+    window_length = tf.minimum(per_window(room), per_window(num_pieces) - window_start)
+    first = per_window(tf.cast(pieces.row_starts(), tf.int32)) + window_start
+    windows = tf.RaggedTensor.from_row_lengths(
+        tf.gather(pieces.values, tf.ragged.range(first, first + window_length).values),
+        tf.cast(window_length, tf.int64))
+    features = serving.pack(tf.gather(query, example), windows, s["max_seq_length"],
+                            tokenizer.cls_id, tokenizer.sep_id)
+    doc_offset = per_window(query_length) + 2  # the window's first piece
+
+    def outputs(predictions):
+        start_logits = tf.cast(predictions["start_logits"], tf.float64)
+        end_logits = tf.cast(predictions["end_logits"], tf.float64)
+        positions = tf.range(tf.shape(start_logits)[1])[tf.newaxis, :]
+        real = positions < (doc_offset + window_length + tf.sign(window_length))[:, tf.newaxis]
+        k = tf.minimum(s["n_best_size"], tf.shape(start_logits)[1])
+
+        def best(logits):
+            masked = tf.where(real, logits, tf.fill(tf.shape(logits),
+                                                    tf.constant(-np.inf, tf.float64)))
+            return tf.math.top_k(masked, k).indices  # [windows, k], ties: lower first
+
+        starts, ends = best(start_logits), best(end_logits)
+
+        def in_context(position):
+            return ((position >= doc_offset[:, tf.newaxis])
+                    & (position < (doc_offset + window_length)[:, tf.newaxis]))
+
+        start_piece = window_start[:, tf.newaxis] + starts - doc_offset[:, tf.newaxis]
+        home = max_context_window(
+            start_piece, *(tf.tile(per_window(t)[:, tf.newaxis], [1, k])
+                           for t in (num_pieces, room, step, count)))
+        valid_start = in_context(starts) & tf.equal(home, index[:, tf.newaxis])
+        s3, e3 = starts[:, :, tf.newaxis], ends[:, tf.newaxis, :]
+        valid = (valid_start[:, :, tf.newaxis] & in_context(ends)[:, tf.newaxis, :]
+                 & (s3 <= e3) & (e3 < s3 + s["max_answer_length"]))
+        # The valid spans in run_squad's order (window, start rank, end
+        # rank), on which its ties are broken.
+        found = tf.cast(tf.where(valid), tf.int32)
+        window = found[:, 0]
+        start = tf.gather_nd(starts, found[:, :2])
+        end = tf.gather_nd(ends, tf.stack([window, found[:, 2]], axis=1))
+        logits = [tf.gather_nd(start_logits, tf.stack([window, start], axis=1)),
+                  tf.gather_nd(end_logits, tf.stack([window, end], axis=1))]
+        base = tf.gather(first - doc_offset, window)
+        char_start = tf.gather(piece_start, base + start)
+        char_end = tf.gather(piece_end, base + end)
+        is_null = tf.zeros_like(window, tf.bool)
+        span_example = tf.gather(example, window)
+        null_score = None
+        if s["version_2_with_negative"]:
+            # The null answer of each example: [CLS] of the window where it
+            # scores lowest (the first of equals), after the spans.
+            window_null = start_logits[:, 0] + end_logits[:, 0]
+            null_score = tf.math.segment_min(window_null, example)
+            null_window = _segment_first(tf.equal(window_null, per_window(null_score)),
+                                         example, batch)
+            span_example = tf.concat([span_example, tf.range(batch)], 0)
+            logits = [tf.concat([logits[0], tf.gather(start_logits[:, 0], null_window)], 0),
+                      tf.concat([logits[1], tf.gather(end_logits[:, 0], null_window)], 0)]
+            char_start = tf.concat([char_start, -tf.ones([batch], tf.int32)], 0)
+            char_end = tf.concat([char_end, -tf.ones([batch], tf.int32)], 0)
+            is_null = tf.concat([is_null, tf.ones([batch], tf.bool)], 0)
+
+        # Ranked by score within each example (stable, as Python's sort).
+        order = tf.argsort(logits[0] + logits[1], direction="DESCENDING", stable=True)
+        order = tf.gather(order, tf.argsort(tf.gather(span_example, order), stable=True))
+        span_example, char_start, char_end, is_null, start_logit, end_logit = (
+            tf.gather(t, order) for t in (span_example, char_start, char_end, is_null,
+                                          logits[0], logits[1]))
+        code_points = tf.strings.unicode_decode(context, "UTF-8", errors="ignore")
+        at = tf.gather(tf.cast(code_points.row_starts(), tf.int32), span_example)
+        length = tf.maximum(char_end - char_start, 0)  # 0 for the null answer
+        text = tf.strings.unicode_encode(
+            tf.RaggedTensor.from_row_lengths(
+                tf.gather(code_points.values,
+                          tf.ragged.range(at + char_start, at + char_start + length).values),
+                tf.cast(length, tf.int64)),
+            "UTF-8", errors="ignore")
+        # Each text once per example (its best span), then the n_best_size
+        # best; SQuAD 2.0's null answer stays wherever it ranks.
+        keys = tf.strings.join([tf.strings.as_string(span_example), text], separator="\x01")
+        _, group = tf.unique(keys, out_idx=tf.int32)
+        entry = tf.range(tf.size(keys))
+        keep = tf.equal(tf.gather(tf.math.unsorted_segment_min(entry, group, tf.size(keys)),
+                                  group), entry)
+        rank = tf.cumsum(tf.cast(keep, tf.int32), exclusive=True)
+        example_first = _segment_first(tf.ones_like(keep), span_example, batch)
+        rank -= tf.gather(tf.gather(tf.concat([rank, [0]], 0),
+                                    tf.minimum(example_first, tf.size(rank))), span_example)
+        keep &= (rank < s["n_best_size"]) | is_null
+        span_example, char_start, char_end, is_null, start_logit, end_logit, text = (
+            tf.boolean_mask(t, keep) for t in (span_example, char_start, char_end, is_null,
+                                               start_logit, end_logit, text))
+        probability = _row_softmax(start_logit + end_logit, span_example, batch)
+
+        # The answer: the first entry, or with SQuAD 2.0 the best non-null
+        # one unless the null answer beats it by more than the threshold
+        # (computed as run_squad's compute_predictions computes it).
+        chosen = _segment_first(tf.logical_not(is_null), span_example, batch)
+        if null_score is not None:
+            null_entry = _segment_first(is_null, span_example, batch)
+            best = tf.where(chosen < tf.int32.max, chosen, null_entry)
+            diff = (null_score - tf.gather(start_logit, best)) - tf.gather(end_logit, best)
+            chosen = tf.where((chosen == tf.int32.max)
+                              | (diff > s["null_score_diff_threshold"]), null_entry, chosen)
+
+        def pick(values, default):  # int32.max: no entry at all
+            return tf.gather(tf.concat([values, [default]], 0),
+                             tf.minimum(chosen, tf.size(values)))
+
+        n = s["n_best_size"] + int(bool(s["version_2_with_negative"]))
+
+        def listed(values, default):
+            return tf.RaggedTensor.from_value_rowids(
+                values, tf.cast(span_example, tf.int64),
+                nrows=tf.cast(batch, tf.int64)).to_tensor(default, shape=[None, n])
+
+        starts64, ends64 = tf.cast(char_start, tf.int64), tf.cast(char_end, tf.int64)
+        no_offset = tf.constant(-1, tf.int64)
+        return {
+            "answer": pick(text, ""),
+            "answer_start": pick(starts64, no_offset),
+            "answer_end": pick(ends64, no_offset),
+            "score": tf.cast(pick(probability, tf.constant(0.0, tf.float64)), tf.float32),
+            "answers": listed(text, ""),
+            "answer_scores": listed(tf.cast(probability, tf.float32), 0.0),
+            "answer_starts": listed(starts64, no_offset),
+            "answer_ends": listed(ends64, no_offset),
+            "num_answers": tf.math.bincount(span_example, minlength=batch, maxlength=batch),
+        }
+
+    return {"question": question, "context": context}, features, outputs
+
+
+# ---------------------------------------------------------------------------
+# The export and what run_squad.py's main calls.
+
+def vocab_piece_lengths(vocab_file):
+    """Each vocabulary entry's length in characters as a piece of a word:
+    "##" not counted, [UNK] (which stands for a whole word) -1000000."""
+    vocab = graph_tokenization.check_vocab(vocab_file)
+    lengths = [0] * len(vocab)
+    for token, index in vocab.items():
+        if token == "[UNK]":
+            lengths[index] = -1000000
+        else:
+            lengths[index] = len(token) - 2 if token.startswith("##") and len(token) > 2 \
+                else len(token)
+    return lengths
+
+
+def export_model(create_model, bert_config, checkpoint_path, export_dir, vocab_file,
+                 do_lower_case, export_settings, options=None):
+    """Exports a SavedModel for serving from `checkpoint_path` (see the module
+    docstring) and returns its directory (timestamped, in `export_dir`).
+
+    Args:
+      create_model: `run_squad.create_model` (passed in: run_squad.py runs
+        as __main__, so importing it here would define its flags twice).
+      bert_config: modeling.BertConfig.
+      checkpoint_path: the fine-tuned weights.
+      export_dir, vocab_file, do_lower_case: as the flags.
+      export_settings: dict of SETTING_NAMES (stored in tokenizer_config.json).
+      options: training.TrainingOptions (made fit for serving).
+    """
+    builder = task_model.export_builder_args(options)
+
+    def model_fn(features, labels, mode, params):
+        del labels, params
+        start_logits, end_logits = create_model(
+            bert_config, False, features["input_ids"], features["input_mask"],
+            features["segment_ids"], use_one_hot_embeddings=False, options=builder["options"])
+        logits = {"start_logits": start_logits, "end_logits": end_logits}
+        return runtime.TPUEstimatorSpec(
+            mode=mode, predictions=logits,
+            export_outputs={serving.TEXT_SIGNATURE: runtime.PredictOutput(logits)})
+
+    lengths = vocab_piece_lengths(vocab_file)
+    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
+                          lambda tokenizer: text_signature(tokenizer, lengths, export_settings),
+                          settings=export_settings)
+
+
+def record_tuned_threshold(output_dir, dataset, checkpoint, predict_file):
+    """After --do_predict with --tune_null_threshold: the threshold this run
+    chose (eval_results_best_threshold.json), written to the run record in
+    `output_dir` (if it has one) with the checkpoint it was tuned for.
+
+    Args:
+      dataset: the parsed --predict_file (nothing was tuned without answers).
+      checkpoint: the fine-tuned checkpoint the threshold was tuned with.
+      predict_file: its path, for the record.
+
+    Returns:
+      The threshold, or None where none was tuned.
+    """
+    if not squad_evaluate.dataset_has_answers(dataset, True):
+        return None
+    tuned = file_io.read_json_object(
+        os.path.join(output_dir, "eval_results_best_threshold.json"), None)
+    threshold = tuned["null_score_diff_threshold"]
+    path = os.path.join(output_dir, run_record.FILE)
+    if file_io.exists(path):
+        record = file_io.read_json_object(path, None)
+        record[TUNED_THRESHOLD_KEY] = {
+            "value": threshold, "checkpoint": checkpoint,
+            "predict_file": predict_file}
+        with file_io.atomic_output(path) as writer:
+            writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        file_io.report_output(path, "the run record, with the tuned "
+                                    "null_score_diff_threshold %r" % threshold)
+    return threshold
+
+
+def _same_path(recorded, path):
+    """Whether two names of a checkpoint are the same file: local paths are
+    compared made absolute (one run may name --output_dir relatively),
+    others (gs://...) as written."""
+    if not recorded or not path:
+        return False
+    if "://" in recorded or "://" in path:
+        return recorded == path
+    return os.path.abspath(recorded) == os.path.abspath(path)
+
+
+def null_threshold(checkpoint, settings, threshold_given, tuned=None):
+    """SQuAD 2.0's threshold for the export, and where it comes from:
+    --null_score_diff_threshold given on the command line (`threshold_given`);
+    else `tuned` (this run's --tune_null_threshold); else the one the run
+    record holds for `checkpoint`; else the flag's default. `settings`: the
+    run's settings (null_score_diff_threshold, predict_file, output_dir,
+    init_checkpoint)."""
+    if threshold_given:
+        return settings.null_score_diff_threshold, "--null_score_diff_threshold"
+    if tuned is not None:
+        return tuned, "tuned by --tune_null_threshold on --predict_file %s" % (
+            settings.predict_file)
+    path = run_record.find_file(run_record.FILE, settings.output_dir,
+                                     settings.init_checkpoint)
+    entry = path and file_io.read_json_object(path, None).get(TUNED_THRESHOLD_KEY)
+    if entry:
+        if _same_path(entry.get("checkpoint"), checkpoint):
+            return entry["value"], "tuned by --tune_null_threshold on %s (%s)" % (
+                entry.get("predict_file"), path)
+        tf.logging.warning("%s holds a null_score_diff_threshold tuned for %s, not for %s: "
+                           "not using it", path, entry.get("checkpoint"), checkpoint)
+    return settings.null_score_diff_threshold, "--null_score_diff_threshold's default"
+
+
+def export_run(create_model, bert_config, checkpoint, options, settings,
+               threshold_given, tuned=None):
+    """--export_dir: exports the fine-tuned checkpoint with the run's
+    settings (after training and prediction). Returns the SavedModel's
+    directory.
+
+    Args:
+      create_model, bert_config, options: as `export_model`.
+      checkpoint: the fine-tuned checkpoint to export (`fine_tuning.Run.checkpoint`).
+      settings: the run's settings (fine_tuning.Run.settings: the flags with
+        the run record applied).
+      threshold_given, tuned: as `null_threshold`.
+    """
+    export_settings = {name: getattr(settings, name) for name in SETTING_NAMES}
+    if settings.version_2_with_negative:
+        export_settings["null_score_diff_threshold"], source = null_threshold(
+            checkpoint, settings, threshold_given, tuned)
+        tf.logging.info("Exporting question answering (SQuAD 2.0): no answer where the null "
+                        "score exceeds the best span's by more than %r (%s)",
+                        export_settings["null_score_diff_threshold"], source)
+    else:
+        del export_settings["null_score_diff_threshold"]
+        tf.logging.info("Exporting question answering (SQuAD 1.1: every question has an "
+                        "answer)")
+    return export_model(create_model, bert_config, checkpoint, settings.export_dir,
+                        settings.vocab_file, settings.do_lower_case, export_settings, options)
