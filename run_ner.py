@@ -27,10 +27,12 @@ See docs/ner.md.
 """
 
 import collections
+import dataclasses
 import functools
 import json
 import os
 import re
+from typing import Optional
 
 import numpy as np
 from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
@@ -45,35 +47,45 @@ from scriptkit import task_model
 from scriptkit import run_record
 from scriptkit import input_packing
 from scriptkit import input_pipeline
+from scriptkit import ner_tags
 import modeling
 from scriptkit import output_lock
 from scriptkit import runtime
 from scriptkit import script_runner
 from scriptkit import serving
+from scriptkit import settings as settings_lib
 from scriptkit import shared_flags
 import tokenization
 from scriptkit import training
 from scriptkit import training_progress
 from scriptkit.errors import InputError
 
-FLAGS = flags.FLAGS
-
 # ---------------------------------------------------------------------------
-# Flags.
+# Settings and flags.
 
-# This script's defaults, whichever script defined a shared flag first.
-FLAG_DEFAULTS = shared_flags.define_flags(
-    shared_flags.FINE_TUNING_FLAGS, "labels", "doc_stride", max_seq_length=128, doc_stride=64,
-    helps={
-        "data_dir": "Folder with the data files, found by their usual names (train.txt or "
-                    "eng.train; valid.txt, dev.txt or eng.testa; test.txt or eng.testb).",
-        "labels": "Comma-separated entity types (PER,LOC,ORG,MISC) or tags "
-                  "(O,B-PER,I-PER,...): the model's label set. Default: the types in the "
-                  "training data (or the ner_labels.json of an earlier training run in "
-                  "--output_dir or next to --init_checkpoint).",
-        "doc_stride": "Documents are read in windows of max_seq_length - 2 word pieces; "
-                      "each window starts this many pieces after the previous one.",
-    })
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.FineTuning):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`)."""
+
+    labels: Optional[str] = None
+    doc_stride: int = 64
+    predict_text_file: Optional[str] = None
+    tag_scheme: str = "auto"
+    document_context: bool = True
+    sentences_per_document: int = 1
+
+
+shared_flags.define_settings_flags(Settings, helps={
+    "data_dir": "Folder with the data files, found by their usual names (train.txt or "
+                "eng.train; valid.txt, dev.txt or eng.testa; test.txt or eng.testb).",
+    "labels": "Comma-separated entity types (PER,LOC,ORG,MISC) or tags "
+              "(O,B-PER,I-PER,...): the model's label set. Default: the types in the "
+              "training data (or the ner_labels.json of an earlier training run in "
+              "--output_dir or next to --init_checkpoint).",
+    "doc_stride": "Documents are read in windows of max_seq_length - 2 word pieces; "
+                  "each window starts this many pieces after the previous one.",
+})
 
 flags.DEFINE_string(
     "predict_text_file", None,
@@ -235,128 +247,7 @@ def iter_sentences(ner_file):
 
 
 # ---------------------------------------------------------------------------
-# Tags and tagging schemes.
-
-SCHEMES = ("iob1", "iob2", "bioes")
-_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
-
-
-def split_tag(tag):
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''). The type is everything after
-    the first '-'. A tag without '-' other than 'O' gives (tag, '')."""
-    if tag == "O":
-        return "O", ""
-    prefix, _, entity_type = tag.partition("-")
-    return prefix, entity_type
-
-
-def is_valid_tag(tag):
-    """Whether `tag` is O or B-, I-, E-, S- followed by a type."""
-    prefix, entity_type = split_tag(tag)
-    return tag == "O" or (prefix in ("B", "I", "E", "S") and bool(entity_type))
-
-
-def detect_scheme(tag_sequences):
-    """The tagging scheme of some tag sequences (one per sentence).
-
-    bioes if any E- or S- tag occurs; iob1 if an I- tag starts an entity
-    (after O, another type, or at the start of a sentence), as in the
-    original CoNLL-2003 files; otherwise iob2.
-    """
-    iob1 = False
-    for tags in tag_sequences:
-        previous = "O"
-        for tag in tags:
-            prefix, entity_type = split_tag(tag)
-            if prefix in ("E", "S"):
-                return "bioes"
-            if prefix == "I":
-                previous_prefix, previous_type = split_tag(previous)
-                if previous_prefix == "O" or previous_type != entity_type:
-                    iob1 = True
-            previous = tag
-    return "iob1" if iob1 else "iob2"
-
-
-def iob1_to_iob2(tags):
-    """IOB1 -> IOB2 for one sentence: an I- tag that starts an entity becomes B-."""
-    out = []
-    previous_prefix, previous_type = "O", ""
-    for tag in tags:
-        prefix, entity_type = split_tag(tag)
-        if prefix == "I" and (previous_prefix == "O" or previous_type != entity_type):
-            tag = "B-" + entity_type
-        out.append(tag)
-        previous_prefix, previous_type = prefix, entity_type
-    return out
-
-
-def iob2_to_iob1(tags):
-    """IOB2 -> IOB1 for one sentence: B- stays only right after an entity of
-    the same type (where IOB1 needs it), else it becomes I-."""
-    out = []
-    previous_prefix, previous_type = "O", ""
-    for tag in tags:
-        prefix, entity_type = split_tag(tag)
-        if prefix == "B" and (previous_prefix == "O" or previous_type != entity_type):
-            out.append("I-" + entity_type)
-        else:
-            out.append(tag)
-        previous_prefix, previous_type = prefix, entity_type
-    return out
-
-
-def model_scheme(scheme):
-    """The scheme the model is trained in: IOB1 data are trained as IOB2
-    (every entity's first word gets B-, which is easier to learn than IOB1's
-    rare B-), the others as they are."""
-    return "iob2" if scheme == "iob1" else scheme
-
-
-def to_model_tags(tags, scheme):
-    """A sentence's tags in the data's scheme -> the model's scheme."""
-    return iob1_to_iob2(tags) if scheme == "iob1" else list(tags)
-
-
-def from_model_tags(tags, scheme):
-    """A sentence's predicted tags in the model's scheme -> the data's scheme."""
-    return iob2_to_iob1(tags) if scheme == "iob1" else list(tags)
-
-
-def label_list_for(entity_types, scheme):
-    """The model's labels: 'O', then per type (in the given order) its tags in
-    the model's scheme: B-, I- (and E-, S- for bioes)."""
-    labels = ["O"]
-    for entity_type in entity_types:
-        labels.extend("%s-%s" % (prefix, entity_type)
-                      for prefix in _PREFIXES[model_scheme(scheme)])
-    return labels
-
-
-def entity_types_of(tags):
-    """Sorted entity types of some tags (invalid tags ignored)."""
-    return sorted({split_tag(t)[1] for t in tags if t != "O" and is_valid_tag(t)})
-
-
-def parse_labels_flag(value):
-    """--labels: types or tags, comma-separated -> list of types in the order
-    first given. Raises InputError for an empty list or a bad tag."""
-    types = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item or item == "O":
-            continue
-        if "-" in item:
-            if not is_valid_tag(item):
-                raise InputError("--labels: %r is neither a type nor a tag such as B-PER"
-                                 % item)
-            item = split_tag(item)[1]
-        if item not in types:
-            types.append(item)
-    if not types:
-        raise InputError("--labels: no entity type in %r" % value)
-    return types
-
+# Checks of the data's tags.
 
 def check_well_formed(ner_file):
     """Raises InputError naming the file and line of the first tag that is not
@@ -365,7 +256,7 @@ def check_well_formed(ner_file):
         return
     for sentence in iter_sentences(ner_file):
         for tag, line in zip(sentence.tags, sentence.lines):
-            if not is_valid_tag(tag):
+            if not ner_tags.is_valid_tag(tag):
                 raise InputError("%s, line %d: malformed tag %r (expected O or B-, I-, E-, "
                                  "S- and a type, such as B-PER)" % (ner_file.path, line, tag))
 
@@ -381,12 +272,12 @@ def check_tags(ner_file, entity_types, scheme):
         return
     check_well_formed(ner_file)
     known = set(entity_types)
-    prefixes = _PREFIXES[scheme]
+    prefixes = ner_tags.PREFIXES[scheme]
     for sentence in iter_sentences(ner_file):
         for tag, line in zip(sentence.tags, sentence.lines):
             if tag == "O":
                 continue
-            prefix, entity_type = split_tag(tag)
+            prefix, entity_type = ner_tags.split_tag(tag)
             if entity_type not in known or prefix not in prefixes:
                 raise InputError(
                     "%s, line %d: label %r is not one of the model's labels (%s tags of "
@@ -396,97 +287,6 @@ def check_tags(ner_file, entity_types, scheme):
 
 # ---------------------------------------------------------------------------
 # Entity-level evaluation, as the conlleval script counts.
-
-def _chunk_ends(previous_prefix, previous_type, prefix, entity_type):
-    """Whether an entity ends between the previous tag and this one."""
-    if previous_prefix in ("E", "S"):
-        return True
-    if previous_prefix in ("B", "I") and prefix in ("B", "S", "O"):
-        return True
-    return previous_prefix != "O" and previous_type != entity_type
-
-
-def _chunk_starts(previous_prefix, previous_type, prefix, entity_type):
-    """Whether an entity starts at this tag."""
-    if prefix in ("B", "S"):
-        return True
-    if prefix in ("I", "E") and previous_prefix in ("O", "E", "S"):
-        return True
-    return prefix != "O" and previous_type != entity_type
-
-
-def extract_entities(sentences):
-    """Entities of tagged sentences, as conlleval reads them.
-
-    A tag is cut at its first '-' into a prefix and a type. An entity starts
-    at B- (and S-), at an I- (or E-) that follows O, or where the type
-    changes; it ends before O, B- or S-, after E- or S-, or where the type
-    changes. So IOB1 and IOB2 (and BIOES) are all read right, and ill-formed
-    sequences (I-PER after O) the way conlleval reads them. Sentences are
-    separate: no entity crosses a sentence boundary.
-
-    Args:
-      sentences: list of lists of tags.
-
-    Returns:
-      Set of (type, sentence index, first word, last word).
-    """
-    entities = set()
-    for index, tags in enumerate(sentences):
-        previous_prefix, previous_type = "O", ""
-        start = None
-        for position, tag in enumerate(list(tags) + ["O"]):
-            prefix, entity_type = split_tag(tag)
-            if start is not None and _chunk_ends(previous_prefix, previous_type, prefix,
-                                                 entity_type):
-                entities.add((previous_type, index, start, position - 1))
-                start = None
-            if _chunk_starts(previous_prefix, previous_type, prefix, entity_type):
-                start = position
-            previous_prefix, previous_type = prefix, entity_type
-    return entities
-
-
-def _prf(correct, found_predicted, found_gold):
-    precision = correct / found_predicted if found_predicted else 0.0
-    recall = correct / found_gold if found_gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
-
-
-def evaluate_tags(gold_sentences, predicted_sentences):
-    """conlleval's scores of predicted tags against gold tags.
-
-    Args:
-      gold_sentences, predicted_sentences: lists of lists of tags, aligned
-        (sentence by sentence, word by word).
-
-    Returns:
-      dict: "precision", "recall", "f1" (entities whose type, first and last
-      word all match, as fractions), "accuracy" (words whose tag is right),
-      "num_gold_entities", "num_predicted_entities", "num_correct_entities",
-      and per type T found in either: "precision_T", "recall_T", "f1_T".
-    """
-    if len(gold_sentences) != len(predicted_sentences) or any(
-            len(g) != len(p) for g, p in zip(gold_sentences, predicted_sentences)):
-        raise ValueError("gold and predicted tags are not aligned")
-    gold = extract_entities(gold_sentences)
-    predicted = extract_entities(predicted_sentences)
-    correct = gold & predicted
-    words = sum(len(g) for g in gold_sentences)
-    right = sum(g == p for gs, ps in zip(gold_sentences, predicted_sentences)
-                for g, p in zip(gs, ps))
-    precision, recall, f1 = _prf(len(correct), len(predicted), len(gold))
-    result = {"precision": precision, "recall": recall, "f1": f1,
-              "accuracy": right / words if words else 0.0,
-              "num_gold_entities": len(gold), "num_predicted_entities": len(predicted),
-              "num_correct_entities": len(correct)}
-    for entity_type in sorted({e[0] for e in gold | predicted}):
-        counts = [sum(e[0] == entity_type for e in entities)
-                  for entities in (correct, predicted, gold)]
-        (result["precision_" + entity_type], result["recall_" + entity_type],
-         result["f1_" + entity_type]) = _prf(*counts)
-    return result
 
 
 # ---------------------------------------------------------------------------
@@ -627,7 +427,8 @@ def document_inputs(ner_file, document_context, label_map=None, scheme="iob2"):
         words = [w for s in sentences for w in s.words]
         labels = None
         if label_map is not None and ner_file.tagged:
-            labels = [label_map[t] for s in sentences for t in to_model_tags(s.tags, scheme)]
+            labels = [label_map[t] for s in sentences
+                      for t in ner_tags.to_model_tags(s.tags, scheme)]
         out.append((words, labels))
     return out
 
@@ -811,7 +612,7 @@ def write_labels(path, scheme, entity_types):
     """Saves the label set (and the data's scheme) as JSON."""
     with file_io.atomic_output(path) as writer:
         writer.write(json.dumps({"scheme": scheme, "entity_types": list(entity_types),
-                                 "labels": label_list_for(entity_types, scheme)},
+                                 "labels": ner_tags.label_list_for(entity_types, scheme)},
                                 indent=2) + "\n")
     file_io.report_output(path, "the label set, in the model's output order")
 
@@ -826,7 +627,7 @@ def read_labels(path):
             scheme, types = saved["scheme"], list(saved["entity_types"])
         except (ValueError, KeyError, TypeError):
             raise InputError("%s: not a label file of run_ner.py" % path)
-    if scheme not in SCHEMES:
+    if scheme not in ner_tags.SCHEMES:
         raise InputError("%s: unknown scheme %r" % (path, scheme))
     return scheme, types
 
@@ -888,7 +689,7 @@ def tag_file(estimator, ner_file, pieces, label_list, scheme, max_seq_length, do
     offset = 0
     for sentence in iter_sentences(ner_file):
         tags = [label_list[i] for i in predicted_ids[offset:offset + len(sentence.words)]]
-        sentences.append(from_model_tags(tags, scheme))
+        sentences.append(ner_tags.from_model_tags(tags, scheme))
         offset += len(sentence.words)
     return probabilities, sentences
 
@@ -920,21 +721,21 @@ def score_file(ner_file, probabilities, predicted, label_map, scheme):
     eval_precision, eval_recall, eval_f1, eval_accuracy (per word),
     eval_loss (mean cross-entropy per word) and the per-type scores."""
     gold = [s.tags for s in iter_sentences(ner_file)]
-    result = {"eval_" + k: v for k, v in evaluate_tags(gold, predicted).items()}
-    gold_ids = [label_map[t] for tags in gold for t in to_model_tags(tags, scheme)]
+    result = {"eval_" + k: v for k, v in ner_tags.evaluate_tags(gold, predicted).items()}
+    gold_ids = [label_map[t] for tags in gold for t in ner_tags.to_model_tags(tags, scheme)]
     gold_probabilities = probabilities[np.arange(len(gold_ids)), gold_ids]
     result["eval_loss"] = float(-np.mean(np.log(np.maximum(gold_probabilities, 1e-12))))
     return result
 
 
-def export_model(bert_config, label_list, scheme, checkpoint_path, export_dir, labels_path,
-                 vocab_file, do_lower_case, max_seq_length=128, doc_stride=64, options=None):
-    """Exports a SavedModel for serving from `checkpoint_path` (see
-    serving.py) and returns its directory (timestamped, in `export_dir`).
+def export_model(source, label_list, scheme, labels_path, doc_stride=64):
+    """Exports a SavedModel for serving of the `serving.ExportSource`
+    `source` (see serving.py) and returns its directory (timestamped, in
+    its export_dir). `label_list`: the model's tags; `scheme`: the data's.
 
     serving_default takes tf.string text [batch], one document each: split
     into words as --predict_text_file's lines are, cut into windows as
-    documents are (max_seq_length, doc_stride), each word tagged from the
+    documents are (the source's max_seq_length, doc_stride), each word tagged from the
     window where it has the most context. It returns, per text, padded to
     the batch's most words: words [batch, words] and tags (in the data's
     scheme; "" past a text's words), start_offsets and end_offsets (int32:
@@ -947,8 +748,9 @@ def export_model(bert_config, label_list, scheme, checkpoint_path, export_dir, l
     as exports did before. `labels_path` (ner_labels.json, the label
     names) is copied to assets.extra/.
     """
-    model_fn = model_fn_builder(bert_config=bert_config, num_labels=len(label_list),
-                                **task_model.export_builder_args(options))
+    model_fn = model_fn_builder(bert_config=source.bert_config, num_labels=len(label_list),
+                                **task_model.export_builder_args(source.options))
+    max_seq_length = source.max_seq_length
 
     def text_signature(tokenizer):
         text = serving.string_input("text")
@@ -969,22 +771,22 @@ def export_model(bert_config, label_list, scheme, checkpoint_path, export_dir, l
 
         return {"text": text}, features, outputs
 
-    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
-                          text_signature, settings={"max_seq_length": max_seq_length,
-                                                    "doc_stride": doc_stride},
+    return serving.export(model_fn, source, text_signature,
+                          settings={"max_seq_length": max_seq_length, "doc_stride": doc_stride},
                           assets_extra=[labels_path])
 
 
 def _data_scheme_ids(tag_ids, label_list, scheme):
-    """`from_model_tags` in the graph: the model's tag ids (RaggedTensor
-    int32 [batch, (words)], one text a sentence) as ids of the data's
-    scheme's tags (IOB1: B- only right after an entity of the same type)."""
+    """`ner_tags.from_model_tags` in the graph: the model's tag ids
+    (RaggedTensor int32 [batch, (words)], one text a sentence) as ids of the
+    data's scheme's tags (IOB1: B- only right after an entity of the same type)."""
     if scheme != "iob1":
         return tag_ids
     # converted[previous][current], where previous == len(label_list) is
     # the start of the text.
-    converted = [[label_list.index(iob2_to_iob1(([previous] if previous else []) + [tag])[-1])
-                  for tag in label_list] for previous in label_list + [None]]
+    converted = [[label_list.index(
+        ner_tags.iob2_to_iob1(([previous] if previous else []) + [tag])[-1])
+        for tag in label_list] for previous in label_list + [None]]
     flat = tag_ids.flat_values
     position = tf.range(tf.size(flat, out_type=tf.int64))
     previous = tf.where(tf.equal(position, tf.gather(tag_ids.row_starts(),
@@ -1082,16 +884,16 @@ def _choose_labels(train, others, labels_path_for_reading, tag_scheme, labels):
     elif saved:
         scheme = saved[0]
     elif tagged:
-        scheme = detect_scheme(s.tags for s in iter_sentences(tagged[0]))
+        scheme = ner_tags.detect_scheme(s.tags for s in iter_sentences(tagged[0]))
     else:
         scheme = "iob2"
     if labels:
-        types = parse_labels_flag(labels)
+        types = ner_tags.parse_labels_flag(labels)
     elif train is not None:
-        types = entity_types_of(t for s in iter_sentences(train) for t in s.tags)
+        types = ner_tags.entity_types_of(t for s in iter_sentences(train) for t in s.tags)
     elif saved:
         types = saved[1]
-        if model_scheme(saved[0]) != model_scheme(scheme):
+        if ner_tags.model_scheme(saved[0]) != ner_tags.model_scheme(scheme):
             raise InputError("--tag_scheme=%s, but the model was trained on %s tags (%s)"
                              % (tag_scheme, saved[0], labels_path_for_reading))
     else:
@@ -1172,9 +974,9 @@ def _labels(run, train, dev, test):
     for ner_file in (train, dev, test):
         if ner_file is not None:
             check_tags(ner_file, entity_types, scheme)
-    label_list = label_list_for(entity_types, scheme)
+    label_list = ner_tags.label_list_for(entity_types, scheme)
     tf.logging.info("Tag scheme %s (trained as %s); %d labels: %s", scheme,
-                    model_scheme(scheme), len(label_list), " ".join(label_list))
+                    ner_tags.model_scheme(scheme), len(label_list), " ".join(label_list))
     return scheme, entity_types
 
 
@@ -1223,16 +1025,57 @@ def _start_output(run, scheme, entity_types, label_list):
     return labels_path
 
 
+def _evaluate_and_predict(run, trainer, pieces, label_list, label_map, scheme, checkpoint,
+                          dev, test, text):
+    """--do_eval on `dev` (eval_results.txt, eval_predictions.txt), --do_predict on
+    `test` (test_predictions.txt; test_results.txt where it is tagged) and on
+    `text`, --predict_text_file's NerFile (text_predictions.txt); None: not
+    asked for."""
+    settings = run.settings
+
+    def tag(ner_file, batch_size, record_name, phase="Predicting"):
+        """`tag_file` of `ner_file` through `record_name` in --output_dir."""
+        return tag_file(trainer, ner_file, pieces, label_list, scheme,
+                        settings.max_seq_length, settings.doc_stride,
+                        settings.document_context, batch_size,
+                        os.path.join(run.output_dir, record_name), run.fixed_batches, phase,
+                        run.init_checkpoint, run.options.length_buckets)
+
+    if settings.do_eval:
+        probabilities, predicted = tag(dev, settings.eval_batch_size, "eval.tf_record",
+                                       "Evaluating")
+        result = score_file(dev, probabilities, predicted, label_map, scheme)
+        if checkpoint:
+            result["global_step"] = checkpoints.checkpoint_step(checkpoint)
+        write_conll_predictions(os.path.join(run.output_dir, "eval_predictions.txt"), dev,
+                                predicted)
+        evaluation.write_eval_results(result, run.output_dir, headline="eval_f1")
+    if test is not None:
+        probabilities, predicted = tag(test, settings.predict_batch_size, "predict.tf_record")
+        write_conll_predictions(os.path.join(run.output_dir, "test_predictions.txt"), test,
+                                predicted)
+        if test.tagged:
+            evaluation.write_eval_results(
+                score_file(test, probabilities, predicted, label_map, scheme),
+                run.output_dir, file_name="test_results.txt",
+                header="***** Test results *****", headline="eval_f1")
+    if text is not None:
+        _, predicted = tag(text, settings.predict_batch_size, "predict_text.tf_record")
+        write_conll_predictions(os.path.join(run.output_dir, "text_predictions.txt"), text,
+                                predicted, with_gold=False)
+
+
 @output_lock.releases_output_lock
 def main(_):
     # Every input is checked before anything is trained or written.
-    run = fine_tuning.prepare_run(FLAG_DEFAULTS, "run_ner.py", min_seq_length=3,
+    run = fine_tuning.prepare_run(settings_lib.from_flags(Settings), "run_ner.py",
+                                  min_seq_length=3,
                                   needs=_needs, check_flags=_check_flags,
                                   head_variable="ner/output_weights")
     settings, bert_config = run.settings, run.bert_config
     train, dev, test, text = _read_data(run)
     scheme, entity_types = _labels(run, train, dev, test)
-    label_list = label_list_for(entity_types, scheme)
+    label_list = ner_tags.label_list_for(entity_types, scheme)
     label_map = {label: i for i, label in enumerate(label_list)}
     # A checkpoint of another model in --output_dir would be restored and fail.
     checkpoints.check_output_dir_checkpoint(
@@ -1266,42 +1109,11 @@ def main(_):
         tf.logging.warning("No fine-tuned checkpoint in --output_dir: predicting with an "
                            "untrained output layer")
 
-    def tag(ner_file, batch_size, record_name, phase="Predicting"):
-        """`tag_file` of `ner_file` through `record_name` in --output_dir."""
-        return tag_file(trainer, ner_file, pieces, label_list, scheme,
-                        settings.max_seq_length, settings.doc_stride,
-                        settings.document_context, batch_size,
-                        os.path.join(run.output_dir, record_name), run.fixed_batches, phase,
-                        run.init_checkpoint, run.options.length_buckets)
-
-    if settings.do_eval:
-        probabilities, predicted = tag(dev, settings.eval_batch_size, "eval.tf_record",
-                                       "Evaluating")
-        result = score_file(dev, probabilities, predicted, label_map, scheme)
-        if checkpoint:
-            result["global_step"] = checkpoints.checkpoint_step(checkpoint)
-        write_conll_predictions(os.path.join(run.output_dir, "eval_predictions.txt"), dev,
-                                predicted)
-        evaluation.write_eval_results(result, run.output_dir, headline="eval_f1")
-    if test is not None:
-        probabilities, predicted = tag(test, settings.predict_batch_size, "predict.tf_record")
-        write_conll_predictions(os.path.join(run.output_dir, "test_predictions.txt"), test,
-                                predicted)
-        if test.tagged:
-            evaluation.write_eval_results(
-                score_file(test, probabilities, predicted, label_map, scheme),
-                run.output_dir, file_name="test_results.txt",
-                header="***** Test results *****", headline="eval_f1")
-    if text is not None:
-        _, predicted = tag(text, settings.predict_batch_size, "predict_text.tf_record")
-        write_conll_predictions(os.path.join(run.output_dir, "text_predictions.txt"), text,
-                                predicted, with_gold=False)
-
+    _evaluate_and_predict(run, trainer, pieces, label_list, label_map, scheme, checkpoint,
+                          dev, test, text)
     if settings.export_dir:
-        export_model(bert_config, label_list, scheme, checkpoint, settings.export_dir,
-                     labels_path, settings.vocab_file, settings.do_lower_case,
-                     max_seq_length=settings.max_seq_length, doc_stride=settings.doc_stride,
-                     options=run.options)
+        export_model(run.export_source(checkpoint), label_list, scheme, labels_path,
+                     doc_stride=settings.doc_stride)
 
 
 if __name__ == "__main__":

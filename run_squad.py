@@ -21,7 +21,8 @@ changed:
 * clear errors for files that are not SQuAD JSON (naming the field and the
   question id), a summary of skipped training answers, atomic output files,
   and no crash when every n-best answer of a 2.0 question is the null answer
-  (that question gets null odds `NO_ANSWER_NULL_ODDS`: "" at any threshold);
+  (that question gets null odds `squad_answers.NO_ANSWER_NULL_ODDS`: "" at
+  any threshold);
 * a SavedModel that answers questions from text (--export_dir,
   squad_export.py).
 
@@ -29,16 +30,17 @@ The building blocks (read_squad_examples, convert_examples_to_features,
 create_model, model_fn_builder, input_fn_builder, write_predictions and the
 whole predict phase, predict_and_evaluate) take their settings as arguments,
 with the flags' defaults, so they also work from Python with the flags
-unparsed. Only the training options (--precision, --recompute_grad,
---gradient_accumulation_steps) reach create_model and the model_fn through
-the flags, and those fall back to their defaults there.
+unparsed; the training options (--precision, --recompute_grad, ...) reach
+create_model and the model_fn as one `options` value
+(`training.training_options`), None meaning the defaults.
 """
 
 import collections
 import dataclasses
-import math
+import json
 import os
 import random
+from typing import Optional
 
 import numpy as np
 from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
@@ -54,9 +56,12 @@ from scriptkit import input_pipeline
 from scriptkit import logs
 import modeling
 from scriptkit import output_lock
+from scriptkit import run_record
 from scriptkit import runtime
 from scriptkit import script_runner
+from scriptkit import settings as settings_lib
 from scriptkit import shared_flags
+from scriptkit import squad_answers
 from scriptkit import squad_export
 import tokenization
 from scriptkit import training
@@ -65,28 +70,36 @@ from scriptkit.errors import InputError
 from squad_evaluate import (
     dataset_has_answers, get_field, iterate_questions, run_evaluation, write_json)
 
-FLAGS = flags.FLAGS
-
 # ---------------------------------------------------------------------------
-# Flags.
+# Settings and flags.
 
-# This script's defaults, whichever script defined a shared flag first.
-FLAG_DEFAULTS = shared_flags.define_flags(
-    "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
-    "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
-    "learning_rate", "num_train_epochs", "max_train_steps", "warmup_proportion",
-    "save_checkpoints_steps", "iterations_per_loop", shared_flags.TPU_FLAGS,
-    shared_flags.TRAINING_OPTION_FLAGS,
-    "train_file", "doc_stride", "dynamic_padding", "length_buckets", "export_dir",
-    max_seq_length=384, doc_stride=128,
-    helps={"train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json).",
-           "export_dir": "If set, export a SavedModel for serving under this directory (in "
-                         "a timestamped subdirectory): serving_default takes raw question "
-                         "and context strings and returns the answer, its character offsets "
-                         "and the n-best (docs/squad.md); serving_ids takes int32 "
-                         "input_ids, input_mask, segment_ids. Without --do_train, the latest "
-                         "checkpoint in --output_dir or a fine-tuned --init_checkpoint is "
-                         "exported."})
+@dataclasses.dataclass(frozen=True)
+class Settings(settings_lib.FineTuningCore):
+    """This script's flags, with its defaults (read in main by
+    `settings_lib.from_flags`): a fine-tuning script's core, and SQuAD's
+    own."""
+
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    predict_file: Optional[str] = None
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    verbose_logging: bool = False
+    version_2_with_negative: bool = False
+    null_score_diff_threshold: float = 0.0
+    evaluate_only: bool = False
+    tune_null_threshold: bool = False
+
+
+shared_flags.define_settings_flags(Settings, helps={
+    "train_file": "SQuAD JSON file to fine-tune on (such as train-v1.1.json).",
+    "export_dir": "If set, export a SavedModel for serving under this directory (in a "
+                  "timestamped subdirectory): serving_default takes raw question and "
+                  "context strings and returns the answer, its character offsets and the "
+                  "n-best (docs/squad.md); serving_ids takes int32 input_ids, input_mask, "
+                  "segment_ids. Without --do_train, the latest checkpoint in --output_dir "
+                  "or a fine-tuned --init_checkpoint is exported."})
 
 flags.DEFINE_string(
     "predict_file", None,
@@ -135,10 +148,6 @@ flags.DEFINE_bool(
     "null_score_diff_threshold that maximises F1 on it (from null_odds.json and "
     "nbest_predictions.json) and write predictions_best_threshold.json and "
     "eval_results_best_threshold.json besides the untuned predictions.json.")
-
-# null_odds.json value of a 2.0 question without any valid non-null span: it
-# is predicted "" at every threshold.
-NO_ANSWER_NULL_ODDS = 1000000.0
 
 # unique_id of the first window; later windows count up from it.
 _FIRST_UNIQUE_ID = 1000000000
@@ -800,172 +809,13 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
-# A scored span of one window: feature_index is the window's index among its
-# example's features; start_index and end_index are positions in its tokens.
-_PrelimPrediction = collections.namedtuple(
-    "PrelimPrediction",
-    ["feature_index", "start_index", "end_index", "start_logit", "end_logit"])
-
-_NbestPrediction = collections.namedtuple(
-    "NbestPrediction", ["text", "start_logit", "end_logit"])
-
-
-def _as_float_list(logits):
-    """Logits (list or numpy array) as a list of Python floats."""
-    if isinstance(logits, np.ndarray):
-        return logits.tolist()
-    return [float(x) for x in logits]
-
-
-def compute_predictions(all_examples, all_features, all_results, n_best_size,
-                        max_answer_length, do_lower_case, version_2_with_negative=False,
-                        null_score_diff_threshold=0.0, verbose_logging=False):
-    """The answers of write_predictions, without writing files.
-
-    For each example, every window proposes the spans between its
-    `n_best_size` best start and `n_best_size` best end positions (ranked
-    over the whole window, padding included, as the original ranks them),
-    where both lie in its context (starting where it has max context, at
-    most `max_answer_length` pieces);
-    with SQuAD 2.0 the null answer ([CLS] to [CLS], from the window where it
-    scores lowest) competes too. Spans are ranked by start + end logit and the
-    `n_best_size` best distinct texts are kept.
-
-    Args:
-      all_examples: SquadExamples, in the order their features were made.
-      all_features: InputFeatures (or PredictionFeatures) of all examples.
-      all_results: RawResults (logits lists or numpy arrays [seq_length]).
-      n_best_size, max_answer_length, do_lower_case: as the flags.
-      version_2_with_negative: SQuAD 2.0 (null answers, null odds).
-      null_score_diff_threshold: SQuAD 2.0: predict "" when the null odds
-        exceed it.
-      verbose_logging: log answers that cannot be aligned with the context.
-
-    Returns:
-      (all_predictions, all_nbest_json, scores_diff_json): OrderedDicts qas_id
-      -> answer text; -> list of n-best dicts (text, probability, start_logit,
-      end_logit); -> null odds (score_null - best non-null score; SQuAD 2.0
-      only, empty otherwise).
-    """
-    features_by_example = collections.defaultdict(list)
-    for feature in all_features:
-        features_by_example[feature.example_index].append(feature)
-    result_by_id = {result.unique_id: result for result in all_results}
-
-    all_predictions = collections.OrderedDict()
-    all_nbest_json = collections.OrderedDict()
-    scores_diff_json = collections.OrderedDict()
-    for example_index, example in enumerate(all_examples):
-        features = features_by_example[example_index]
-        spans, null_score, null = _score_spans(features, result_by_id, n_best_size,
-                                               max_answer_length)
-        if version_2_with_negative:
-            spans.append(null)
-        # Stable: equal scores keep the order the spans were proposed in.
-        spans.sort(key=lambda span: span.start_logit + span.end_logit, reverse=True)
-
-        nbest = []
-        texts = set()
-        for span in spans:
-            if len(nbest) >= n_best_size:
-                break
-            if span.start_index == 0:  # The null answer.
-                text = ""
-            else:
-                text = _span_text(example, features[span.feature_index], span,
-                                  do_lower_case, verbose_logging)
-                if text in texts:
-                    continue
-            texts.add(text)
-            nbest.append(_NbestPrediction(text, span.start_logit, span.end_logit))
-        if version_2_with_negative and "" not in texts:
-            nbest.append(_NbestPrediction("", null.start_logit, null.end_logit))
-        if not nbest:
-            # No valid span at all: a placeholder, so that every question
-            # has an n-best list.
-            nbest.append(_NbestPrediction("empty", 0.0, 0.0))
-
-        probabilities = _compute_softmax([e.start_logit + e.end_logit for e in nbest])
-        all_nbest_json[example.qas_id] = [
-            collections.OrderedDict([("text", entry.text), ("probability", probability),
-                                     ("start_logit", entry.start_logit),
-                                     ("end_logit", entry.end_logit)])
-            for entry, probability in zip(nbest, probabilities)]
-
-        best_non_null = next((entry for entry in nbest if entry.text), None)
-        if not version_2_with_negative:
-            all_predictions[example.qas_id] = nbest[0].text
-        elif best_non_null is None:
-            # Every n-best entry is the null answer (no valid span at all):
-            # null at any threshold.
-            scores_diff_json[example.qas_id] = NO_ANSWER_NULL_ODDS
-            all_predictions[example.qas_id] = ""
-        else:
-            score_diff = null_score - best_non_null.start_logit - best_non_null.end_logit
-            scores_diff_json[example.qas_id] = score_diff
-            all_predictions[example.qas_id] = (
-                "" if score_diff > null_score_diff_threshold else best_non_null.text)
-    return all_predictions, all_nbest_json, scores_diff_json
-
-
-def _score_spans(features, result_by_id, n_best_size, max_answer_length):
-    """The candidate spans of one example's windows.
-
-    Returns:
-      (spans, null_score, null): the valid spans (_PrelimPrediction), window
-      by window, best starts first, then best ends; the lowest null score
-      (start + end logit at [CLS]) over the windows (1000000 without
-      windows); and the null answer of that window (the first if tied).
-    """
-    spans = []
-    null_score = 1000000
-    null = _PrelimPrediction(0, 0, 0, 0, 0)
-    for feature_index, feature in enumerate(features):
-        result = result_by_id[feature.unique_id]
-        start_logits = _as_float_list(result.start_logits)
-        end_logits = _as_float_list(result.end_logits)
-        if start_logits[0] + end_logits[0] < null_score:
-            null_score = start_logits[0] + end_logits[0]
-            null = _PrelimPrediction(feature_index, 0, 0, start_logits[0], end_logits[0])
-        best_ends = _get_best_indexes(end_logits, n_best_size)
-        for start in _get_best_indexes(start_logits, n_best_size):
-            for end in best_ends:
-                if _is_valid_span(feature, start, end, max_answer_length):
-                    spans.append(_PrelimPrediction(feature_index, start, end,
-                                                   start_logits[start], end_logits[end]))
-    return spans, null_score, null
-
-
-def _is_valid_span(feature, start, end, max_answer_length):
-    """Whether positions start..end of a window can be an answer: both in its
-    context (not [CLS], the question, [SEP] or padding), the window the one
-    with max context for the start, and 1 to max_answer_length pieces."""
-    if start not in feature.token_to_orig_map or end not in feature.token_to_orig_map:
-        return False
-    if not feature.token_is_max_context.get(start, False):
-        return False
-    return start <= end < start + max_answer_length
-
-
-def _span_text(example, feature, span, do_lower_case, verbose_logging):
-    """The text of the context that a span of a window's tokens covers."""
-    pieces = feature.tokens[span.start_index:span.end_index + 1]
-    first_word = feature.token_to_orig_map[span.start_index]
-    last_word = feature.token_to_orig_map[span.end_index]
-    words = example.doc_tokens[first_word:last_word + 1]
-    # Join the pieces back into words ("john ##son" -> "johnson").
-    pred_text = " ".join(pieces).replace(" ##", "").replace("##", "")
-    pred_text = " ".join(pred_text.split())
-    return get_final_text(pred_text, " ".join(words), do_lower_case,
-                          verbose_logging=verbose_logging)
-
-
 def write_predictions(all_examples, all_features, all_results, n_best_size,
                       max_answer_length, do_lower_case, output_prediction_file,
                       output_nbest_file, output_null_log_odds_file,
                       version_2_with_negative=False, null_score_diff_threshold=0.0,
                       verbose_logging=False):
-    """Computes the answers (`compute_predictions`) and writes them.
+    """Computes the answers (`squad_answers.compute_predictions`) and writes
+    them.
 
     Writes predictions.json (qas_id -> text), nbest_predictions.json (qas_id
     -> n-best list) and, for SQuAD 2.0, null_odds.json (qas_id -> null odds)
@@ -973,11 +823,11 @@ def write_predictions(all_examples, all_features, all_results, n_best_size,
 
     Returns:
       (all_predictions, all_nbest_json, scores_diff_json), as
-      `compute_predictions`.
+      `squad_answers.compute_predictions`.
     """
     tf.logging.info("Writing predictions to: %s", output_prediction_file)
     tf.logging.info("Writing nbest to: %s", output_nbest_file)
-    all_predictions, all_nbest_json, scores_diff_json = compute_predictions(
+    all_predictions, all_nbest_json, scores_diff_json = squad_answers.compute_predictions(
         all_examples, all_features, all_results, n_best_size, max_answer_length,
         do_lower_case, version_2_with_negative=version_2_with_negative,
         null_score_diff_threshold=null_score_diff_threshold,
@@ -987,80 +837,6 @@ def write_predictions(all_examples, all_features, all_results, n_best_size,
     if version_2_with_negative:
         write_json(output_null_log_odds_file, scores_diff_json)
     return all_predictions, all_nbest_json, scores_diff_json
-
-
-def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
-    """Finds the characters of `orig_text` that the prediction covers.
-
-    `orig_text` is the whole words that the predicted pieces fall in (e.g.
-    "Smith's"), and `pred_text` the pieces joined (e.g. "smith"), normalised
-    by the tokenizer (lower case, no accents, punctuation split off). The
-    answer should be the original characters of just the prediction
-    ("Smith").
-
-    `orig_text` is tokenized again by the BasicTokenizer and the prediction
-    found in that text. Without spaces, the tokenized text and `orig_text`
-    usually have the same length, and then their characters correspond one
-    to one: the prediction's first and last character give the answer's
-    bounds in `orig_text`. When not (the prediction is not found, the lengths
-    differ, or an end falls on a space), `orig_text` is returned whole.
-
-    Args:
-      pred_text: the predicted pieces, "##" joined, single spaces.
-      orig_text: the words of the context they belong to, single spaces.
-      do_lower_case: as the tokenizer that made the pieces.
-      verbose_logging: log why the alignment failed.
-
-    Returns:
-      A substring of `orig_text` (or all of it).
-    """
-    tokenizer = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
-    tok_text = " ".join(tokenizer.tokenize(orig_text))
-
-    def fail(message, *args):
-        if verbose_logging:
-            tf.logging.info(message, *args)
-        return orig_text
-
-    tok_start = tok_text.find(pred_text)
-    if tok_start == -1:
-        return fail("Unable to find text: '%s' in '%s'", pred_text, orig_text)
-    tok_end = tok_start + len(pred_text) - 1
-
-    # The positions of the characters that are not spaces; the n-th of
-    # tok_text corresponds to the n-th of orig_text.
-    orig_chars = [i for i, char in enumerate(orig_text) if char != " "]
-    tok_chars = [i for i, char in enumerate(tok_text) if char != " "]
-    if len(orig_chars) != len(tok_chars):
-        return fail("Length not equal after stripping spaces: '%s' vs '%s'",
-                    orig_text.replace(" ", ""), tok_text.replace(" ", ""))
-    rank = {position: n for n, position in enumerate(tok_chars)}
-    if tok_start not in rank:
-        return fail("Couldn't map start position")
-    if tok_end not in rank:
-        return fail("Couldn't map end position")
-    return orig_text[orig_chars[rank[tok_start]]:orig_chars[rank[tok_end]] + 1]
-
-
-def _get_best_indexes(logits, n_best_size):
-    """Indexes of the `n_best_size` largest logits, largest first (equal
-    logits: lower index first)."""
-    by_score = sorted(range(len(logits)), key=lambda i: logits[i], reverse=True)
-    return by_score[:n_best_size]
-
-
-def _compute_softmax(scores):
-    """Softmax of a list of floats, as a list ([] for [])."""
-    if not scores:
-        return []
-    top = max(scores)
-    exps = [math.exp(score - top) for score in scores]
-    # Summed left to right, not with sum(): Python >= 3.12 sums floats with
-    # compensation, which would change the probabilities' last digits.
-    total = 0.0
-    for value in exps:
-        total += value
-    return [value / total for value in exps]
 
 
 # ---------------------------------------------------------------------------
@@ -1193,7 +969,7 @@ def _evaluation_settings(settings):
 def evaluate_only(settings):
     """--evaluate_only: scores the files in --output_dir against
     --predict_file, as the flag `settings` (the parsed flags) say."""
-    shared_flags.require_flags("predict_file", "output_dir", settings=settings)
+    settings_lib.require(settings, "predict_file", "output_dir")
     if settings.tune_null_threshold and not settings.version_2_with_negative:
         raise InputError("--tune_null_threshold needs --version_2_with_negative")
     dataset = load_squad_json(settings.predict_file, "predict_file")
@@ -1202,6 +978,37 @@ def evaluate_only(settings):
         raise InputError("%s has no answers to evaluate against" % where)
     return run_evaluation(dataset, settings.output_dir, where,
                           **_evaluation_settings(settings))
+
+
+def record_tuned_threshold(output_dir, dataset, checkpoint, predict_file):
+    """After --do_predict with --tune_null_threshold: the threshold this run
+    chose (eval_results_best_threshold.json), written to the run record in
+    `output_dir` (if it has one) with the checkpoint it was tuned for.
+
+    Args:
+      dataset: the parsed --predict_file (nothing was tuned without answers).
+      checkpoint: the fine-tuned checkpoint the threshold was tuned with.
+      predict_file: its path, for the record.
+
+    Returns:
+      The threshold, or None where none was tuned.
+    """
+    if not dataset_has_answers(dataset, True):
+        return None
+    tuned = file_io.read_json_object(
+        os.path.join(output_dir, "eval_results_best_threshold.json"), None)
+    threshold = tuned["null_score_diff_threshold"]
+    path = os.path.join(output_dir, run_record.FILE)
+    if file_io.exists(path):
+        record = file_io.read_json_object(path, None)
+        record[squad_export.TUNED_THRESHOLD_KEY] = {
+            "value": threshold, "checkpoint": checkpoint,
+            "predict_file": predict_file}
+        with file_io.atomic_output(path) as writer:
+            writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        file_io.report_output(path, "the run record, with the tuned "
+                                    "null_score_diff_threshold %r" % threshold)
+    return threshold
 
 
 def _read_predict_file(settings):
@@ -1248,16 +1055,39 @@ def _train(run, trainer, train_examples, num_train_steps):
     checkpoints.report_trained_checkpoint(run.output_dir)
 
 
+def _predict(run, trainer, predict_input):
+    """--do_predict on `predict_input` (`_read_predict_file`): the answers,
+    and their scores where the file has answers (`predict_and_evaluate`).
+    Returns the threshold tuned by --tune_null_threshold (written to the run
+    record), or None."""
+    settings = run.settings
+    examples, dataset = predict_input
+    predict_and_evaluate(
+        trainer, run.tokenizer, examples, dataset, run.output_dir, settings.predict_file,
+        max_seq_length=settings.max_seq_length, doc_stride=settings.doc_stride,
+        max_query_length=settings.max_query_length,
+        predict_batch_size=settings.predict_batch_size, n_best_size=settings.n_best_size,
+        max_answer_length=settings.max_answer_length,
+        do_lower_case=settings.do_lower_case, verbose_logging=settings.verbose_logging,
+        init_checkpoint=run.init_checkpoint, length_buckets=run.options.length_buckets,
+        **_evaluation_settings(settings))
+    if not settings.tune_null_threshold:
+        return None
+    return record_tuned_threshold(run.output_dir, dataset, run.checkpoint(),
+                                  settings.predict_file)
+
+
 @output_lock.releases_output_lock
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
-    if FLAGS.evaluate_only:
-        evaluate_only(FLAGS)
+    settings = settings_lib.from_flags(Settings)
+    if settings.evaluate_only:
+        evaluate_only(settings)
         return
 
     # Every input is checked before anything is trained or written.
     run = fine_tuning.prepare_run(
-        FLAG_DEFAULTS, "run_squad.py",
+        settings, "run_squad.py",
         # The data files of the actions asked for, named with the model's flags.
         needs=lambda settings: (fine_tuning.data_file_flags(
             settings, ("do_train", "train_file"), ("do_predict", "predict_file")), ()),
@@ -1292,28 +1122,12 @@ def main(_):
         _train(run, trainer, train_examples, num_train_steps)
         del train_examples  # Only the file is read from here on.
 
-    if settings.do_predict:
-        examples, dataset = predict_input
-        predict_and_evaluate(
-            trainer, run.tokenizer, examples, dataset, run.output_dir, settings.predict_file,
-            max_seq_length=settings.max_seq_length, doc_stride=settings.doc_stride,
-            max_query_length=settings.max_query_length,
-            predict_batch_size=settings.predict_batch_size, n_best_size=settings.n_best_size,
-            max_answer_length=settings.max_answer_length,
-            do_lower_case=settings.do_lower_case, verbose_logging=settings.verbose_logging,
-            init_checkpoint=run.init_checkpoint, length_buckets=run.options.length_buckets,
-            **_evaluation_settings(settings))
-
+    tuned = _predict(run, trainer, predict_input) if settings.do_predict else None
     # The export (squad_export.py), with the threshold this run tuned.
-    tuned = None
-    if settings.do_predict and settings.tune_null_threshold:
-        tuned = squad_export.record_tuned_threshold(run.output_dir, predict_input[1],
-                                                    run.checkpoint(), settings.predict_file)
     if settings.export_dir:
         squad_export.export_run(
-            create_model, bert_config, run.checkpoint(), run.options, settings,
-            threshold_given=not FLAGS["null_score_diff_threshold"].using_default_value,
-            tuned=tuned)
+            create_model, run.export_source(run.checkpoint()), settings,
+            threshold_given="null_score_diff_threshold" in settings.given, tuned=tuned)
 
 
 if __name__ == "__main__":

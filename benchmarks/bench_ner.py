@@ -111,6 +111,7 @@ def _median_time(fn, runs):
 def time_conversion(input_file, vocab_file, work_dir):
     import run_ner
     import tokenization
+    from scriptkit import ner_tags
 
     def read():
         return run_ner.read_conll_file(input_file)
@@ -119,9 +120,9 @@ def time_conversion(input_file, vocab_file, work_dir):
     sentences = sum(1 for _ in run_ner.iter_sentences(ner_file))
     words = sum(len(s.words) for s in run_ner.iter_sentences(ner_file))
     tags = [s.tags for s in run_ner.iter_sentences(ner_file)]
-    scheme = run_ner.detect_scheme(tags)
-    labels = run_ner.label_list_for(run_ner.entity_types_of(t for s in tags for t in s),
-                                    scheme)
+    scheme = ner_tags.detect_scheme(tags)
+    labels = ner_tags.label_list_for(ner_tags.entity_types_of(t for s in tags for t in s),
+                                     scheme)
     label_map = {label: i for i, label in enumerate(labels)}
 
     def convert():

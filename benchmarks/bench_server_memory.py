@@ -108,10 +108,13 @@ def _export(workdir):
     import run_classifier
     import run_ner
     import run_squad
+    from scriptkit import long_inputs
+    from scriptkit import ner_tags
+    from scriptkit import serving
     from scriptkit import squad_export
     config = modeling.BertConfig(vocab_size=30522, max_position_embeddings=512,
                                  **SIZES[FLAGS.size])
-    labels = run_ner.label_list_for(["PER", "LOC", "ORG", "MISC"], "iob2")
+    labels = ner_tags.label_list_for(["PER", "LOC", "ORG", "MISC"], "iob2")
     build = {
         "squad": lambda ids: run_squad.create_model(config, False, ids, ids, ids, False),
         "ner": lambda ids: run_ner.create_model(config, False, ids, ids, ids, len(labels),
@@ -123,23 +126,21 @@ def _export(workdir):
         tf.train.get_or_create_global_step()
         session.run(tf.global_variables_initializer())
         checkpoint = tf.train.Saver().save(session, os.path.join(workdir, "model.ckpt"))
-    export_dir, vocab = os.path.join(workdir, "export"), _vocab()
+    source = serving.ExportSource(config, checkpoint, os.path.join(workdir, "export"),
+                                  _vocab(), True, max_seq_length=FLAGS.seq_length)
     if FLAGS.task == "squad":
         return squad_export.export_model(
-            run_squad.create_model, config, checkpoint, export_dir, vocab, True,
-            dict(max_seq_length=FLAGS["seq_length"].value, doc_stride=FLAGS.doc_stride,
+            run_squad.create_model, source,
+            dict(max_seq_length=FLAGS.seq_length, doc_stride=FLAGS.doc_stride,
                  max_query_length=64, n_best_size=20, max_answer_length=30,
                  version_2_with_negative=False))
     if FLAGS.task == "ner":
         labels_path = os.path.join(workdir, run_ner.LABELS_FILE)
         run_ner.write_labels(labels_path, "iob2", ["PER", "LOC", "ORG", "MISC"])
-        return run_ner.export_model(config, labels, "iob2", checkpoint, export_dir,
-                                    labels_path, vocab, True, max_seq_length=FLAGS.seq_length,
+        return run_ner.export_model(source, labels, "iob2", labels_path,
                                     doc_stride=FLAGS.doc_stride)
-    return run_classifier.export_model(
-        config, run_classifier.Sst2Processor(), ["0", "1"], checkpoint, export_dir, vocab,
-        True, max_seq_length=FLAGS.seq_length,
-        windows=run_classifier.Windows(FLAGS.doc_stride, 0, "mean"))
+    return run_classifier.export_model(source, run_classifier.Sst2Processor(), ["0", "1"],
+                                       windows=long_inputs.Windows(FLAGS.doc_stride, 0, "mean"))
 
 
 # English prose for the en:N texts, repeated.

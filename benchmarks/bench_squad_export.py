@@ -78,6 +78,7 @@ def export(workdir):
 
     import modeling
     import run_squad
+    from scriptkit import serving
     from scriptkit import squad_export
     config = modeling.BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
                                  num_attention_heads=12, intermediate_size=3072,
@@ -90,9 +91,9 @@ def export(workdir):
         checkpoint = tf.train.Saver().save(session, os.path.join(workdir, "model.ckpt"))
     settings = dict(max_seq_length=384, doc_stride=128, max_query_length=64, n_best_size=20,
                     max_answer_length=30, version_2_with_negative=False)
-    return squad_export.export_model(run_squad.create_model, config, checkpoint,
-                                     os.path.join(workdir, "export"), _vocab(), True,
-                                     settings)
+    source = serving.ExportSource(config, checkpoint, os.path.join(workdir, "export"),
+                                  _vocab(), True, max_seq_length=384)
+    return squad_export.export_model(run_squad.create_model, source, settings)
 
 
 def _text_child(export_dir):

@@ -157,7 +157,7 @@ class Run:
     """
 
     script: str
-    settings: settings_lib.FineTuning
+    settings: settings_lib.FineTuningCore  # a FineTuning but for run_squad.py
     record: run_record.RunRecord
     tokenizer: object
     bert_config: modeling.BertConfig

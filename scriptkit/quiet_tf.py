@@ -49,7 +49,7 @@ or a scheduler's SIGTERM while TensorFlow imports ends the run before it
 does any work, in one line, where it would otherwise be lost or raise in
 the middle of the import.
 
-The scripts import this module before TensorFlow (`import quiet_tf`); it
+The scripts import this module before TensorFlow (`from scriptkit import quiet_tf`); it
 does its work once, when first imported, and cannot change anything once
 TensorFlow has been imported. Set BERT_TF_IMPORT_LOG=1 to see
 TensorFlow's start-up lines unfiltered.

@@ -73,7 +73,7 @@ class RunRecord:
 def write(output_dir, script, problem_type, bert_config, values, labels=None):
     """Writes <output_dir>/run_config.json for the runs that come after a
     training run: predictions, evaluations and exports without --do_train
-    read it (`use_run_record`), and so can conversions.
+    read it (`read`, `follow`), and so can conversions.
 
     Args:
       output_dir: the run's --output_dir.

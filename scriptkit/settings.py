@@ -127,10 +127,11 @@ class TrainingOptions(Common):
 
 
 @dataclasses.dataclass(frozen=True)
-class FineTuning(TPU, TrainingOptions):
-    """A fine-tuning script's (shared_flags.FINE_TUNING_FLAGS): the model,
-    the actions, the schedule, the device, the training options, the data
-    files and the export."""
+class FineTuningCore(TPU, TrainingOptions):
+    """What every fine-tuning script has (run_squad.py's files are named
+    flags, without --do_eval and --data_dir): the model, training and
+    prediction, the schedule, the device, the training options, the
+    training file, input padding and the export."""
 
     bert_config_file: Optional[str] = None
     vocab_file: Optional[str] = None
@@ -139,10 +140,8 @@ class FineTuning(TPU, TrainingOptions):
     do_lower_case: bool = True
     max_seq_length: int = 128
     do_train: bool = False
-    do_eval: bool = False
     do_predict: bool = False
     train_batch_size: int = 32
-    eval_batch_size: int = 8
     predict_batch_size: int = 8
     learning_rate: float = 5e-5
     num_train_epochs: float = 3.0
@@ -150,10 +149,19 @@ class FineTuning(TPU, TrainingOptions):
     warmup_proportion: float = 0.1
     save_checkpoints_steps: int = 1000
     iterations_per_loop: int = 1000
-    data_dir: Optional[str] = None
     train_file: Optional[str] = None
-    dev_file: Optional[str] = None
-    test_file: Optional[str] = None
     export_dir: Optional[str] = None
     dynamic_padding: bool = False
     length_buckets: Optional[list] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuning(FineTuningCore):
+    """A fine-tuning script's (shared_flags.FINE_TUNING_FLAGS): the core's,
+    evaluation and the data files (in --data_dir, or each named)."""
+
+    do_eval: bool = False
+    eval_batch_size: int = 8
+    data_dir: Optional[str] = None
+    dev_file: Optional[str] = None
+    test_file: Optional[str] = None

@@ -13,8 +13,8 @@ own. Importing this module defines --log_every_seconds, which every script
 has.
 
 In: flag names (and a script's own defaults and help texts). Out: the flags
-defined on absl's FLAGS; `require_flags` raises an InputError naming the
-unset ones. Needs no TensorFlow.
+defined on absl's FLAGS (`settings.require` checks the required ones).
+Needs no TensorFlow.
 
 Differences from the original:
 
@@ -32,7 +32,6 @@ import sys
 
 from absl import flags
 
-from scriptkit.errors import InputError
 
 FLAGS = flags.FLAGS
 
@@ -311,7 +310,7 @@ def define_flags(*names, helps=None, **defaults):
       dict name -> this script's default of each flag named: a flag is
       defined once per process, by the first script imported, so where
       several scripts share a process, its registered default may be
-      another script's (`flag_value` applies these).
+      another script's (a script's settings dataclass holds its own).
     """
     return _define(_calling_module(), names, helps, defaults)
 
@@ -356,40 +355,3 @@ def _define(module, names, helps, defaults):
 # and it is defined here for the scripts that define no shared flag.
 _ALWAYS_DEFINED = ("log_every_seconds",)
 define_flags()
-
-
-def flag_value(name, script_defaults):
-    """The value of the flag `name` for one script: as parsed, or, where the
-    command line leaves it unset, that script's default (`script_defaults`:
-    what its `define_flags` call returned), whichever script defined the
-    flag in this process."""
-    if FLAGS[name].using_default_value and name in script_defaults:
-        return script_defaults[name]
-    return FLAGS[name].value
-
-
-# ---------------------------------------------------------------------------
-# Checks of the parsed flags.
-
-def require_flags(*names, data_files=(), settings=FLAGS):
-    """Raises InputError naming, in one line, every listed flag that is
-    unset.
-
-    Args:
-      *names: the required flags.
-      data_files: flags of data files (train_file, ...) that the script may
-        find in --data_dir instead: the unset ones, where --data_dir is unset
-        too, are named first, as "--data_dir (or --train_file and
-        --dev_file)".
-      settings: where the flags' values are read: the parsed flags, or a
-        fine-tuning run's settings (`fine_tuning.Run.settings`, in which a
-        run record may have set some).
-    """
-    missing = ["--" + n for n in names if getattr(settings, n) in (None, "")]
-    files = ["--" + n for n in data_files if getattr(settings, n) in (None, "")]
-    if files and settings.data_dir in (None, ""):
-        listed = files[0] if len(files) == 1 else "%s and %s" % (", ".join(files[:-1]),
-                                                                files[-1])
-        missing.insert(0, "--data_dir (or %s)" % listed)
-    if missing:
-        raise InputError("Missing required flag(s): %s" % ", ".join(missing))

@@ -36,7 +36,7 @@ serving_ids takes the int32 features and returns start_logits and
 end_logits [batch, seq_length].
 """
 
-import json
+import collections
 import os
 
 import numpy as np
@@ -49,7 +49,6 @@ from scriptkit import run_record
 from scriptkit import graph_tokenization
 from scriptkit import runtime
 from scriptkit import serving
-import squad_evaluate
 
 
 # The run record's entry for a threshold tuned by --tune_null_threshold
@@ -146,6 +145,22 @@ def _row_softmax(scores, rows, num_rows):
     return exps / tf.gather(tf.math.unsorted_segment_sum(exps, rows, num_rows), rows)
 
 
+# The windows of a batch of contexts, as the answers need them (int32
+# tensors): batch, the number of questions; per question [batch]:
+# num_pieces, room (pieces a window holds), step, count (its windows); per
+# window [windows]: example (its question), index (its rank there), start
+# and length (its pieces in the context's), first (its first piece among
+# all the batch's), doc_offset (the position of its first piece); per
+# piece: piece_start and piece_end (its characters in its context).
+class _Windows(collections.namedtuple("_Windows", [
+        "context", "batch", "num_pieces", "room", "step", "count", "example", "index",
+        "start", "length", "first", "doc_offset", "piece_start", "piece_end"])):
+
+    def per_window(self, values):
+        """values [batch] -> [windows]: each window its question's."""
+        return tf.gather(values, self.example)
+
+
 def text_signature(tokenizer, piece_lengths, export_settings):
     """serving_default of the export (see the module docstring), for
     `serving.export`.
@@ -193,129 +208,164 @@ def text_signature(tokenizer, piece_lengths, export_settings):
                             tokenizer.cls_id, tokenizer.sep_id)
     doc_offset = per_window(query_length) + 2  # the window's first piece
 
+    windows_of_batch = _Windows(context, batch, num_pieces, room, step, count, example, index,
+                                window_start, window_length, first, doc_offset,
+                                piece_start, piece_end)
+
     def outputs(predictions):
-        start_logits = tf.cast(predictions["start_logits"], tf.float64)
-        end_logits = tf.cast(predictions["end_logits"], tf.float64)
-        positions = tf.range(tf.shape(start_logits)[1])[tf.newaxis, :]
-        real = positions < (doc_offset + window_length + tf.sign(window_length))[:, tf.newaxis]
-        k = tf.minimum(s["n_best_size"], tf.shape(start_logits)[1])
-
-        def best(logits):
-            masked = tf.where(real, logits, tf.fill(tf.shape(logits),
-                                                    tf.constant(-np.inf, tf.float64)))
-            return tf.math.top_k(masked, k).indices  # [windows, k], ties: lower first
-
-        starts, ends = best(start_logits), best(end_logits)
-
-        def in_context(position):
-            return ((position >= doc_offset[:, tf.newaxis])
-                    & (position < (doc_offset + window_length)[:, tf.newaxis]))
-
-        start_piece = window_start[:, tf.newaxis] + starts - doc_offset[:, tf.newaxis]
-        home = max_context_window(
-            start_piece, *(tf.tile(per_window(t)[:, tf.newaxis], [1, k])
-                           for t in (num_pieces, room, step, count)))
-        valid_start = in_context(starts) & tf.equal(home, index[:, tf.newaxis])
-        s3, e3 = starts[:, :, tf.newaxis], ends[:, tf.newaxis, :]
-        valid = (valid_start[:, :, tf.newaxis] & in_context(ends)[:, tf.newaxis, :]
-                 & (s3 <= e3) & (e3 < s3 + s["max_answer_length"]))
-        # The valid spans in run_squad's order (window, start rank, end
-        # rank), on which its ties are broken.
-        found = tf.cast(tf.where(valid), tf.int32)
-        window = found[:, 0]
-        start = tf.gather_nd(starts, found[:, :2])
-        end = tf.gather_nd(ends, tf.stack([window, found[:, 2]], axis=1))
-        logits = [tf.gather_nd(start_logits, tf.stack([window, start], axis=1)),
-                  tf.gather_nd(end_logits, tf.stack([window, end], axis=1))]
-        base = tf.gather(first - doc_offset, window)
-        char_start = tf.gather(piece_start, base + start)
-        char_end = tf.gather(piece_end, base + end)
-        is_null = tf.zeros_like(window, tf.bool)
-        span_example = tf.gather(example, window)
-        null_score = None
-        if s["version_2_with_negative"]:
-            # The null answer of each example: [CLS] of the window where it
-            # scores lowest (the first of equals), after the spans.
-            window_null = start_logits[:, 0] + end_logits[:, 0]
-            null_score = tf.math.segment_min(window_null, example)
-            null_window = _segment_first(tf.equal(window_null, per_window(null_score)),
-                                         example, batch)
-            span_example = tf.concat([span_example, tf.range(batch)], 0)
-            logits = [tf.concat([logits[0], tf.gather(start_logits[:, 0], null_window)], 0),
-                      tf.concat([logits[1], tf.gather(end_logits[:, 0], null_window)], 0)]
-            char_start = tf.concat([char_start, -tf.ones([batch], tf.int32)], 0)
-            char_end = tf.concat([char_end, -tf.ones([batch], tf.int32)], 0)
-            is_null = tf.concat([is_null, tf.ones([batch], tf.bool)], 0)
-
-        # Ranked by score within each example (stable, as Python's sort).
-        order = tf.argsort(logits[0] + logits[1], direction="DESCENDING", stable=True)
-        order = tf.gather(order, tf.argsort(tf.gather(span_example, order), stable=True))
-        span_example, char_start, char_end, is_null, start_logit, end_logit = (
-            tf.gather(t, order) for t in (span_example, char_start, char_end, is_null,
-                                          logits[0], logits[1]))
-        code_points = tf.strings.unicode_decode(context, "UTF-8", errors="ignore")
-        at = tf.gather(tf.cast(code_points.row_starts(), tf.int32), span_example)
-        length = tf.maximum(char_end - char_start, 0)  # 0 for the null answer
-        text = tf.strings.unicode_encode(
-            tf.RaggedTensor.from_row_lengths(
-                tf.gather(code_points.values,
-                          tf.ragged.range(at + char_start, at + char_start + length).values),
-                tf.cast(length, tf.int64)),
-            "UTF-8", errors="ignore")
-        # Each text once per example (its best span), then the n_best_size
-        # best; SQuAD 2.0's null answer stays wherever it ranks.
-        keys = tf.strings.join([tf.strings.as_string(span_example), text], separator="\x01")
-        _, group = tf.unique(keys, out_idx=tf.int32)
-        entry = tf.range(tf.size(keys))
-        keep = tf.equal(tf.gather(tf.math.unsorted_segment_min(entry, group, tf.size(keys)),
-                                  group), entry)
-        rank = tf.cumsum(tf.cast(keep, tf.int32), exclusive=True)
-        example_first = _segment_first(tf.ones_like(keep), span_example, batch)
-        rank -= tf.gather(tf.gather(tf.concat([rank, [0]], 0),
-                                    tf.minimum(example_first, tf.size(rank))), span_example)
-        keep &= (rank < s["n_best_size"]) | is_null
-        span_example, char_start, char_end, is_null, start_logit, end_logit, text = (
-            tf.boolean_mask(t, keep) for t in (span_example, char_start, char_end, is_null,
-                                               start_logit, end_logit, text))
-        probability = _row_softmax(start_logit + end_logit, span_example, batch)
-
-        # The answer: the first entry, or with SQuAD 2.0 the best non-null
-        # one unless the null answer beats it by more than the threshold
-        # (computed as run_squad's compute_predictions computes it).
-        chosen = _segment_first(tf.logical_not(is_null), span_example, batch)
-        if null_score is not None:
-            null_entry = _segment_first(is_null, span_example, batch)
-            best = tf.where(chosen < tf.int32.max, chosen, null_entry)
-            diff = (null_score - tf.gather(start_logit, best)) - tf.gather(end_logit, best)
-            chosen = tf.where((chosen == tf.int32.max)
-                              | (diff > s["null_score_diff_threshold"]), null_entry, chosen)
-
-        def pick(values, default):  # int32.max: no entry at all
-            return tf.gather(tf.concat([values, [default]], 0),
-                             tf.minimum(chosen, tf.size(values)))
-
-        n = s["n_best_size"] + int(bool(s["version_2_with_negative"]))
-
-        def listed(values, default):
-            return tf.RaggedTensor.from_value_rowids(
-                values, tf.cast(span_example, tf.int64),
-                nrows=tf.cast(batch, tf.int64)).to_tensor(default, shape=[None, n])
-
-        starts64, ends64 = tf.cast(char_start, tf.int64), tf.cast(char_end, tf.int64)
-        no_offset = tf.constant(-1, tf.int64)
-        return {
-            "answer": pick(text, ""),
-            "answer_start": pick(starts64, no_offset),
-            "answer_end": pick(ends64, no_offset),
-            "score": tf.cast(pick(probability, tf.constant(0.0, tf.float64)), tf.float32),
-            "answers": listed(text, ""),
-            "answer_scores": listed(tf.cast(probability, tf.float32), 0.0),
-            "answer_starts": listed(starts64, no_offset),
-            "answer_ends": listed(ends64, no_offset),
-            "num_answers": tf.math.bincount(span_example, minlength=batch, maxlength=batch),
-        }
+        return _ranked_answers(_candidate_spans(predictions, windows_of_batch, s),
+                               windows_of_batch, s)
 
     return {"question": question, "context": context}, features, outputs
+
+
+def _candidate_spans(predictions, w, s):
+    """The answers that the model's scores allow, in run_squad's order: for
+    each window, the spans between its n_best_size best starts and ends
+    that lie in its context (the start where the window has the most
+    context, at most max_answer_length pieces); with SQuAD 2.0 then each
+    question's null answer.
+
+    Args:
+      predictions: the model's start_logits and end_logits [windows, seq].
+      w: the batch's `_Windows`.
+      s: the export's settings (SETTING_NAMES).
+
+    Returns:
+      (span_example, char_start, char_end, is_null, logits, null_score):
+      per span its question, its characters in the context (-1 for the
+      null answer), whether it is the null answer, [start, end] logits;
+      null_score [batch] (None without SQuAD 2.0).
+    """
+    start_logits = tf.cast(predictions["start_logits"], tf.float64)
+    end_logits = tf.cast(predictions["end_logits"], tf.float64)
+    positions = tf.range(tf.shape(start_logits)[1])[tf.newaxis, :]
+    real = positions < (w.doc_offset + w.length + tf.sign(w.length))[:, tf.newaxis]
+    k = tf.minimum(s["n_best_size"], tf.shape(start_logits)[1])
+
+    def best(logits):
+        masked = tf.where(real, logits, tf.fill(tf.shape(logits),
+                                                tf.constant(-np.inf, tf.float64)))
+        return tf.math.top_k(masked, k).indices  # [windows, k], ties: lower first
+
+    starts, ends = best(start_logits), best(end_logits)
+
+    def in_context(position):
+        return ((position >= w.doc_offset[:, tf.newaxis])
+                & (position < (w.doc_offset + w.length)[:, tf.newaxis]))
+
+    start_piece = w.start[:, tf.newaxis] + starts - w.doc_offset[:, tf.newaxis]
+    home = max_context_window(
+        start_piece, *(tf.tile(w.per_window(t)[:, tf.newaxis], [1, k])
+                       for t in (w.num_pieces, w.room, w.step, w.count)))
+    valid_start = in_context(starts) & tf.equal(home, w.index[:, tf.newaxis])
+    s3, e3 = starts[:, :, tf.newaxis], ends[:, tf.newaxis, :]
+    valid = (valid_start[:, :, tf.newaxis] & in_context(ends)[:, tf.newaxis, :]
+             & (s3 <= e3) & (e3 < s3 + s["max_answer_length"]))
+    # The valid spans in run_squad's order (window, start rank, end
+    # rank), on which its ties are broken.
+    found = tf.cast(tf.where(valid), tf.int32)
+    window = found[:, 0]
+    start = tf.gather_nd(starts, found[:, :2])
+    end = tf.gather_nd(ends, tf.stack([window, found[:, 2]], axis=1))
+    logits = [tf.gather_nd(start_logits, tf.stack([window, start], axis=1)),
+              tf.gather_nd(end_logits, tf.stack([window, end], axis=1))]
+    base = tf.gather(w.first - w.doc_offset, window)
+    char_start = tf.gather(w.piece_start, base + start)
+    char_end = tf.gather(w.piece_end, base + end)
+    is_null = tf.zeros_like(window, tf.bool)
+    span_example = tf.gather(w.example, window)
+    null_score = None
+    if s["version_2_with_negative"]:
+        # The null answer of each example: [CLS] of the window where it
+        # scores lowest (the first of equals), after the spans.
+        window_null = start_logits[:, 0] + end_logits[:, 0]
+        null_score = tf.math.segment_min(window_null, w.example)
+        null_window = _segment_first(tf.equal(window_null, w.per_window(null_score)),
+                                     w.example, w.batch)
+        span_example = tf.concat([span_example, tf.range(w.batch)], 0)
+        logits = [tf.concat([logits[0], tf.gather(start_logits[:, 0], null_window)], 0),
+                  tf.concat([logits[1], tf.gather(end_logits[:, 0], null_window)], 0)]
+        char_start = tf.concat([char_start, -tf.ones([w.batch], tf.int32)], 0)
+        char_end = tf.concat([char_end, -tf.ones([w.batch], tf.int32)], 0)
+        is_null = tf.concat([is_null, tf.ones([w.batch], tf.bool)], 0)
+    return span_example, char_start, char_end, is_null, logits, null_score
+
+
+def _ranked_answers(spans, w, s):
+    """serving_default's outputs from the `_candidate_spans` `spans` of the
+    `_Windows` `w`: each question's distinct texts ranked by score, the
+    n_best_size best with their probabilities and character offsets, and the
+    answer (SQuAD 2.0: the null answer where it wins by more than the
+    threshold). `s`: the export's settings."""
+    span_example, char_start, char_end, is_null, logits, null_score = spans
+    # Ranked by score within each example (stable, as Python's sort).
+    order = tf.argsort(logits[0] + logits[1], direction="DESCENDING", stable=True)
+    order = tf.gather(order, tf.argsort(tf.gather(span_example, order), stable=True))
+    span_example, char_start, char_end, is_null, start_logit, end_logit = (
+        tf.gather(t, order) for t in (span_example, char_start, char_end, is_null,
+                                      logits[0], logits[1]))
+    code_points = tf.strings.unicode_decode(w.context, "UTF-8", errors="ignore")
+    at = tf.gather(tf.cast(code_points.row_starts(), tf.int32), span_example)
+    length = tf.maximum(char_end - char_start, 0)  # 0 for the null answer
+    text = tf.strings.unicode_encode(
+        tf.RaggedTensor.from_row_lengths(
+            tf.gather(code_points.values,
+                      tf.ragged.range(at + char_start, at + char_start + length).values),
+            tf.cast(length, tf.int64)),
+        "UTF-8", errors="ignore")
+    # Each text once per example (its best span), then the n_best_size
+    # best; SQuAD 2.0's null answer stays wherever it ranks.
+    keys = tf.strings.join([tf.strings.as_string(span_example), text], separator="\x01")
+    _, group = tf.unique(keys, out_idx=tf.int32)
+    entry = tf.range(tf.size(keys))
+    keep = tf.equal(tf.gather(tf.math.unsorted_segment_min(entry, group, tf.size(keys)),
+                              group), entry)
+    rank = tf.cumsum(tf.cast(keep, tf.int32), exclusive=True)
+    example_first = _segment_first(tf.ones_like(keep), span_example, w.batch)
+    rank -= tf.gather(tf.gather(tf.concat([rank, [0]], 0),
+                                tf.minimum(example_first, tf.size(rank))), span_example)
+    keep &= (rank < s["n_best_size"]) | is_null
+    span_example, char_start, char_end, is_null, start_logit, end_logit, text = (
+        tf.boolean_mask(t, keep) for t in (span_example, char_start, char_end, is_null,
+                                           start_logit, end_logit, text))
+    probability = _row_softmax(start_logit + end_logit, span_example, w.batch)
+
+    # The answer: the first entry, or with SQuAD 2.0 the best non-null
+    # one unless the null answer beats it by more than the threshold
+    # (computed as run_squad's compute_predictions computes it).
+    chosen = _segment_first(tf.logical_not(is_null), span_example, w.batch)
+    if null_score is not None:
+        null_entry = _segment_first(is_null, span_example, w.batch)
+        best = tf.where(chosen < tf.int32.max, chosen, null_entry)
+        diff = (null_score - tf.gather(start_logit, best)) - tf.gather(end_logit, best)
+        chosen = tf.where((chosen == tf.int32.max)
+                          | (diff > s["null_score_diff_threshold"]), null_entry, chosen)
+
+    def pick(values, default):  # int32.max: no entry at all
+        return tf.gather(tf.concat([values, [default]], 0),
+                         tf.minimum(chosen, tf.size(values)))
+
+    n = s["n_best_size"] + int(bool(s["version_2_with_negative"]))
+
+    def listed(values, default):
+        return tf.RaggedTensor.from_value_rowids(
+            values, tf.cast(span_example, tf.int64),
+            nrows=tf.cast(w.batch, tf.int64)).to_tensor(default, shape=[None, n])
+
+    starts64, ends64 = tf.cast(char_start, tf.int64), tf.cast(char_end, tf.int64)
+    no_offset = tf.constant(-1, tf.int64)
+    return {
+        "answer": pick(text, ""),
+        "answer_start": pick(starts64, no_offset),
+        "answer_end": pick(ends64, no_offset),
+        "score": tf.cast(pick(probability, tf.constant(0.0, tf.float64)), tf.float32),
+        "answers": listed(text, ""),
+        "answer_scores": listed(tf.cast(probability, tf.float32), 0.0),
+        "answer_starts": listed(starts64, no_offset),
+        "answer_ends": listed(ends64, no_offset),
+        "num_answers": tf.math.bincount(span_example, minlength=w.batch, maxlength=w.batch),
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -335,67 +385,34 @@ def vocab_piece_lengths(vocab_file):
     return lengths
 
 
-def export_model(create_model, bert_config, checkpoint_path, export_dir, vocab_file,
-                 do_lower_case, export_settings, options=None):
-    """Exports a SavedModel for serving from `checkpoint_path` (see the module
-    docstring) and returns its directory (timestamped, in `export_dir`).
+def export_model(create_model, source, export_settings):
+    """Exports a SavedModel for serving of the `serving.ExportSource`
+    `source` (see the module docstring) and returns its directory
+    (timestamped, in its export_dir).
 
     Args:
       create_model: `run_squad.create_model` (passed in: run_squad.py runs
         as __main__, so importing it here would define its flags twice).
-      bert_config: modeling.BertConfig.
-      checkpoint_path: the fine-tuned weights.
-      export_dir, vocab_file, do_lower_case: as the flags.
+      source: the model, its fine-tuned weights and tokenizer (its options
+        made fit for serving).
       export_settings: dict of SETTING_NAMES (stored in tokenizer_config.json).
-      options: training.TrainingOptions (made fit for serving).
     """
-    builder = task_model.export_builder_args(options)
+    builder = task_model.export_builder_args(source.options)
 
     def model_fn(features, labels, mode, params):
         del labels, params
         start_logits, end_logits = create_model(
-            bert_config, False, features["input_ids"], features["input_mask"],
+            source.bert_config, False, features["input_ids"], features["input_mask"],
             features["segment_ids"], use_one_hot_embeddings=False, options=builder["options"])
         logits = {"start_logits": start_logits, "end_logits": end_logits}
         return runtime.TPUEstimatorSpec(
             mode=mode, predictions=logits,
             export_outputs={serving.TEXT_SIGNATURE: runtime.PredictOutput(logits)})
 
-    lengths = vocab_piece_lengths(vocab_file)
-    return serving.export(model_fn, export_dir, checkpoint_path, vocab_file, do_lower_case,
-                          lambda tokenizer: text_signature(tokenizer, lengths, export_settings),
-                          settings=export_settings)
-
-
-def record_tuned_threshold(output_dir, dataset, checkpoint, predict_file):
-    """After --do_predict with --tune_null_threshold: the threshold this run
-    chose (eval_results_best_threshold.json), written to the run record in
-    `output_dir` (if it has one) with the checkpoint it was tuned for.
-
-    Args:
-      dataset: the parsed --predict_file (nothing was tuned without answers).
-      checkpoint: the fine-tuned checkpoint the threshold was tuned with.
-      predict_file: its path, for the record.
-
-    Returns:
-      The threshold, or None where none was tuned.
-    """
-    if not squad_evaluate.dataset_has_answers(dataset, True):
-        return None
-    tuned = file_io.read_json_object(
-        os.path.join(output_dir, "eval_results_best_threshold.json"), None)
-    threshold = tuned["null_score_diff_threshold"]
-    path = os.path.join(output_dir, run_record.FILE)
-    if file_io.exists(path):
-        record = file_io.read_json_object(path, None)
-        record[TUNED_THRESHOLD_KEY] = {
-            "value": threshold, "checkpoint": checkpoint,
-            "predict_file": predict_file}
-        with file_io.atomic_output(path) as writer:
-            writer.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        file_io.report_output(path, "the run record, with the tuned "
-                                    "null_score_diff_threshold %r" % threshold)
-    return threshold
+    lengths = vocab_piece_lengths(source.vocab_file)
+    return serving.export(
+        model_fn, source, lambda tokenizer: text_signature(tokenizer, lengths, export_settings),
+        settings=export_settings)
 
 
 def _same_path(recorded, path):
@@ -433,29 +450,28 @@ def null_threshold(checkpoint, settings, threshold_given, tuned=None):
     return settings.null_score_diff_threshold, "--null_score_diff_threshold's default"
 
 
-def export_run(create_model, bert_config, checkpoint, options, settings,
-               threshold_given, tuned=None):
+def export_run(create_model, source, settings, threshold_given, tuned=None):
     """--export_dir: exports the fine-tuned checkpoint with the run's
     settings (after training and prediction). Returns the SavedModel's
     directory.
 
     Args:
-      create_model, bert_config, options: as `export_model`.
-      checkpoint: the fine-tuned checkpoint to export (`fine_tuning.Run.checkpoint`).
+      create_model: as `export_model`.
+      source: the `serving.ExportSource` of the run's fine-tuned checkpoint
+        (`fine_tuning.Run.export_source`).
       settings: the run's settings (fine_tuning.Run.settings: the flags with
         the run record applied).
       threshold_given, tuned: as `null_threshold`.
     """
     export_settings = {name: getattr(settings, name) for name in SETTING_NAMES}
     if settings.version_2_with_negative:
-        export_settings["null_score_diff_threshold"], source = null_threshold(
-            checkpoint, settings, threshold_given, tuned)
+        export_settings["null_score_diff_threshold"], where = null_threshold(
+            source.checkpoint, settings, threshold_given, tuned)
         tf.logging.info("Exporting question answering (SQuAD 2.0): no answer where the null "
                         "score exceeds the best span's by more than %r (%s)",
-                        export_settings["null_score_diff_threshold"], source)
+                        export_settings["null_score_diff_threshold"], where)
     else:
         del export_settings["null_score_diff_threshold"]
         tf.logging.info("Exporting question answering (SQuAD 1.1: every question has an "
                         "answer)")
-    return export_model(create_model, bert_config, checkpoint, settings.export_dir,
-                        settings.vocab_file, settings.do_lower_case, export_settings, options)
+    return export_model(create_model, source, export_settings)

@@ -46,12 +46,15 @@ def _classifier(processor_name, labels, checkpoint="classifier", windows=None,
 def _ner(folder, files):
     import modeling
     import run_ner
+    from scriptkit import ner_tags
+    from scriptkit import serving
     config = modeling.BertConfig.from_json_file(files["config"])
     labels_path = str(folder) + "_" + run_ner.LABELS_FILE
     run_ner.write_labels(labels_path, "iob2", ["PER", "LOC"])
     path = run_ner.export_model(
-        config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2", files["ner"],
-        str(folder), labels_path, files["vocab"], True, max_seq_length=16, doc_stride=4)
+        serving.ExportSource(config, files["ner"], str(folder), files["vocab"], True,
+                             max_seq_length=16),
+        ner_tags.label_list_for(["PER", "LOC"], "iob2"), "iob2", labels_path, doc_stride=4)
     return path, {"text": ["Jack went to Kingston!", "istanbul " * 24]}
 
 
@@ -86,13 +89,17 @@ def _embeddings(folder, files):
 def _squad(folder, files):
     import modeling
     import run_squad
+    from scriptkit import serving
     from scriptkit import squad_export
     config = modeling.BertConfig.from_json_file(files["config"])
     export_settings = {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
                        "n_best_size": 3, "max_answer_length": 5,
                        "version_2_with_negative": True, "null_score_diff_threshold": 0.0}
-    path = squad_export.export_model(run_squad.create_model, config, files["squad"],
-                                     str(folder), files["vocab"], True, export_settings)
+    path = squad_export.export_model(
+        run_squad.create_model,
+        serving.ExportSource(config, files["squad"], str(folder), files["vocab"], True,
+                             max_seq_length=24),
+        export_settings)
     return path, {"question": ["Where is the film?", "what"],
                   "context": ["The film went to Kingston! " * 6, "中文 cafe ends well."]}
 

@@ -26,6 +26,7 @@ import run_classifier
 import run_ner
 import run_swag
 import tiny
+from scriptkit import ner_tags
 from scriptkit import feature_writers
 from scriptkit import serving
 
@@ -104,7 +105,7 @@ DOCUMENTED_OUTPUTS = [
     ("docs/library.md", "print(vectors.shape, vectors[0, 0, :4])", "", _shape_with_world_width),
     ("docs/library.md", "print(session.run([tf.train.get_global_step(), weights]))", "",
      _first_value),
-    ("docs/ner.md", "print(run_ner.evaluate_tags(gold, predicted))", "", _named_values),
+    ("docs/ner.md", "print(ner_tags.evaluate_tags(gold, predicted))", "", _named_values),
     ("docs/serving.md", 'print(out["probabilities"].numpy(), out["label_ids"].numpy())', "",
      _array_shapes),
 ]
@@ -198,8 +199,9 @@ def world(tmp_path_factory):
         config, False, _ids(1, 8), _ids(1, 8), _ids(1, 8), 5, False),
         os.path.join(home, "ner_checkpoint", "model.ckpt"))
     ner_export = run_ner.export_model(
-        config, run_ner.label_list_for(["PER", "LOC"], "iob1"), "iob1", checkpoint,
-        os.path.join(home, "ner_export"), labels_path, vocab, True, max_seq_length=128)
+        serving.ExportSource(config, checkpoint, os.path.join(home, "ner_export"), vocab, True,
+                             max_seq_length=128),
+        ner_tags.label_list_for(["PER", "LOC"], "iob1"), "iob1", labels_path)
     checkpoint = _save_graph(lambda: run_swag.create_model(
         config, False, _ids(1, 4, 8), _ids(1, 4, 8), _ids(1, 4, 8), _ids(1), False),
         os.path.join(home, "swag_checkpoint", "model.ckpt"))

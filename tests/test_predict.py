@@ -19,6 +19,7 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+from scriptkit import ner_tags
 from scriptkit import serving
 from scriptkit import errors
 from scriptkit import exported_model
@@ -58,8 +59,9 @@ def exports(tmp_path_factory):
                                  max_seq_length=length),
             run_classifier.ColaProcessor(), ["bad", "good"]),
         "ner": run_ner.export_model(
-            config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2", files["ner"],
-            str(tmp / "ner"), labels_path, vocab, True, max_seq_length=16, doc_stride=4),
+            serving.ExportSource(config, files["ner"], str(tmp / "ner"), vocab, True,
+                                 max_seq_length=16),
+            ner_tags.label_list_for(["PER", "LOC"], "iob2"), "iob2", labels_path, doc_stride=4),
         "swag": run_swag.export_model(serving.ExportSource(
             config, files["swag"], str(tmp / "swag"), vocab, True, max_seq_length=length))}
 

@@ -13,6 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+from scriptkit import ner_tags
 from scriptkit import errors
 import run_ner
 import tiny
@@ -67,7 +68,7 @@ def test_conll_2003_layout(tmp_path):
     assert first.lines == [3, 4, 5, 6, 7]
     assert second.tags == ["I-ORG", "I-ORG", "B-ORG", "I-ORG", "O"]
     assert f.documents[1][0].words == ["Hugo", "left"]
-    assert run_ner.detect_scheme(s.tags for s in run_ner.iter_sentences(f)) == "iob1"
+    assert ner_tags.detect_scheme(s.tags for s in run_ner.iter_sentences(f)) == "iob1"
 
 
 def test_two_column_chinese_style_file(tmp_path):
@@ -79,7 +80,7 @@ def test_two_column_chinese_style_file(tmp_path):
     # Without -DOCSTART-, each sentence is a document of its own...
     assert [[s.words for s in d] for d in f.documents] == [
         [["中", "国", "很", "大"]], [["王", "五", "\u3000"]], [["好"]]]
-    assert run_ner.detect_scheme(s.tags for s in run_ner.iter_sentences(f)) == "iob2"
+    assert ner_tags.detect_scheme(s.tags for s in run_ner.iter_sentences(f)) == "iob2"
     # ... unless a flag groups consecutive sentences.
     grouped = run_ner.read_conll_file(path, sentences_per_document=2)
     assert [len(d) for d in grouped.documents] == [2, 1]
@@ -108,25 +109,25 @@ def test_plain_text_reader(tmp_path):
 
 
 def test_schemes_detected_and_converted():
-    assert run_ner.detect_scheme([["B-PER", "I-PER", "O", "B-LOC"]]) == "iob2"
-    assert run_ner.detect_scheme([["O", "I-PER"], ["B-LOC"]]) == "iob1"
+    assert ner_tags.detect_scheme([["B-PER", "I-PER", "O", "B-LOC"]]) == "iob2"
+    assert ner_tags.detect_scheme([["O", "I-PER"], ["B-LOC"]]) == "iob1"
     # An I- at the start of a sentence, or after another type, is IOB1.
-    assert run_ner.detect_scheme([["I-PER", "O"]]) == "iob1"
-    assert run_ner.detect_scheme([["B-PER", "I-LOC"]]) == "iob1"
-    assert run_ner.detect_scheme([["B-PER", "E-PER", "S-LOC"]]) == "bioes"
-    assert run_ner.detect_scheme([["O", "O"]]) == "iob2"
+    assert ner_tags.detect_scheme([["I-PER", "O"]]) == "iob1"
+    assert ner_tags.detect_scheme([["B-PER", "I-LOC"]]) == "iob1"
+    assert ner_tags.detect_scheme([["B-PER", "E-PER", "S-LOC"]]) == "bioes"
+    assert ner_tags.detect_scheme([["O", "O"]]) == "iob2"
     iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "B-ORG"]
     iob2 = ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "B-ORG"]
-    assert run_ner.iob1_to_iob2(iob1) == iob2
-    assert run_ner.iob2_to_iob1(iob2) == iob1
+    assert ner_tags.iob1_to_iob2(iob1) == iob2
+    assert ner_tags.iob2_to_iob1(iob2) == iob1
     # Predictions the model may make (I- after O) keep their meaning.
-    assert run_ner.iob2_to_iob1(["O", "I-PER", "B-PER"]) == ["O", "I-PER", "B-PER"]
-    assert run_ner.label_list_for(["PER", "LOC"], "iob1") == [
+    assert ner_tags.iob2_to_iob1(["O", "I-PER", "B-PER"]) == ["O", "I-PER", "B-PER"]
+    assert ner_tags.label_list_for(["PER", "LOC"], "iob1") == [
         "O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-    assert run_ner.label_list_for(["PER"], "bioes") == ["O", "B-PER", "I-PER", "E-PER",
+    assert ner_tags.label_list_for(["PER"], "bioes") == ["O", "B-PER", "I-PER", "E-PER",
                                                          "S-PER"]
-    assert run_ner.parse_labels_flag("O,B-PER,I-PER,B-LOC,I-LOC") == ["PER", "LOC"]
-    assert run_ner.parse_labels_flag("MISC, ORG") == ["MISC", "ORG"]
+    assert ner_tags.parse_labels_flag("O,B-PER,I-PER,B-LOC,I-LOC") == ["PER", "LOC"]
+    assert ner_tags.parse_labels_flag("MISC, ORG") == ["MISC", "ORG"]
 
 
 # ---------------------------------------------------------------------------
@@ -135,7 +136,7 @@ def test_schemes_detected_and_converted():
 def test_metric_hand_worked_iob2():
     gold = [["B-PER", "I-PER", "O", "B-LOC"]]
     predicted = [["B-PER", "I-PER", "O", "B-ORG"]]
-    r = run_ner.evaluate_tags(gold, predicted)
+    r = ner_tags.evaluate_tags(gold, predicted)
     # Gold PER(0-1), LOC(3); predicted PER(0-1), ORG(3): 1 of 2 right.
     assert (r["precision"], r["recall"], r["f1"]) == (0.5, 0.5, 0.5)
     assert r["accuracy"] == 0.75
@@ -149,7 +150,7 @@ def test_metric_hand_worked_boundaries():
     # into the next sentence.
     gold = [["B-PER", "I-PER", "I-PER"], ["I-PER", "O"]]
     predicted = [["B-PER", "I-PER", "O"], ["I-PER", "O"]]
-    r = run_ner.evaluate_tags(gold, predicted)
+    r = ner_tags.evaluate_tags(gold, predicted)
     assert (r["num_gold_entities"], r["num_predicted_entities"],
             r["num_correct_entities"]) == (2, 2, 1)
     assert r["f1"] == 0.5
@@ -158,20 +159,20 @@ def test_metric_hand_worked_boundaries():
 
 def test_metric_hand_worked_iob1_and_ill_formed():
     # IOB1: B- splits two adjacent entities of one type.
-    assert run_ner.extract_entities([["I-ORG", "I-ORG", "B-ORG", "I-ORG", "O"]]) == {
+    assert ner_tags.extract_entities([["I-ORG", "I-ORG", "B-ORG", "I-ORG", "O"]]) == {
         ("ORG", 0, 0, 1), ("ORG", 0, 2, 3)}
     # conlleval's reading of ill-formed sequences: I- after O starts an
     # entity, a change of type starts another.
-    assert run_ner.extract_entities([["O", "I-LOC", "I-LOC", "I-PER", "B-PER"]]) == {
+    assert ner_tags.extract_entities([["O", "I-LOC", "I-LOC", "I-PER", "B-PER"]]) == {
         ("LOC", 0, 1, 2), ("PER", 0, 3, 3), ("PER", 0, 4, 4)}
-    assert run_ner.extract_entities([["B-PER", "I-LOC"]]) == {("PER", 0, 0, 0),
+    assert ner_tags.extract_entities([["B-PER", "I-LOC"]]) == {("PER", 0, 0, 0),
                                                               ("LOC", 0, 1, 1)}
     # BIOES: S- is a one-word entity, E- ends one.
-    assert run_ner.extract_entities([["S-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC",
+    assert ner_tags.extract_entities([["S-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC",
                                       "E-LOC"]]) == {
         ("PER", 0, 0, 0), ("PER", 0, 1, 1), ("LOC", 0, 2, 4), ("LOC", 0, 5, 5)}
     # No predictions at all: precision 0, not an error.
-    r = run_ner.evaluate_tags([["B-PER"]], [["O"]])
+    r = ner_tags.evaluate_tags([["B-PER"]], [["O"]])
     assert (r["precision"], r["recall"], r["f1"], r["accuracy"]) == (0.0, 0.0, 0.0, 0.0)
 
 
@@ -200,7 +201,7 @@ def test_metric_matches_seqeval(prefixes):
         # Predictions: mostly the gold tags, with some changed.
         predicted = [[t if rng.random() < 0.7 else _random_tags(rng, prefixes, types, 1)[0]
                       for t in sentence] for sentence in gold]
-        ours = run_ner.evaluate_tags(gold, predicted)
+        ours = ner_tags.evaluate_tags(gold, predicted)
         assert ours["precision"] == pytest.approx(
             seqeval_metrics.precision_score(gold, predicted, zero_division=0)), trial
         assert ours["recall"] == pytest.approx(
@@ -211,8 +212,8 @@ def test_metric_matches_seqeval(prefixes):
             seqeval_metrics.accuracy_score(gold, predicted)), trial
         p, r, f, _ = precision_recall_fscore_support(gold, predicted, average=None,
                                                      zero_division=0)
-        names = sorted({e[0] for e in run_ner.extract_entities(gold) |
-                        run_ner.extract_entities(predicted)})
+        names = sorted({e[0] for e in ner_tags.extract_entities(gold) |
+                        ner_tags.extract_entities(predicted)})
         assert len(names) == len(p)
         for name, pi, ri, fi in zip(names, p, r, f):
             assert (ours["precision_" + name], ours["recall_" + name],
@@ -598,11 +599,11 @@ def test_eval_predictions_file_reproduces_the_scores(ner_run):
     predicted = [[c[2] for c in columns] for columns in sentences]
     # Predictions are written in the input's scheme, IOB1: no B- except
     # right after an entity of the same type.
-    assert run_ner.iob2_to_iob1(run_ner.iob1_to_iob2(predicted[0])) == predicted[0]
-    assert all(run_ner.iob2_to_iob1(run_ner.iob1_to_iob2(p)) == p for p in predicted)
+    assert ner_tags.iob2_to_iob1(ner_tags.iob1_to_iob2(predicted[0])) == predicted[0]
+    assert all(ner_tags.iob2_to_iob1(ner_tags.iob1_to_iob2(p)) == p for p in predicted)
     gold = [[c[1] for c in columns] for columns in sentences]
     result = tiny.read_eval_results(os.path.join(ner_run["output_dir"], "eval_results.txt"))
-    ours = run_ner.evaluate_tags(gold, predicted)
+    ours = ner_tags.evaluate_tags(gold, predicted)
     assert result["eval_f1"] == pytest.approx(ours["f1"])
     seqeval_metrics = pytest.importorskip("seqeval.metrics")
     assert result["eval_f1"] == pytest.approx(seqeval_metrics.f1_score(gold, predicted))
@@ -621,7 +622,7 @@ def test_test_and_text_predictions(ner_run):
     assert all(c[1] == "O" for s in sentences for c in s)     # no gold in the file
     predicted = [[c[2] for c in s] for s in sentences]
     gold = [t for _, t in ner_run["test"]]
-    assert run_ner.evaluate_tags(gold, predicted)["f1"] >= 0.8
+    assert ner_tags.evaluate_tags(gold, predicted)["f1"] >= 0.8
     assert not os.path.exists(os.path.join(ner_run["output_dir"], "test_results.txt"))
 
     lines = open(os.path.join(ner_run["output_dir"], "text_predictions.txt"),
@@ -643,7 +644,7 @@ def test_test_and_text_predictions(ner_run):
                 ["O", "O", "O", "I-LOC", "O", "O", "O", "I-PER", "O", "O", "I-PER", "I-PER", "O"],
                 ["O", "O", "O", "I-LOC", "I-LOC", "O", "O", "I-PER", "O", "O", "I-LOC", "O"],
                 ["O", "O", "O", "O", "I-PER", "O"]]
-    assert run_ner.evaluate_tags(expected, [[r[1] for r in s] for s in rows])["f1"] >= 0.8
+    assert ner_tags.evaluate_tags(expected, [[r[1] for r in s] for s in rows])["f1"] >= 0.8
 
 
 @pytest.mark.slow
@@ -663,13 +664,13 @@ def test_saved_model_as_the_docs_use_it(ner_run):
                      "labels": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]}
     assert outputs.shape == (len(windows), 24, 5)
     probabilities = run_ner.word_predictions(windows, outputs, len(words))
-    tags = run_ner.from_model_tags([saved["labels"][i] for i in probabilities.argmax(-1)],
+    tags = ner_tags.from_model_tags([saved["labels"][i] for i in probabilities.argmax(-1)],
                                    saved["scheme"])
     # The first test sentence alone, as its own document, against the run's
     # predictions (made in the document's context) for the same words.
     sentences, _ = _read_columns(os.path.join(ner_run["output_dir"], "test_predictions.txt"))
     gold = ner_run["test"][0][1]
-    assert run_ner.evaluate_tags([gold], [tags])["accuracy"] >= 0.8
+    assert ner_tags.evaluate_tags([gold], [tags])["accuracy"] >= 0.8
     assert len(tags) == len(sentences[0])
 
 
@@ -715,7 +716,7 @@ def test_two_column_bioes_files_end_to_end(tmp_path):
     result = tiny.read_eval_results(os.path.join(output_dir, "eval_results.txt"))
     predicted = [[c[2] for c in s] for s in sentences]
     gold = [[c[1] for c in s] for s in sentences]
-    assert result["eval_f1"] == pytest.approx(run_ner.evaluate_tags(gold, predicted)["f1"])
+    assert result["eval_f1"] == pytest.approx(ner_tags.evaluate_tags(gold, predicted)["f1"])
     # One training example per window: documents of two sentences in windows
     # of 22 pieces every 8.
     train = run_ner.read_conll_file(str(data_dir / "train.txt"), sentences_per_document=2)
@@ -815,12 +816,13 @@ def test_command_line_error_is_one_line(good_inputs, monkeypatch, capsys):
 
 _LIBRARY_SCRIPT = tiny.LIBRARY_PRELUDE + r"""
 import run_ner
+from scriptkit import ner_tags
 
 vocab_file, config_file, data_file, record_file, checkpoint = sys.argv[1:6]
 ner_file = run_ner.read_conll_file(data_file)
 tags = [s.tags for s in run_ner.iter_sentences(ner_file)]
-scheme = run_ner.detect_scheme(tags)
-labels = run_ner.label_list_for(run_ner.entity_types_of(t for s in tags for t in s), scheme)
+scheme = ner_tags.detect_scheme(tags)
+labels = ner_tags.label_list_for(ner_tags.entity_types_of(t for s in tags for t in s), scheme)
 label_map = {label: i for i, label in enumerate(labels)}
 pieces = run_ner.WordPieceCache(tokenization.FullTokenizer(vocab_file))
 train, num_words = run_ner.convert_file(ner_file, pieces, 12, 4, is_training=True,

@@ -21,6 +21,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import run_squad
+from scriptkit import squad_answers
 import squad_evaluate
 import tiny
 import tokenization
@@ -243,7 +244,7 @@ def test_query_truncated_to_max_query_length(tokenizer):
     ("abc", "ab\u200bc", True, "ab\u200bc"),
 ])
 def test_get_final_text(pred_text, orig_text, do_lower_case, expected):
-    assert run_squad.get_final_text(pred_text, orig_text, do_lower_case) == expected
+    assert squad_answers.get_final_text(pred_text, orig_text, do_lower_case) == expected
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def test_compute_predictions_v1_nbest_order_and_filters():
     start = _logits(13, {3: 5.0, 4: 1.0, 9: 3.0, 1: 9.0, 11: 8.0, 0: 7.0})
     end = _logits(13, {4: 4.0, 9: 2.0, 3: 0.5, 1: 9.0, 11: 8.0, 0: 7.0})
     result = run_squad.RawResult(7, np.array(start, np.float32), end)
-    preds, nbest, null_odds = run_squad.compute_predictions(
+    preds, nbest, null_odds = squad_answers.compute_predictions(
         [example], [feature], [result], n_best_size=4, max_answer_length=3,
         do_lower_case=True, version_2_with_negative=False, verbose_logging=False)
     # Top-4 starts: 1 (question: invalid), 11 (not max context), 0 ([CLS]:
@@ -295,7 +296,7 @@ def test_compute_predictions_v1_nbest_order_and_filters():
     # 9 "John Smith", (3,3) 5+0.5 "John", then the ties at 5.0 in the order
     # the pairs were made (starts by decreasing logit): (9,9) "red", (4,4)
     # "Smith". Equal texts are kept once.
-    preds, nbest, _ = run_squad.compute_predictions(
+    preds, nbest, _ = squad_answers.compute_predictions(
         [example], [feature], [result], n_best_size=13, max_answer_length=3,
         do_lower_case=True, version_2_with_negative=False, verbose_logging=False)
     texts = [e["text"] for e in nbest["q1"]]
@@ -316,7 +317,7 @@ def test_compute_predictions_v2_null_and_threshold():
     # Null score 2+1=3; best span (3,4): 2+0.5=2.5 -> null odds 0.5.
     result = run_squad.RawResult(1, _logits(6, {0: 2.0, 3: 2.0}), _logits(6, {0: 1.0, 4: 0.5}))
     for threshold, expected in [(0.0, ""), (0.5, "John Smith"), (1.0, "John Smith")]:
-        preds, nbest, null_odds = run_squad.compute_predictions(
+        preds, nbest, null_odds = squad_answers.compute_predictions(
             [example], [feature], [result], 20, 30, True, version_2_with_negative=True,
             null_score_diff_threshold=threshold, verbose_logging=False)
         assert preds == {"q": expected}
@@ -341,7 +342,7 @@ def test_compute_predictions_v2_only_null_does_not_crash(tmp_path):
         null_score_diff_threshold=0.0, verbose_logging=False)
     assert preds == {"q": ""}
     assert [e["text"] for e in nbest["q"]] == [""]
-    assert null_odds == {"q": run_squad.NO_ANSWER_NULL_ODDS}
+    assert null_odds == {"q": squad_answers.NO_ANSWER_NULL_ODDS}
     for path, value in zip(out, (preds, nbest, null_odds)):
         with open(path) as f:
             text = f.read()
@@ -362,7 +363,7 @@ def test_windows_pick_max_context_prediction():
     example = run_squad.SquadExample("q", "", words)
     r0 = run_squad.RawResult(1, _logits(5, {3: 9.0}), _logits(5, {3: 9.0}))
     r1 = run_squad.RawResult(2, _logits(4, {2: 1.0}), _logits(4, {2: 1.0}))
-    preds, nbest, _ = run_squad.compute_predictions(
+    preds, nbest, _ = squad_answers.compute_predictions(
         [example], [f0, f1], [r0, r1], 20, 30, False, version_2_with_negative=False,
         verbose_logging=False)
     assert nbest["q"][0]["start_logit"] == 1.0  # from window 1, not 9.0
@@ -370,11 +371,11 @@ def test_windows_pick_max_context_prediction():
 
 
 def test_get_best_indexes_and_softmax():
-    assert run_squad._get_best_indexes([1.0, 3.0, 2.0, 3.0], 3) == [1, 3, 2]
-    probs = run_squad._compute_softmax([1.0, 2.0, 3.0])
+    assert squad_answers._get_best_indexes([1.0, 3.0, 2.0, 3.0], 3) == [1, 3, 2]
+    probs = squad_answers._compute_softmax([1.0, 2.0, 3.0])
     expected = np.exp([1.0, 2.0, 3.0]) / np.exp([1.0, 2.0, 3.0]).sum()
     np.testing.assert_allclose(probs, expected, rtol=1e-12)
-    assert run_squad._compute_softmax([]) == []
+    assert squad_answers._compute_softmax([]) == []
 
 
 # ---------------------------------------------------------------------------
@@ -629,7 +630,8 @@ sys.path[:0] = [root, os.path.join(root, "tests")]
 import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import flags
-import modeling, run_squad, runtime, tokenization
+import modeling, run_squad, tokenization
+from scriptkit import runtime
 from tiny import write_config, write_vocab
 
 def unparsed():
@@ -944,7 +946,7 @@ def test_pipeline_and_predictions_match_original(tmp_path):
                     str(spec_path), str(out_path)], check=True, cwd=ROOT,
                    capture_output=True, timeout=300)
     original = json.loads(out_path.read_text())
-    ours_final_texts = [run_squad.get_final_text(*case) for case in final_text_cases]
+    ours_final_texts = [squad_answers.get_final_text(*case) for case in final_text_cases]
     assert ours_final_texts == original["final_texts"]
     # The cases exercise both the alignment and its fallback to orig_text.
     trimmed = sum(text != case[1] for text, case in zip(ours_final_texts, final_text_cases))
@@ -1152,16 +1154,15 @@ def test_script_defaults_hold_whichever_script_defined_the_shared_flags():
     """--max_seq_length and --doc_stride are shared flags, defined once per
     process by the first script imported; each script's run still takes its
     own defaults where the command line leaves them unset."""
-    from scriptkit import fine_tuning
     from scriptkit import settings as settings_lib
     import run_classifier
     if not FLAGS.is_parsed():
         FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(do_train=True):
-        _, squad = fine_tuning.use_run_record(run_squad.FLAG_DEFAULTS)
+        squad = settings_lib.from_flags(run_squad.Settings)
         classifier = settings_lib.from_flags(run_classifier.Settings)
         with flagsaver.flagsaver(max_seq_length=64):
-            _, given = fine_tuning.use_run_record(run_squad.FLAG_DEFAULTS)
+            given = settings_lib.from_flags(run_squad.Settings)
     assert (squad.max_seq_length, squad.doc_stride) == (384, 128)
     assert (classifier.max_seq_length, classifier.doc_stride) == (128, None)
     assert given.max_seq_length == 64

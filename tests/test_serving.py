@@ -19,6 +19,7 @@ import tensorflow.compat.v1 as tf
 from absl import logging as absl_logging
 from tensorflow.python.framework import ops as tf_ops
 
+from scriptkit import ner_tags
 from scriptkit import exported_model
 from scriptkit import input_packing
 import modeling
@@ -404,9 +405,10 @@ def test_exports_load_without_this_repository(model_files, tmp_path):
             run_classifier.MrpcProcessor(), ["0", "1"]),
             {"text_a": [a for a, _ in PAIRS], "text_b": [b for _, b in PAIRS]}),
         "ner": (run_ner.export_model(
-            config, run_ner.label_list_for(["PER", "LOC"], "iob2"), "iob2",
-            model_files["ner"], str(tmp_path / "ner"), labels_path, vocab, True,
-            max_seq_length=16, doc_stride=4), {"text": NER_LINES}),
+            serving.ExportSource(config, model_files["ner"], str(tmp_path / "ner"), vocab,
+                                 True, max_seq_length=16),
+            ner_tags.label_list_for(["PER", "LOC"], "iob2"), "iob2", labels_path,
+            doc_stride=4), {"text": NER_LINES}),
         "swag": (run_swag.export_model(serving.ExportSource(
             config, model_files["swag"], str(tmp_path / "swag"), vocab, True,
             max_seq_length=MAX_SEQ_LENGTH)),

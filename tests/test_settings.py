@@ -20,7 +20,8 @@ from scriptkit import shared_flags
 FLAGS = flags.FLAGS
 
 SCRIPTS = ["run_swag", "predict", "run_pretraining", "create_pretraining_data",
-           "extract_features", "convert_checkpoint", "create_vocab", "run_classifier"]
+           "extract_features", "convert_checkpoint", "create_vocab", "run_classifier",
+           "run_ner", "run_squad"]
 
 
 def _module(script):

@@ -25,6 +25,7 @@ from scriptkit import rest_api
 from scriptkit import rest_server
 import run_squad
 from scriptkit import serving
+from scriptkit import squad_answers
 import serving_exports
 import squad_evaluate
 from scriptkit import squad_export
@@ -152,7 +153,7 @@ def test_span_search_equals_the_scripts_predictions(tmp_path, version_2):
             cut = graph_features[name].shape[1]
             np.testing.assert_array_equal(graph_features[name],
                                           [getattr(f, name)[:cut] for f in features])
-        predictions, nbest, _ = run_squad.compute_predictions(
+        predictions, nbest, _ = squad_answers.compute_predictions(
             examples, features,
             [run_squad.RawResult(f.unique_id, logits[i, 0], logits[i, 1])
              for i, f in enumerate(features)],

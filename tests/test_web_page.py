@@ -25,6 +25,7 @@ import tensorflow.compat.v1 as tf
 from seqeval.metrics.sequence_labeling import get_entities
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from scriptkit import ner_tags
 from scriptkit import exported_model
 import modeling
 from scriptkit import rest_server
@@ -59,9 +60,9 @@ def exports(tmp_path_factory):
                                  max_seq_length=test_serving.MAX_SEQ_LENGTH),
             run_classifier.MrpcProcessor(), CLASSIFIER_LABELS),
         "ner": run_ner.export_model(
-            config, run_ner.label_list_for(NER_TYPES, "iob2"), "iob2", files["ner"],
-            str(tmp / "ner"), labels_path, files["vocab"], True, max_seq_length=16,
-            doc_stride=4)}
+            serving.ExportSource(config, files["ner"], str(tmp / "ner"), files["vocab"], True,
+                                 max_seq_length=16),
+            ner_tags.label_list_for(NER_TYPES, "iob2"), "iob2", labels_path, doc_stride=4)}
 
 
 # ---------------------------------------------------------------------------
