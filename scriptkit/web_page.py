@@ -19,6 +19,14 @@ first row that fits:
   with its entities highlighted and listed;
 * ``multiple_choice`` (run_swag.py): context, question, endings in: a bar
   per ending;
+* ``question_answering`` (run_squad.py): question and context in, the
+  answer and its n-best out: the answer marked in its context (scrolled
+  to), the n-best with their probabilities, "no answer" (SQuAD 2.0) said;
+* ``embedding`` (extract_features.py): text in, an embedding out: a query
+  and texts (one request of them all), the texts ranked by their cosine
+  similarity to the query;
+* ``fill_mask`` (run_pretraining.py): text in, the pieces of each
+  ``[MASK]`` out: the text filled, and a bar per likely piece of each mask;
 * otherwise ``generic``: a field per text input and the answer as JSON.
 
 A new kind of export gets its own view by a row in `VIEWS` (and, in the
@@ -89,9 +97,16 @@ def _text_pair(shape):
 
 
 # (view, test of a SignatureShape): the first row whose test passes is the
-# page's view. The names are run_classifier.py's, run_ner.py's and
-# run_swag.py's exports' (see serving.py).
+# page's view. The names are those of the scripts' exports (see
+# serving.py, squad_export.py, fill_mask_export.py).
 VIEWS = (
+    ("question_answering", lambda s: s.takes_texts(question=1, context=1) and s.gives(
+        "answer", "answer_start", "answer_end", "answers", "answer_scores", "num_answers")
+        and s.rank("answers") == 2),
+    ("fill_mask", lambda s: s.takes_texts(text=1) and s.gives(
+        "tokens", "scores", "num_masks", "filled") and s.rank("tokens") == 3),
+    ("embedding", lambda s: (s.takes_texts(text=1) or s.takes_texts(text=1, text_b=1))
+        and s.gives("embedding") and s.rank("embedding") == 2),
     ("tagger", lambda s: s.takes_texts(text=1) and s.gives(
         "words", "tags", "start_offsets", "end_offsets", "num_words")
         and s.rank("tags") == 2),
@@ -110,6 +125,9 @@ TITLES = {"classifier": "Text classification",
           "regression": "Regression: a score per text",
           "tagger": "Named entities: a tag per word",
           "multiple_choice": "Multiple choice: the likeliest ending",
+          "question_answering": "Question answering: the answer in its context",
+          "embedding": "Sentence embeddings: texts ranked by similarity",
+          "fill_mask": "Fill-mask: the likeliest pieces for each [MASK]",
           GENERIC_VIEW: "The model's outputs"}
 
 
@@ -183,6 +201,17 @@ def _fields(view, shape):
                 _field("question", "Start of the ending", kind="line", optional=True,
                        hint="Put in front of each ending; may be empty."),
                 _field("endings", "Endings", kind="lines", hint="One per line.")]
+    if view == "question_answering":
+        return [_field("question", "Question", kind="line"),
+                _field("context", "Context", hint="The answer is a span of this text.")]
+    if view == "embedding":
+        return [_field("query", "Query", kind="line"),
+                _field("texts", "Texts", kind="lines",
+                       hint="One per line, each ranked by its similarity to the query; "
+                            "one text gives their one similarity.")]
+    if view == "fill_mask":
+        return [_field("text", "Text", hint="Write [MASK] where a word piece is missing: "
+                                           "\u201cThe capital of France is [MASK].\u201d")]
     return [_field(name, name, kind="lines" if shape.rank(name) == 2 else "text",
                    optional=True, hint="One per line." if shape.rank(name) == 2 else "")
             for name in sorted(shape.inputs)]
@@ -202,13 +231,15 @@ def page_config(meta_graph, version, model_name, entity_types=()):
 
     Returns:
       dict: view, title, model, version, signature, predict (the :predict
-      URL, relative to the page), fields (see `_field`), labels (names in
-      output order, or None), entity_types, unsupported (why the page
-      cannot send this signature's inputs, or "").
+      URL, relative to the page), fields (see `_field`), inputs (the
+      signature's input names, sorted), labels (names in output order, or
+      None), entity_types, unsupported (why the page cannot send this
+      signature's inputs, or "").
     """
     config = {"model": model_name, "version": version, "signature": SIGNATURE,
               "predict": "v1/models/%s:predict" % model_name, "labels": None,
-              "entity_types": list(entity_types), "fields": [], "unsupported": ""}
+              "entity_types": list(entity_types), "fields": [], "inputs": [],
+              "unsupported": ""}
     if SIGNATURE not in meta_graph.signature_def:
         config.update(view=GENERIC_VIEW, title=TITLES[GENERIC_VIEW],
                       unsupported="The model has no %s signature." % SIGNATURE)
@@ -216,7 +247,8 @@ def page_config(meta_graph, version, model_name, entity_types=()):
     signature_def = meta_graph.signature_def[SIGNATURE]
     shape = SignatureShape(signature_def)
     view = choose_view(signature_def)
-    config.update(view=view, title=TITLES[view], fields=_fields(view, shape))
+    config.update(view=view, title=TITLES[view], fields=_fields(view, shape),
+                  inputs=sorted(shape.inputs))
     not_text = sorted(name for name, (dtype, dims) in shape.inputs.items()
                       if dtype != types_pb2.DT_STRING or dims is None or len(dims) not in (1, 2))
     if not_text:
@@ -252,389 +284,18 @@ def read_export(saved_model_dir):
 # ---------------------------------------------------------------------------
 # The page.
 
-STYLE = r"""
-:root { color-scheme: light dark; --fg: #1d232b; --muted: #5b6572; --bg: #ffffff;
-  --panel: #f3f5f8; --line: #d5dae1; --accent: #1f5fbf; --bar: #9bb8e6; --chosen: #1f5fbf;
-  --error-bg: #fdecec; --error-fg: #8a1414; }
-@media (prefers-color-scheme: dark) {
-  :root { --fg: #e4e8ee; --muted: #a3adba; --bg: #14181d; --panel: #1e242c; --line: #38414d;
-    --accent: #7fb0ff; --bar: #3d5f94; --chosen: #7fb0ff; --error-bg: #4a1d1d;
-    --error-fg: #ffd2d2; }
-}
-* { box-sizing: border-box; }
-body { margin: 0; background: var(--bg); color: var(--fg);
-  font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
-main, header, footer { max-width: 46rem; margin: 0 auto; padding: 0 1rem; }
-header { padding-top: 1.25rem; }
-h1 { font-size: 1.35rem; margin: 0; }
-h1 code { font-size: 1.2rem; }
-.sub, .hint, footer { color: var(--muted); font-size: 0.875rem; }
-.sub { margin: 0.2rem 0 1rem; }
-label { display: block; font-weight: 600; margin-top: 0.75rem; }
-label .optional { font-weight: 400; color: var(--muted); }
-textarea, input[type=text] { width: 100%; font: inherit; color: inherit; background: var(--bg);
-  border: 1px solid var(--line); border-radius: 6px; padding: 0.5rem 0.6rem; }
-textarea { min-height: 4.5rem; resize: vertical; }
-textarea:focus, input:focus, button:focus-visible { outline: 2px solid var(--accent);
-  outline-offset: 1px; }
-.hint { margin: 0.15rem 0 0; }
-.actions { display: flex; flex-wrap: wrap; align-items: center; gap: 0.75rem;
-  margin: 1rem 0; }
-button { font: inherit; font-weight: 600; color: #fff; background: var(--accent); border: 0;
-  border-radius: 6px; padding: 0.5rem 1.25rem; cursor: pointer; }
-button:disabled { opacity: 0.6; cursor: progress; }
-#status { color: var(--muted); font-size: 0.875rem; }
-#error { background: var(--error-bg); color: var(--error-fg); border-radius: 6px;
-  padding: 0.6rem 0.8rem; margin: 0 0 1rem; white-space: pre-wrap; overflow-wrap: anywhere; }
-#result { background: var(--panel); border-radius: 8px; padding: 0.75rem 1rem;
-  margin-bottom: 1rem; overflow-wrap: anywhere; }
-#result.stale { opacity: 0.55; }
-.headline { font-size: 1.15rem; margin: 0 0 0.5rem; }
-.bars { list-style: none; margin: 0; padding: 0; }
-.bar-row { display: grid; grid-template-columns: minmax(5rem, 35%) 1fr 4rem; gap: 0.6rem;
-  align-items: center; padding: 0.15rem 0; }
-.bar-row .name { overflow-wrap: anywhere; }
-.bar-row.chosen .name { font-weight: 700; }
-.track { height: 0.9rem; background: var(--bg); border: 1px solid var(--line);
-  border-radius: 4px; overflow: hidden; }
-.fill { display: block; height: 100%; width: 0; background: var(--bar); }
-.chosen .fill { background: var(--chosen); }
-.value { text-align: right; font-variant-numeric: tabular-nums; }
-.score { font-size: 2rem; font-weight: 700; margin: 0; font-variant-numeric: tabular-nums; }
-.tagged { white-space: pre-wrap; font-size: 1.05rem; line-height: 2.1; margin: 0; }
-mark { color: inherit; border-radius: 4px; padding: 0.1rem 0.2rem; }
-mark .type { font-size: 0.7rem; font-weight: 700; margin-left: 0.3rem; padding: 0 0.25rem;
-  border-radius: 3px; vertical-align: middle; background: rgba(0, 0, 0, 0.12); }
-.t0 { background: #cfe3ff; } .t1 { background: #ffe2b8; } .t2 { background: #d4f2d2; }
-.t3 { background: #f6d5f0; } .t4 { background: #fff3a6; } .t5 { background: #d9d6ff; }
-.t6 { background: #c9f1ef; } .t7 { background: #ffd1d1; }
-@media (prefers-color-scheme: dark) {
-  .t0 { background: #23436f; } .t1 { background: #6b4a1c; } .t2 { background: #28502a; }
-  .t3 { background: #5c2d55; } .t4 { background: #5c5417; } .t5 { background: #3d3772; }
-  .t6 { background: #1e5552; } .t7 { background: #6e2a2a; }
-  mark .type { background: rgba(255, 255, 255, 0.15); }
-}
-table { border-collapse: collapse; margin-top: 0.75rem; width: 100%; }
-th, td { text-align: left; padding: 0.2rem 0.5rem 0.2rem 0; border-bottom: 1px solid var(--line);
-  vertical-align: top; }
-th, td.value { white-space: nowrap; overflow-wrap: normal; }
-td.value { text-align: right; }
-.empty { color: var(--muted); margin: 0.5rem 0 0; }
-details { margin-bottom: 1rem; }
-summary { cursor: pointer; color: var(--muted); }
-pre { background: var(--panel); border-radius: 6px; padding: 0.6rem; overflow: auto;
-  max-height: 20rem;
-  font-size: 0.8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
-footer { padding-bottom: 1.5rem; }
-"""
+def _asset(name):
+    """The text of one of the page's files beside this module."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name),
+              encoding="utf-8") as f:
+        return f.read()
 
+
+STYLE = _asset("web_page.css")
 # The script builds every element with createElement and textContent (never
 # from HTML text), so what a person types, the model's words and the
 # server's messages are shown as text, never run.
-SCRIPT = r"""
-"use strict";
-(function () {
-  const config = JSON.parse(document.getElementById("page-config").textContent);
-  const form = document.getElementById("form");
-  const button = document.getElementById("run");
-  const status = document.getElementById("status");
-  const errorBox = document.getElementById("error");
-  const result = document.getElementById("result");
-  const details = document.getElementById("exchange");
-  const requestText = document.getElementById("request");
-  const answerText = document.getElementById("answer");
-  const storageKey = "bert-page:" + config.model + ":" + config.view;
-
-  // An element with properties and children (strings become text nodes).
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    Object.assign(node, props || {});
-    for (const child of children) {
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
-  }
-
-  function percent(p) {
-    return (100 * p).toFixed(1) + "%";
-  }
-
-  // A list of bars: rows of {name, value (0..1), chosen}.
-  function bars(rows) {
-    const list = el("ol", {className: "bars"});
-    for (const row of rows) {
-      const fill = el("span", {className: "fill"});
-      fill.style.width = Math.max(0, Math.min(1, row.value)) * 100 + "%";
-      list.append(el("li", {className: "bar-row" + (row.chosen ? " chosen" : "")},
-                     el("span", {className: "name"}, row.name),
-                     el("span", {className: "track"}, fill),
-                     el("span", {className: "value"}, percent(row.value))));
-    }
-    return list;
-  }
-
-  function labelName(i, prediction) {
-    if (config.labels && i < config.labels.length) return config.labels[i];
-    if (prediction.label_ids === i && typeof prediction.labels === "string") {
-      return prediction.labels;
-    }
-    return "label " + i;
-  }
-
-  function showProbabilities(prediction) {
-    const probabilities = prediction.probabilities;
-    const ids = [].concat(prediction.label_ids).filter((i) => i >= 0);
-    const names = probabilities.map((p, i) => labelName(i, prediction));
-    let headline;
-    if (config.view === "multi_label") {
-      headline = ids.length
-        ? "Labels at or over the threshold: " + ids.map((i) => names[i]).join(", ")
-        : "No label reaches the threshold.";
-    } else {
-      headline = names[ids[0]] + " (" + percent(probabilities[ids[0]]) + ")";
-    }
-    return [el("p", {className: "headline"}, headline),
-            bars(probabilities.map((p, i) => ({name: names[i], value: p,
-                                               chosen: ids.includes(i)})))];
-  }
-
-  function showScore(prediction) {
-    const score = typeof prediction === "number" ? prediction : prediction.scores;
-    return [el("p", {className: "hint"}, "Score"),
-            el("p", {className: "score"}, Number(score).toFixed(3))];
-  }
-
-  // Entity spans of a tag sequence: [{type, first, last}] (word indices).
-  // A span starts at B- or S-, at a type change, or after O; E- and S-
-  // close it (IOB1, IOB2 and BIOES alike).
-  function entitySpans(tags) {
-    const spans = [];
-    let open = null;
-    tags.forEach((tag, i) => {
-      const dash = tag.indexOf("-");
-      if (dash < 0) {
-        open = null;
-        return;
-      }
-      const prefix = tag.slice(0, dash);
-      const type = tag.slice(dash + 1);
-      if (open && open.type === type && (prefix === "I" || prefix === "E")) {
-        open.last = i;
-      } else {
-        open = {type: type, first: i, last: i};
-        spans.push(open);
-      }
-      if (prefix === "E" || prefix === "S") open = null;
-    });
-    return spans;
-  }
-
-  function showEntities(prediction, instance) {
-    const chars = Array.from(instance.text);  // Offsets count code points.
-    const n = prediction.num_words;
-    const tags = prediction.tags.slice(0, n);
-    const spans = entitySpans(tags);
-    const types = config.entity_types.slice();
-    const tagged = el("p", {className: "tagged"});
-    const table = el("table", {},
-                     el("thead", {}, el("tr", {}, el("th", {}, "Entity"), el("th", {}, "Type"),
-                                         el("th", {className: "value"}, "Probability"))));
-    const body = el("tbody");
-    table.append(body);
-    let position = 0;
-    for (const span of spans) {
-      if (!types.includes(span.type)) types.push(span.type);
-      const start = prediction.start_offsets[span.first];
-      const end = prediction.end_offsets[span.last];
-      const words = prediction.probabilities.slice(span.first, span.last + 1);
-      const probability = words.reduce((sum, p) => sum + Math.max(...p), 0) / words.length;
-      const text = chars.slice(start, end).join("");
-      const colour = "t" + (types.indexOf(span.type) % 8);
-      tagged.append(chars.slice(position, start).join(""),
-                    el("mark", {className: "entity " + colour,
-                                title: span.type + " " + percent(probability)},
-                       text, el("span", {className: "type"}, span.type)));
-      body.append(el("tr", {className: "entity-row"}, el("td", {}, text),
-                     el("td", {}, span.type),
-                     el("td", {className: "value"}, percent(probability))));
-      position = end;
-    }
-    tagged.append(chars.slice(position).join(""));
-    if (!spans.length) {
-      return [tagged, el("p", {className: "empty"}, "No entities found (" + n + " words).")];
-    }
-    return [tagged, table];
-  }
-
-  function showChoices(prediction, instance) {
-    const question = instance.question ? instance.question + " " : "";
-    return [el("p", {className: "headline"},
-               question + instance.endings[prediction.label_ids]),
-            bars(prediction.probabilities.map((p, i) => ({
-              name: question + instance.endings[i], value: p,
-              chosen: i === prediction.label_ids})))];
-  }
-
-  function showJson() {
-    details.open = true;
-    return [el("p", {className: "hint"}, "The answer is shown below as JSON.")];
-  }
-
-  // view -> (prediction, instance) -> elements for the result panel.
-  const RENDERERS = {
-    classifier: showProbabilities, multi_label: showProbabilities, regression: showScore,
-    tagger: showEntities, multiple_choice: showChoices, generic: showJson,
-  };
-
-  function fieldValue(field) {
-    const value = document.getElementById("in-" + field.name).value;
-    if (field.kind !== "lines") return value;
-    return value.split("\n").map((line) => line.trim()).filter((line) => line);
-  }
-
-  function save() {
-    try {
-      const values = {};
-      for (const field of config.fields) {
-        values[field.name] = document.getElementById("in-" + field.name).value;
-      }
-      sessionStorage.setItem(storageKey, JSON.stringify(values));
-    } catch (e) {
-      // Storage may be off; the fields still hold their text.
-    }
-  }
-
-  function restore() {
-    try {
-      const values = JSON.parse(sessionStorage.getItem(storageKey) || "{}");
-      for (const field of config.fields) {
-        if (typeof values[field.name] === "string") {
-          document.getElementById("in-" + field.name).value = values[field.name];
-        }
-      }
-    } catch (e) {
-      // Nothing kept, or storage is off.
-    }
-  }
-
-  function showError(message) {
-    errorBox.textContent = message;
-    errorBox.hidden = false;
-  }
-
-  function shellQuote(text) {
-    return "'" + text.replace(/'/g, "'\\''") + "'";
-  }
-
-  let latest = 0;  // Only the answer to the last request is shown.
-
-  async function run() {
-    const instance = {};
-    for (const field of config.fields) {
-      const value = fieldValue(field);
-      if (!field.optional && !value.length) {
-        showError("Write " + (field.kind === "lines" ? "at least one line in " : "in ") +
-                  "\u201c" + field.label + "\u201d first.");
-        document.getElementById("in-" + field.name).focus();
-        return;
-      }
-      instance[field.name] = value;
-    }
-    save();
-    const request = {signature_name: config.signature, instances: [instance]};
-    const url = new URL(config.predict, location.href).href;
-    requestText.textContent = "curl -d " + shellQuote(JSON.stringify(request)) + " " +
-                              shellQuote(url);
-    const id = ++latest;
-    button.disabled = true;
-    result.classList.add("stale");
-    result.setAttribute("aria-busy", "true");
-    status.textContent = "Running\u2026";
-    const started = performance.now();
-    let message = "";
-    let prediction = null;
-    try {
-      const response = await fetch(url, {
-        method: "POST", headers: {"Content-Type": "application/json"},
-        body: JSON.stringify(request)});
-      const text = await response.text();
-      if (id !== latest) return;
-      answerText.textContent = text;
-      let answer = null;
-      try {
-        answer = JSON.parse(text);
-      } catch (e) {
-        answer = null;
-      }
-      if (answer && typeof answer.error === "string") {
-        message = "The server answered " + response.status + ": " + answer.error;
-      } else if (!response.ok || !answer || !Array.isArray(answer.predictions)) {
-        message = "The server answered " + response.status + " " + response.statusText +
-                  " without predictions.";
-      } else {
-        prediction = answer.predictions[0];
-      }
-    } catch (e) {
-      if (id !== latest) return;
-      message = "No answer from the server (" + e.message + ").";
-    }
-    button.disabled = false;
-    result.classList.remove("stale");
-    result.removeAttribute("aria-busy");
-    status.textContent = message ? "" :
-      "Answered in " + Math.round(performance.now() - started) + " ms.";
-    errorBox.hidden = !message;
-    errorBox.textContent = message;
-    if (message) {
-      result.hidden = true;  // The last result was not for these inputs.
-      return;
-    }
-    try {
-      result.replaceChildren(...RENDERERS[config.view](prediction, instance));
-      result.hidden = false;
-    } catch (e) {
-      details.open = true;
-      showError("The answer could not be shown (" + e.message + "); it is below as JSON.");
-    }
-  }
-
-  function buildForm() {
-    if (config.unsupported) {
-      form.replaceChildren(el("p", {className: "empty"}, config.unsupported));
-      return;
-    }
-    const fields = [];
-    for (const field of config.fields) {
-      const id = "in-" + field.name;
-      const input = field.kind === "line"
-        ? el("input", {type: "text", id: id, name: field.name, autocomplete: "off"})
-        : el("textarea", {id: id, name: field.name, rows: field.kind === "lines" ? 4 : 3});
-      input.spellcheck = false;
-      input.addEventListener("input", save);
-      const label = el("label", {htmlFor: id}, field.label);
-      if (field.optional) label.append(" ", el("span", {className: "optional"}, "(optional)"));
-      fields.push(label, input);
-      if (field.hint) fields.push(el("p", {className: "hint"}, field.hint));
-    }
-    form.prepend(...fields);
-    restore();
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      run();
-    });
-    // Ctrl+Enter (or Cmd+Enter) sends from a text area; Enter does in a line.
-    form.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-        event.preventDefault();
-        form.requestSubmit();
-      }
-    });
-    if (config.fields.length) document.getElementById("in-" + config.fields[0].name).focus();
-  }
-
-  buildForm();
-})();
-"""
+SCRIPT = _asset("web_page.js")
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">

@@ -1,8 +1,9 @@
 """The page predict.py --port serves at / (web_page.py): the view and form
 chosen per signature, the label names read from the graph, the page's
 escaping and headers; then the page itself in headless Chromium, typed
-into and submitted with the keyboard, against a classifier and a tagger
-export served by predict.py.
+into and submitted with the keyboard, against a classifier, a tagger, a
+question answering, a sentence-embedding and a fill-mask export served by
+predict.py.
 
 The browser tests need Debian's chromium and the playwright package
 (requirements-test.txt); they skip where either is missing, unless
@@ -32,6 +33,7 @@ from scriptkit import rest_server
 from scriptkit import serving
 import run_classifier
 import run_ner
+import serving_exports
 import test_serving
 from scriptkit import web_page
 
@@ -46,14 +48,20 @@ HOSTILE = ('Mara <img src=x onerror="window.ranScript=1"> Lind '
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """SavedModels of random-headed tiny models: a pair classifier and a
-    tagger."""
+    """SavedModels of random-headed tiny models: a pair classifier, a
+    tagger, question answering (SQuAD 2.0), sentence embeddings (pairs
+    taken) and fill-mask."""
     tmp = tmp_path_factory.mktemp("web_page")
-    files = test_serving.write_model_files(tmp)
+    files = serving_exports.write_files(tmp / "model")
     config = modeling.BertConfig.from_json_file(files["config"])
     labels_path = str(tmp / run_ner.LABELS_FILE)
     run_ner.write_labels(labels_path, "iob2", NER_TYPES)
-    return {
+    made = {}
+    for name, task in (("qa", "question_answering"), ("embedding", "sentence_embeddings"),
+                       ("fill_mask", "fill_mask")):
+        with tf.Graph().as_default():
+            made[name], _ = serving_exports.EXPORTS[task](tmp / name, files)
+    return dict(made, **{
         "classifier": run_classifier.export_model(
             serving.ExportSource(config, files["classifier"], str(tmp / "classifier"),
                                  files["vocab"], True,
@@ -62,7 +70,7 @@ def exports(tmp_path_factory):
         "ner": run_ner.export_model(
             serving.ExportSource(config, files["ner"], str(tmp / "ner"), files["vocab"], True,
                                  max_seq_length=16),
-            ner_tags.label_list_for(NER_TYPES, "iob2"), "iob2", labels_path, doc_stride=4)}
+            ner_tags.label_list_for(NER_TYPES, "iob2"), "iob2", labels_path, doc_stride=4)})
 
 
 # ---------------------------------------------------------------------------
@@ -112,6 +120,15 @@ def test_exports_get_their_view_fields_and_label_names(exports):
     config = web_page.page_config(meta_graph, "7", "ner", types)
     assert config["view"] == "tagger" and config["entity_types"] == NER_TYPES
     assert _fields(config) == [("text", "text", False)]
+    for name, view, fields, inputs in [
+            ("qa", "question_answering", [("question", "line", False),
+                                          ("context", "text", False)], ["context", "question"]),
+            ("embedding", "embedding", [("query", "line", False), ("texts", "lines", False)],
+             ["text", "text_b"]),
+            ("fill_mask", "fill_mask", [("text", "text", False)], ["text"])]:
+        config = web_page.page_config(web_page.read_export(exports[name])[0], "1", name)
+        assert (config["view"], _fields(config), config["inputs"]) == (view, fields, inputs)
+        assert not config["unsupported"]
 
 
 def test_classifier_kinds_and_other_signatures_get_their_views():
@@ -140,7 +157,7 @@ def test_classifier_kinds_and_other_signatures_get_their_views():
     assert _fields(config) == [("context", "text", False), ("question", "line", True),
                                ("endings", "lines", False)]
 
-    def question_answering():  # No view of its own (yet): a field per input, JSON out.
+    def question_answering():  # Not SQuAD's outputs: a field per input, JSON out.
         inputs = {"question": tf.placeholder(tf.string, [None], name="question"),
                   "context": tf.placeholder(tf.string, [None], name="context")}
         return inputs, {"start": tf.placeholder(tf.int32, [None])}
@@ -195,7 +212,8 @@ def servers(exports):
     """name -> (URL, exported_model.Model) of predict.py's server of each export
     (the classifier's refuses requests over 2000 bytes)."""
     urls, running = {}, []
-    for name, limit in (("classifier", 2000), ("ner", 1 << 20)):
+    for name, limit in (("classifier", 2000), ("ner", 1 << 20), ("qa", 1 << 20),
+                        ("embedding", 1 << 20), ("fill_mask", 1 << 20)):
         model = exported_model.Model(os.path.dirname(exports[name]))
         http = rest_server.make_server(model, "127.0.0.1", 0, name, max_request_bytes=limit)
         threading.Thread(target=http.serve_forever, daemon=True).start()
@@ -427,3 +445,140 @@ def _assert_entities_shown(page, entities, starts, ends):
     assert shown == HOSTILE
     assert page.locator("#result img, #result script, img").count() == 0
     assert page.evaluate("window.ranScript") is None
+
+
+def _predict_route(page, model_name, answer):
+    """Answers the page's next requests to `model_name` with `answer`."""
+    page.route("**/v1/models/%s:predict" % model_name, lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+
+
+@pytest.mark.slow
+def test_question_answering_page_marks_the_answer_in_its_context(servers, page):
+    url, model = servers["qa"]
+    page.goto(url)
+    assert page.title() == "Question answering: the answer in its context \u2014 qa"
+    # Question above context, both required.
+    assert page.locator("label").all_inner_texts() == ["Question", "Context"]
+    assert page.evaluate("document.activeElement.id") == "in-question"
+    page.keyboard.press("Enter")  # Nothing typed: refused before any request.
+    assert page.inner_text("#error") == "Write in \u201cQuestion\u201d first."
+    question, context = "where did mara go?", HOSTILE
+    page.fill("#in-question", question)
+    page.fill("#in-context", context)
+    page.press("#in-context", "Control+Enter")
+    page.wait_for_selector("#result:not([hidden]) .bar-row")
+    out = model.signature("serving_default")({"question": [question], "context": [context]})
+    start, end = int(out["answer_start"][0]), int(out["answer_end"][0])
+    answer = out["answer"][0].decode()
+    # The random model may answer or not (SQuAD 2.0); either is shown as such.
+    if start >= 0 and answer:
+        assert page.inner_text("#result mark.answer") == context[start:end]
+        assert page.inner_text("#result .headline") == "%s (%.1f%%)" % (
+            answer, 100 * out["score"][0])
+    else:
+        assert page.locator("#result mark").count() == 0
+    n = int(out["num_answers"][0])
+    assert [row[:2] for row in _bars(page)] == [
+        [a.decode() or "(no answer)", "%.1f%%" % (100 * p)]
+        for a, p in zip(out["answers"][0][:n], out["answer_scores"][0][:n])]
+    assert page.text_content("#result .context") == context  # HTML shown as text
+    assert page.locator("#result img, #result script, img").count() == 0
+    assert page.evaluate("window.ranScript") is None
+
+    # A long context: it scrolls to an answer near its end.
+    long_context = "The river runs past the mill. " * 80 + "Mara went to Larkvale."
+    at = long_context.index("Larkvale")
+    served = {"answer": "Larkvale", "answer_start": at, "answer_end": at + 8, "score": 0.75,
+              "answers": ["Larkvale", "", "the mill"], "answer_scores": [0.75, 0.2, 0.05],
+              "answer_starts": [at, -1, 24], "answer_ends": [at + 8, -1, 32],
+              "num_answers": 3}
+    _predict_route(page, "qa", {"predictions": [served]})
+    page.fill("#in-context", long_context)
+    page.click("#run")
+    page.wait_for_selector("#run:enabled")
+    assert page.inner_text("#result mark.answer") == "Larkvale"
+    assert [row[:3] for row in _bars(page)] == [["Larkvale", "75.0%", True],
+                                                ["(no answer)", "20.0%", False],
+                                                ["the mill", "5.0%", False]]
+    box = page.evaluate("""() => {
+        const context = document.querySelector('#result .context');
+        const mark = context.querySelector('mark').getBoundingClientRect();
+        const frame = context.getBoundingClientRect();
+        return [context.scrollTop, mark.top >= frame.top && mark.bottom <= frame.bottom]; }""")
+    assert box[0] > 0 and box[1], box
+    # SQuAD 2.0's no answer.
+    page.unroute("**/v1/models/qa:predict")
+    _predict_route(page, "qa", {"predictions": [dict(
+        served, answer="", answer_start=-1, answer_end=-1, score=0.6)]})
+    page.click("#run")
+    page.wait_for_selector("#run:enabled")
+    assert page.inner_text("#result .headline") == (
+        "No answer: the model finds none in this context.")
+    assert page.locator("#result mark").count() == 0
+    _no_problems(page)
+
+
+@pytest.mark.slow
+def test_embedding_page_ranks_the_texts_by_cosine_similarity(servers, page):
+    url, model = servers["embedding"]
+    page.goto(url)
+    assert page.locator("label").all_inner_texts() == ["Query", "Texts"]
+    query, texts = "the film is good", ["a good film", "<b>Larkvale</b> \U0001F600", "café"]
+    page.fill("#in-query", query)
+    page.fill("#in-texts", "\n".join(texts) + "\n\n")  # Blank lines are no texts.
+    page.press("#in-texts", "Control+Enter")
+    page.wait_for_selector("#result:not([hidden]) .bar-row")
+    request = json.loads(page.text_content("#request").split("'")[1])
+    assert request["instances"] == [{"text": t, "text_b": ""} for t in [query] + texts]
+    vectors = model.signature("serving_default")(
+        {"text": [query] + texts, "text_b": [""] * 4})["embedding"].astype(np.float64)
+    similarity = vectors[1:] @ vectors[0] / (
+        np.linalg.norm(vectors[1:], axis=1) * np.linalg.norm(vectors[0]))
+    order = sorted(range(3), key=lambda i: -similarity[i])
+    bars = _bars(page)
+    assert [row[:3] for row in bars] == [[texts[i], "%.3f" % similarity[i], rank == 0]
+                                         for rank, i in enumerate(order)]
+    np.testing.assert_allclose([row[3] for row in bars],
+                               [100 * max(0.0, similarity[i]) for i in order], rtol=1e-4)
+    assert page.inner_text("#result .headline") == (
+        "Most similar to the query: " + texts[order[0]])
+    # One text: their one similarity.
+    page.fill("#in-texts", texts[0])
+    page.click("#run")
+    page.wait_for_selector("#run:enabled")
+    page.wait_for_function("document.querySelectorAll('#result .bar-row').length === 1")
+    assert page.inner_text("#result .headline") == "Cosine similarity: %.3f" % similarity[0]
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    _no_problems(page)
+
+
+@pytest.mark.slow
+def test_fill_mask_page_fills_each_mask_and_hints_at_lower_case_masks(servers, page):
+    url, model = servers["fill_mask"]
+    page.set_viewport_size({"width": 360, "height": 740})  # A phone's.
+    page.goto(url)
+    text = "The [MASK] went to [MASK]. <i>[mask]</i>"  # Both masks in its 14 pieces.
+    page.fill("#in-text", text)
+    page.press("#in-text", "Control+Enter")
+    page.wait_for_selector("#result:not([hidden]) .bar-row")
+    out = model.signature("serving_default")({"text": [text]})
+    assert page.inner_text("#result .filled") == out["filled"][0].decode()
+    assert "[MASK], in capitals" in page.inner_text("#result .mask-hint")
+    n = int(out["num_masks"][0])
+    assert n == 2
+    assert page.locator("#result .mask-title").all_inner_texts() == ["[MASK] 1", "[MASK] 2"]
+    expected = [[token.decode(), "%.1f%%" % (100 * score), j == 0]
+                for i in range(n)
+                for j, (token, score) in enumerate(zip(out["tokens"][0][i],
+                                                       out["scores"][0][i])) if token]
+    assert [row[:3] for row in _bars(page)] == expected
+    assert page.locator("#result i, img").count() == 0
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # No mask: said so, and no hint.
+    page.fill("#in-text", "no mask here")
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden]) .empty")
+    assert page.inner_text("#result .empty") == "No [MASK] in the text to fill."
+    assert page.locator("#result .mask-hint").count() == 0
+    _no_problems(page)
