@@ -126,12 +126,13 @@ def _export(workdir):
         tf.train.get_or_create_global_step()
         session.run(tf.global_variables_initializer())
         checkpoint = tf.train.Saver().save(session, os.path.join(workdir, "model.ckpt"))
+    seq_length = FLAGS["seq_length"].value  # bench_serving.py's flag
     source = serving.ExportSource(config, checkpoint, os.path.join(workdir, "export"),
-                                  _vocab(), True, max_seq_length=FLAGS.seq_length)
+                                  _vocab(), True, max_seq_length=seq_length)
     if FLAGS.task == "squad":
         return squad_export.export_model(
             run_squad.create_model, source,
-            dict(max_seq_length=FLAGS.seq_length, doc_stride=FLAGS.doc_stride,
+            dict(max_seq_length=seq_length, doc_stride=FLAGS.doc_stride,
                  max_query_length=64, n_best_size=20, max_answer_length=30,
                  version_2_with_negative=False))
     if FLAGS.task == "ner":

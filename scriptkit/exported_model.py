@@ -8,6 +8,7 @@ Loading registers TensorFlow Text's ops (the exports tokenize in the graph).
 import base64
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -238,13 +239,10 @@ class Model:
                 signature.windows(arrays)
                 signature.run(arrays)
             except (RequestError, tf.errors.OpError, KeyError, ValueError) as e:
-                # An op's error ends with the node and op in [[...]] and [Op:...].
-                text = e.message if isinstance(e, tf.errors.OpError) else str(e)
-                lines = [line.strip() for line in text.splitlines()
-                         if line.strip() and not line.strip().startswith("[[")]
+                text = (op_error_message(e) if isinstance(e, tf.errors.OpError)
+                        else str(e) or type(e).__name__)
                 raise InputError("--model_dir: warm-up request %d%s (signature %s) failed: %s"
-                                 % (index + 1, " of %s" % path if source else "", name,
-                                    lines[-1] if lines else type(e).__name__))
+                                 % (index + 1, " of %s" % path if source else "", name, text))
         return len(requests), source
 
     def signature(self, name):
@@ -271,3 +269,45 @@ def split_outputs(outputs):
             example[name] = json_value(name, value)
         examples.append(example)
     return examples
+
+
+# ---------------------------------------------------------------------------
+# Op errors as messages.
+
+def op_error_message(error):
+    """The message of a TensorFlow op error without what TensorFlow adds
+    around it when a function runs: "Graph execution error:", the Python
+    frames that defined the op (they would show the server's paths), the
+    node and the function's name, and the stack trace a TF1 session
+    appends ("Original stack trace for ...")."""
+    text = re.split(r"\n\s*Original stack trace for ", error.message)[0]
+    frames = re.search(r"Detected at node .*? \(most recent call last\):\n", text)
+    if frames:
+        text = text[frames.end():]
+        # The frames are indented lines (and blank ones) up to the message.
+        text = re.sub(r"\A(?:[ \t].*\n|\n)*", "", text)
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.strip().startswith(("[[", "Node: "))
+             and line.strip() != "Graph execution error:"]
+    text = re.sub(r"\s*\[Op:[^\]]*\]$", "", " ".join(lines))
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    return _joined_assert_data(text) or type(error).__name__
+
+
+# What an Assert op prints of its data: "assertion failed: [a] [b] ...",
+# each piece in brackets (a vector of numbers in its own).
+_ASSERT = re.compile(r"assertion failed: ((?:\[[^\[\]]*\] ?)+)$")
+
+
+def _joined_assert_data(text):
+    """`text` with an Assert's data pieces joined as one message: a text
+    or a single number without its brackets, a vector of several numbers
+    with them (serving.check_ids' messages: "input input_mask: 5 at [0 2];
+    ...")."""
+    match = _ASSERT.search(text)
+    if not match:
+        return text
+    pieces = re.findall(r"\[([^\[\]]*)\]", match.group(1))
+    joined = "".join("[%s]" % p if re.fullmatch(r"-?\d+(?: -?\d+)+", p) else p
+                     for p in pieces)
+    return text[:match.start()] + "assertion failed: " + joined

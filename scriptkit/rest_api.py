@@ -496,44 +496,6 @@ def predict_response(model, body, limits=None):
     return {"predictions": predictions}, held
 
 
-def op_error_message(error):
-    """The message of a TensorFlow op error without what TensorFlow adds
-    around it when a function runs: "Graph execution error:", the Python
-    frames that defined the op (they would show the server's paths), the
-    node and the function's name."""
-    text = error.message
-    frames = re.search(r"Detected at node .*? \(most recent call last\):\n", text)
-    if frames:
-        text = text[frames.end():]
-        # The frames are indented lines (and blank ones) up to the message.
-        text = re.sub(r"\A(?:[ \t].*\n|\n)*", "", text)
-    lines = [line.strip() for line in text.splitlines()
-             if line.strip() and not line.strip().startswith("[[")
-             and line.strip() != "Graph execution error:"]
-    text = re.sub(r"\s*\[Op:[^\]]*\]$", "", " ".join(lines))
-    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
-    return _joined_assert_data(text) or type(error).__name__
-
-
-# What an Assert op prints of its data: "assertion failed: [a] [b] ...",
-# each piece in brackets (a vector of numbers in its own).
-_ASSERT = re.compile(r"assertion failed: ((?:\[[^\[\]]*\] ?)+)$")
-
-
-def _joined_assert_data(text):
-    """`text` with an Assert's data pieces joined as one message: a text
-    or a single number without its brackets, a vector of several numbers
-    with them (serving.check_ids' messages: "input input_mask: 5 at [0 2];
-    ...")."""
-    match = _ASSERT.search(text)
-    if not match:
-        return text
-    pieces = re.findall(r"\[([^\[\]]*)\]", match.group(1))
-    joined = "".join("[%s]" % p if re.fullmatch(r"-?\d+(?: -?\d+)+", p) else p
-                     for p in pieces)
-    return text[:match.start()] + "assertion failed: " + joined
-
-
 def status_response(model):
     """GET /v1/models/<name>: the loaded version, available."""
     return {"model_version_status": [{"version": model.version, "state": "AVAILABLE",

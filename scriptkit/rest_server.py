@@ -26,6 +26,7 @@ import traceback
 import tensorflow as tf
 
 from scriptkit import async_http
+from scriptkit import exported_model
 from scriptkit import logs
 from scriptkit import rest_api
 from scriptkit import web_page
@@ -249,7 +250,7 @@ class _Connection(async_http.Connection):
         except RequestError as e:
             message = str(e)
         except tf.errors.OpError as e:
-            message = rest_api.op_error_message(e)
+            message = exported_model.op_error_message(e)
         except Exception as e:  # noqa: BLE001  (the server keeps serving)
             frame = traceback.extract_tb(e.__traceback__)[-1]
             message = "internal error (%s); the server's log has more" % type(e).__name__

@@ -232,7 +232,7 @@ def check_ids(features, type_vocab_size):
     # The messages are the checks' data, pieces of text between the values,
     # not one formatted string: XLA compiles no string op, and a caller may
     # compile the signature (XLA then leaves the checks out). As TensorFlow
-    # prints them, in brackets: `rest_api.op_error_message` joins them.
+    # prints them, in brackets: `exported_model.op_error_message` joins them.
     checks = [tf.debugging.Assert(same, [
         "the inputs input_ids ", shapes[0], ", input_mask ", shapes[1], " and segment_ids ",
         shapes[2], " differ in their dimensions; each needs one value per piece"],
@@ -265,8 +265,10 @@ def run_in_chunks(model, features, structure=None, tokens_per_chunk=None, paddin
     """`model(features)` run on a bounded number of rows at a time: a loop
     in the graph (one chunk after the other: parallel_iterations=1) over
     chunks of at most `tokens_per_chunk` word pieces each (rows x the
-    pieces of a row; one row at least), the outputs of the chunks joined
-    along the rows. The memory of the model's activations is that of one
+    pieces of a row; one row at least), all of one size (the rows shared
+    out evenly, the last chunk filled up with rows of id 0, whose outputs
+    are dropped), the outputs of the chunks joined along the rows. A batch
+    of one chunk's rows runs as it is, in one chunk. The memory of the model's activations is that of one
     chunk, however many windows a request gives; a TensorFlow Serving that
     serves the export is bounded the same way. Rows do not interact in the
     model, so the outputs are those of one batch, to float rounding.
@@ -294,18 +296,26 @@ def run_in_chunks(model, features, structure=None, tokens_per_chunk=None, paddin
     shape = tf.shape(features["input_ids"])
     rows = shape[0]
     row_tokens = tf.maximum(tf.reduce_prod(shape[1:]), 1)
-    chunk = tf.maximum(1, (tokens_per_chunk or TOKENS_PER_CHUNK) // row_tokens)
-    # One chunk at least, so that an empty batch gives empty outputs.
-    num_chunks = tf.maximum(1, (rows + chunk - 1) // chunk)
+    most_rows = tf.maximum(1, (tokens_per_chunk or TOKENS_PER_CHUNK) // row_tokens)
+    # One chunk at least, so that an empty batch gives empty outputs; the
+    # rows shared out evenly, the last chunk filled up with padding rows
+    # (all ids 0), which are cut off the outputs. Every chunk has the same
+    # size, so that XLA, which slices only by sizes it knows, compiles it.
+    num_chunks = tf.maximum(1, (rows + most_rows - 1) // most_rows)
+    chunk = tf.maximum(1, (rows + num_chunks - 1) // num_chunks)
+    filled = {name: tf.pad(t, [[0, num_chunks * chunk - rows]] + [[0, 0]] * (t.shape.rank - 1))
+              for name, t in features.items()}
     names = sorted(structure)
 
-    def new_array(dtype, size=0):
-        return tf.TensorArray(dtype, size=size, dynamic_size=not size, infer_shape=False,
+    def new_array(dtype):
+        # Of a size known before the loop: XLA has no growing arrays.
+        return tf.TensorArray(dtype, size=num_chunks, infer_shape=False,
                               element_shape=tf.TensorShape(None))
 
     def body(index, arrays, largest):
-        begin = index * chunk
-        outputs = model({name: t[begin:begin + chunk] for name, t in features.items()})
+        outputs = model({name: tf.slice(t, [index * chunk] + [0] * (t.shape.rank - 1),
+                                        [chunk] + [-1] * (t.shape.rank - 1))
+                         for name, t in filled.items()})
         # The gradients bert_ops attaches for training (gradient_override_map)
         # are not saved with a SavedModel; in a loop's function they would
         # make every load warn that a gradient may fail. Serving takes none.
@@ -327,10 +337,10 @@ def run_in_chunks(model, features, structure=None, tokens_per_chunk=None, paddin
     for name, array, most in zip(names, arrays, largest):
         dtype, static = structure[name]
         if static[1:].is_fully_defined():
-            joined[name] = array.concat()
+            joined[name] = array.concat()[:rows]
         else:
             joined[name] = _pad_and_concat(array, num_chunks, most[1:], padding.get(
-                name, "" if dtype == tf.string else False if dtype == tf.bool else 0))
+                name, "" if dtype == tf.string else False if dtype == tf.bool else 0))[:rows]
         joined[name].set_shape(tf.TensorShape([None]).concatenate(static[1:]))
     return joined
 
