@@ -268,8 +268,9 @@ def run_in_chunks(model, features, structure=None, tokens_per_chunk=None, paddin
     pieces of a row; one row at least), all of one size (the rows shared
     out evenly, the last chunk filled up with rows of id 0, whose outputs
     are dropped), the outputs of the chunks joined along the rows. A batch
-    of one chunk's rows runs as it is, in one chunk. The memory of the model's activations is that of one
-    chunk, however many windows a request gives; a TensorFlow Serving that
+    of one chunk's rows runs as it is, in one chunk. The memory of the
+    model's activations is that of one chunk, however many windows a
+    request gives; a TensorFlow Serving that
     serves the export is bounded the same way. Rows do not interact in the
     model, so the outputs are those of one batch, to float rounding.
 
