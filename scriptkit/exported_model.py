@@ -1,6 +1,7 @@
 """An exported SavedModel loaded for labelling and serving (predict.py):
 finding the newest version in an export folder, calling a signature with
-Python values, and its outputs as JSON, as TensorFlow Serving writes them.
+Python values, and its outputs as JSON, as TensorFlow Serving writes them;
+an op's error (a failed check of the inputs) as one message.
 
 Loading registers TensorFlow Text's ops (the exports tokenize in the graph).
 """

@@ -270,9 +270,9 @@ def run_in_chunks(model, features, structure=None, tokens_per_chunk=None, paddin
     are dropped), the outputs of the chunks joined along the rows. A batch
     of one chunk's rows runs as it is, in one chunk. The memory of the
     model's activations is that of one chunk, however many windows a
-    request gives; a TensorFlow Serving that
-    serves the export is bounded the same way. Rows do not interact in the
-    model, so the outputs are those of one batch, to float rounding.
+    request gives; a TensorFlow Serving that serves the export is bounded
+    the same way. Rows do not interact in the model, so the outputs are
+    those of one batch, to float rounding.
 
     Args:
       model: (features) -> name -> tensor [rows, ...]; built once, in the
