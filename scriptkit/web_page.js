@@ -143,6 +143,8 @@
               chosen: i === prediction.label_ids})))];
   }
 
+  const SHOWN_ANSWERS = 5;  // of the n-best, before "more"
+
   // The answer marked in its context (offsets count code points), the
   // context scrolled to it, and the n-best list. SQuAD 2.0's "no answer"
   // is the empty answer at offset -1.
@@ -177,7 +179,14 @@
                  chosen: text === prediction.answer &&
                          prediction.answer_starts[i] === prediction.answer_start});
     }
-    out.push(el("p", {className: "hint"}, "The " + n + " best answers:"), bars(rows));
+    // The first few in view, the rest of the n-best folded below them.
+    out.push(el("p", {className: "hint"}, "The best answers, with their probabilities:"),
+             bars(rows.slice(0, SHOWN_ANSWERS)));
+    if (rows.length > SHOWN_ANSWERS) {
+      out.push(el("details", {className: "more"},
+                  el("summary", {}, (rows.length - SHOWN_ANSWERS) + " more"),
+                  bars(rows.slice(SHOWN_ANSWERS))));
+    }
     return out;
   }
 

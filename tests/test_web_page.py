@@ -516,6 +516,17 @@ def test_question_answering_page_marks_the_answer_in_its_context(servers, page):
     assert page.inner_text("#result .headline") == (
         "No answer: the model finds none in this context.")
     assert page.locator("#result mark").count() == 0
+    # A long n-best: five in view, the others folded.
+    page.unroute("**/v1/models/qa:predict")
+    names = ["a%d" % i for i in range(7)]
+    _predict_route(page, "qa", {"predictions": [dict(
+        served, answers=names, answer_scores=[0.1] * 7, answer_starts=[0] * 7,
+        answer_ends=[2] * 7, num_answers=7)]})
+    page.click("#run")
+    page.wait_for_selector("#result details.more")
+    assert page.locator("#result > .bars .name").all_inner_texts() == names[:5]
+    assert page.inner_text("#result details.more summary") == "2 more"
+    assert [row[0] for row in _bars(page)] == names
     _no_problems(page)
 
 
