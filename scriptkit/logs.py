@@ -59,13 +59,20 @@ def once(message):
             first, self.seen = not self.seen, True
             return first
 
+    with tensorflow_log_filter(_FirstOnly()):
+        yield
+
+
+@contextlib.contextmanager
+def tensorflow_log_filter(log_filter):
+    """Within the block, `log_filter` (a logging.Filter, which may drop or
+    reword a record) sees every record of TensorFlow's logger."""
     logger = logging.getLogger("tensorflow")
-    only_first = _FirstOnly()
-    logger.addFilter(only_first)
+    logger.addFilter(log_filter)
     try:
         yield
     finally:
-        logger.removeFilter(only_first)
+        logger.removeFilter(log_filter)
 
 
 # The seconds between two progress lines: --log_every_seconds of the script

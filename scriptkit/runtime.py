@@ -33,6 +33,8 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from scriptkit import logs
+
 
 class ConfigError(ValueError):
     """A run configuration that cannot work (the scripts report it as bad
@@ -100,13 +102,8 @@ class _LastLossWording(logging.Filter):
 def last_loss_worded():
     """While in the block, the Estimator's last line of training says what
     it means (`LAST_LOSS_LINE`)."""
-    logger = logging.getLogger("tensorflow")
-    wording = _LastLossWording()
-    logger.addFilter(wording)
-    try:
+    with logs.tensorflow_log_filter(_LastLossWording()):
         yield
-    finally:
-        logger.removeFilter(wording)
 
 
 def per_replica_batch(batch_sizes, mode, replicas):
