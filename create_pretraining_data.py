@@ -86,19 +86,13 @@ from scriptkit.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings(settings_lib.Common):
-    """This script's flags, with its defaults (read in main by
+class Settings(settings_lib.Masking):
+    """The corpus and output files, masking's flags, the passes over the
+    corpus and how the work is split (read in main by
     `settings_lib.from_flags`)."""
 
     input_file: Optional[str] = None
     output_file: Optional[str] = None
-    vocab_file: Optional[str] = None
-    do_lower_case: bool = True
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    do_whole_word_mask: bool = False
-    random_seed: int = 12345
-    masked_lm_prob: float = 0.15
     dupe_factor: int = 10
     dynamic_masking: bool = False
     short_seq_prob: float = 0.1

@@ -596,23 +596,14 @@ class LambOptimizer(AdamWeightDecayOptimizer):
         one thread took 1.11x AdamW's CPU time written out, 1.05x fused
         (benchmarks/RESULTS.md). Never fused inside an XLA context (a TPU
         computation).
-      weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
-        name: as for `AdamWeightDecayOptimizer`.
+      name: name of the optimizer's ops.
+      **adam_args: weight_decay_rate, beta_1, beta_2, epsilon and
+        exclude_from_weight_decay, as for `AdamWeightDecayOptimizer`.
     """
 
-    def __init__(self,
-                 learning_rate,
-                 step=None,
-                 fused=None,
-                 weight_decay_rate=0.0,
-                 beta_1=0.9,
-                 beta_2=0.999,
-                 epsilon=1e-6,
-                 exclude_from_weight_decay=None,
-                 name="LambOptimizer"):
-        super().__init__(learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
-                         beta_2=beta_2, epsilon=epsilon,
-                         exclude_from_weight_decay=exclude_from_weight_decay, name=name)
+    def __init__(self, learning_rate, step=None, fused=None, name="LambOptimizer",
+                 **adam_args):
+        super().__init__(learning_rate, name=name, **adam_args)
         self.step = step
         self.fused = fused
 

@@ -72,8 +72,8 @@ from scriptkit.rest_api import DEFAULT_LIMITS
 
 @dataclasses.dataclass(frozen=True)
 class Settings(settings_lib.Common):
-    """This script's flags, with its defaults (read in main by
-    `settings_lib.from_flags`)."""
+    """The export, the files or the port it serves, how rows are read and
+    the server's limits (read in main by `settings_lib.from_flags`)."""
 
     model_dir: Optional[str] = None
     input_file: Optional[str] = None

@@ -64,29 +64,15 @@ SCRIPT = "run_pretraining.py"
 # Settings and flags.
 
 @dataclasses.dataclass(frozen=True)
-class Settings(settings_lib.TPU, settings_lib.TrainingOptions):
-    """This script's flags, with its defaults (read in main by
+class Settings(settings_lib.Training, settings_lib.Masking):
+    """Pre-training's flags: training's, masking's (for data written with
+    --dynamic_masking), the pre-training files, the schedule by steps and
+    evaluation, with this script's defaults (read in main by
     `settings_lib.from_flags`)."""
 
-    bert_config_file: Optional[str] = None
     input_file: Optional[str] = None
-    output_dir: Optional[str] = None
-    init_checkpoint: Optional[str] = None
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    do_train: bool = False
     do_eval: bool = False
-    train_batch_size: int = 32
     eval_batch_size: int = 8
-    learning_rate: float = 5e-5
-    save_checkpoints_steps: int = 1000
-    iterations_per_loop: int = 1000
-    vocab_file: Optional[str] = None
-    random_seed: int = 12345
-    masked_lm_prob: float = 0.15
-    do_whole_word_mask: bool = False
-    do_lower_case: bool = True
-    export_dir: Optional[str] = None
     num_train_steps: int = 100000
     num_warmup_steps: int = 10000
     max_eval_steps: int = 100

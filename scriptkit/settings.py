@@ -127,30 +127,53 @@ class TrainingOptions(Common):
 
 
 @dataclasses.dataclass(frozen=True)
-class FineTuningCore(TPU, TrainingOptions):
-    """What every fine-tuning script has (run_squad.py's files are named
-    flags, without --do_eval and --data_dir): the model, training and
-    prediction, the schedule, the device, the training options, the
-    training file, input padding and the export."""
+class Masking(Common):
+    """How pre-training's sequences are cut and masked: by
+    create_pretraining_data.py as it writes them, or, for data written with
+    --dynamic_masking, by run_pretraining.py as it reads them."""
+
+    vocab_file: Optional[str] = None
+    do_lower_case: bool = True
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    do_whole_word_mask: bool = False
+    random_seed: int = 12345
+    masked_lm_prob: float = 0.15
+
+
+@dataclasses.dataclass(frozen=True)
+class Training(TPU, TrainingOptions):
+    """What every script that trains has (run_pretraining.py and the
+    fine-tuning scripts): the model and its vocabulary, the checkpoints,
+    training's batch and learning rate, the device, the training options and
+    the export."""
 
     bert_config_file: Optional[str] = None
     vocab_file: Optional[str] = None
+    do_lower_case: bool = True
     output_dir: Optional[str] = None
     init_checkpoint: Optional[str] = None
-    do_lower_case: bool = True
     max_seq_length: int = 128
     do_train: bool = False
-    do_predict: bool = False
     train_batch_size: int = 32
-    predict_batch_size: int = 8
     learning_rate: float = 5e-5
+    save_checkpoints_steps: int = 1000
+    iterations_per_loop: int = 1000
+    export_dir: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuningCore(Training):
+    """What every fine-tuning script has (run_squad.py's files are named
+    flags, without --do_eval and --data_dir): training's, prediction, the
+    schedule, the training file and input padding."""
+
+    do_predict: bool = False
+    predict_batch_size: int = 8
     num_train_epochs: float = 3.0
     max_train_steps: int = 0
     warmup_proportion: float = 0.1
-    save_checkpoints_steps: int = 1000
-    iterations_per_loop: int = 1000
     train_file: Optional[str] = None
-    export_dir: Optional[str] = None
     dynamic_padding: bool = False
     length_buckets: Optional[list] = None
 

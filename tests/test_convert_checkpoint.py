@@ -268,6 +268,15 @@ def test_a_hugging_face_folder_is_not_converted_into(hf_pretraining, tmp_path):
         assert json.load(f) == {"do_lower_case": True}
 
 
+def another_vocabulary_refusal(folder, theirs, ours):
+    """The pattern of the one line that refuses to write a model into
+    `folder`, whose vocab.txt has `theirs` tokens, for a model of `ours`."""
+    return (r"^--output_dir %s holds vocab\.txt of another vocabulary \(%d tokens, sha256 "
+            r"[0-9a-f]{12}\.\.\.; this model's: %d tokens, sha256 [0-9a-f]{12}\.\.\.\): a "
+            r"vocabulary is never replaced; choose another folder$"
+            % (re.escape(folder), theirs, ours))
+
+
 def _folder_contents(folder):
     names = sorted(os.listdir(folder))
     return names, [open(os.path.join(folder, n), "rb").read() for n in names]
@@ -301,11 +310,8 @@ def test_another_models_folder_is_not_converted_into(hf_pretraining, tmp_path):
     write_vocab(other_vocab, size=VOCAB_SIZE - 1)
     before = _folder_contents(output_dir)
     for overwrite in (False, True):
-        with pytest.raises(InputError, match=(
-                r"^--output_dir %s holds vocab\.txt of another vocabulary \(%d tokens, sha256 "
-                r"[0-9a-f]{12}\.\.\.; this model's: %d tokens, sha256 [0-9a-f]{12}\.\.\.\): a "
-                r"vocabulary is never replaced; choose another folder$"
-                % (re.escape(output_dir), VOCAB_SIZE, VOCAB_SIZE - 1))):
+        with pytest.raises(InputError, match=another_vocabulary_refusal(
+                output_dir, VOCAB_SIZE, VOCAB_SIZE - 1)):
             convert_checkpoint.convert(other_vocab, output_dir, overwrite=overwrite)
         assert _folder_contents(output_dir) == before
 

@@ -365,8 +365,7 @@ def long_task(tmp_path_factory):
     # No dropout and wider initial weights than the tiny config's 0.02: the
     # short runs below then learn the signal word with every graph seed, not
     # just with the one the tests fix.
-    config = tiny.write_config(str(tmp), vocab_size=len(FILLER) + 7, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0, initializer_range=0.1)
+    config = tiny.write_config(str(tmp), vocab_size=len(FILLER) + 7, **tiny.LEARNABLE)
     return dict(tmp=tmp, data_dir=data_dir, vocab=vocab, config=config)
 
 

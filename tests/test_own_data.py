@@ -369,8 +369,7 @@ def _model_files(directory, **config):
 # the three classes with some graph seeds only (0.25 to 0.65 accuracy with
 # others); at 32 wide, one seed never told "good" from neutral, whatever the
 # learning rate or number of steps.
-_LEARNING_CONFIG = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        initializer_range=0.1, hidden_size=64, intermediate_size=128)
+_LEARNING_CONFIG = dict(tiny.LEARNABLE, hidden_size=64, intermediate_size=128)
 
 
 def _flag_values(**overrides):

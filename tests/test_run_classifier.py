@@ -1048,15 +1048,9 @@ def good_inputs(tmp_path):
                 do_predict=True)
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize("change, message", tiny.shared_flag_errors("/nonexistent/glue/MRPC") + [
     (dict(task_name="MRCP"), r"--task_name: unknown task 'MRCP'; known tasks: cola, "),
-    (dict(max_seq_length=65), r"Cannot use sequence length 65 .* max_position_embeddings"),
-    (dict(init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt",
-          do_lower_case=True), r"--do_lower_case=True.*cased model"),
-    (dict(data_dir="/nonexistent/glue/MRPC"), r"--data_dir: directory not found"),
     (dict(init_checkpoint="/nonexistent/model.ckpt"), r"--init_checkpoint: no checkpoint at"),
-    (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
-    (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
     (dict(do_train=False, keep_best_checkpoint=True), r"need --do_train and --do_eval"),
     (dict(export_dir=__file__), r"--export_dir .*test_run_classifier\.py is a file, not a "
                                 r"directory"),

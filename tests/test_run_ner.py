@@ -4,6 +4,7 @@ metric against hand-worked cases and seqeval, documents in windows with
 maximal context, and the script end to end on a tiny model (a task that can
 only be solved from context), its outputs, SavedModel and bad input."""
 
+import functools
 import json
 import os
 import random
@@ -466,17 +467,15 @@ def _model_files(tmp_path):
     # within a few hundred steps (with 0.02, some graph seeds reached an F1 of
     # only 0.72).
     config = tiny.write_config(str(tmp_path), vocab_size=len(words) + 5,
-                               num_attention_heads=2, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0, initializer_range=0.1)
+                               num_attention_heads=2, **tiny.LEARNABLE)
     return vocab, config
 
 
-def _flag_values(**overrides):
-    """Every flag main reads, set explicitly (shared flags' defaults depend
-    on which script was imported first)."""
-    return tiny.fine_tuning_flags(**dict(
-        dict(predict_text_file=None, max_seq_length=24, doc_stride=8, tag_scheme="auto",
-             labels=None, document_context=True, sentences_per_document=1), **overrides))
+# Every flag main reads, set explicitly (shared flags' defaults depend on
+# which script was imported first); keywords override.
+_flag_values = functools.partial(
+    tiny.fine_tuning_flags, predict_text_file=None, max_seq_length=24, doc_stride=8,
+    tag_scheme="auto", labels=None, document_context=True, sentences_per_document=1)
 
 
 def run_main(**overrides):
@@ -769,14 +768,8 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
     tiny.assert_input_error(run_main, good_inputs, message)
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(max_seq_length=65), r"Cannot use sequence length 65 .* max_position_embeddings"),
+@pytest.mark.parametrize("change, message", tiny.shared_flag_errors("/nonexistent/conll") + [
     (dict(doc_stride=0), r"--doc_stride must be at least 1"),
-    (dict(init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt",
-          do_lower_case=True), r"--do_lower_case=True.*cased model"),
-    (dict(data_dir="/nonexistent/conll"), r"--data_dir: directory not found"),
-    (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
-    (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
     (dict(do_predict=False, predict_text_file="x.txt"), r"--predict_text_file needs "
                                                          r"--do_predict"),
     (dict(predict_text_file="/nonexistent/raw.txt"), r"--predict_text_file: file not found"),

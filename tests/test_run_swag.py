@@ -5,6 +5,7 @@ the script end to end on a tiny model (a task at 0.25 by chance), its
 outputs and SavedModel; bad input."""
 
 import csv
+import functools
 import json
 import os
 import random
@@ -193,17 +194,15 @@ def _model_files(tmp_path):
     # steps). Layers of 64 rather than 32: at 32, some graph seeds reached
     # only 0.906, and one of those, given 12 epochs, stayed at ln 4.
     config = tiny.write_config(str(tmp_path), vocab_size=len(words) + 5,
-                               num_attention_heads=2, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0, initializer_range=0.1,
-                               hidden_size=64, intermediate_size=128)
+                               num_attention_heads=2, hidden_size=64, intermediate_size=128,
+                               **tiny.LEARNABLE)
     return vocab, config
 
 
-def _flag_values(**overrides):
-    """Every flag main reads, set explicitly (shared flags' defaults depend
-    on which script was imported first)."""
-    return tiny.fine_tuning_flags(**dict(
-        dict(input_format="auto", max_seq_length=16, learning_rate=1e-3), **overrides))
+# Every flag main reads, set explicitly (shared flags' defaults depend on
+# which script was imported first); keywords override.
+_flag_values = functools.partial(tiny.fine_tuning_flags, input_format="auto",
+                                 max_seq_length=16, learning_rate=1e-3)
 
 
 def run_main(**overrides):
@@ -377,13 +376,7 @@ def test_bad_data_stops_before_anything_is_written(good_inputs, file_name, text,
     tiny.assert_input_error(run_main, good_inputs, message)
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(max_seq_length=65), r"Cannot use sequence length 65 .* max_position_embeddings"),
-    (dict(init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt",
-          do_lower_case=True), r"--do_lower_case=True.*cased model"),
-    (dict(data_dir="/nonexistent/swag"), r"--data_dir: directory not found"),
-    (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
-    (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
+@pytest.mark.parametrize("change, message", tiny.shared_flag_errors("/nonexistent/swag") + [
     (dict(do_train=False, do_eval=False, do_predict=False, export_dir="/tmp/x"),
      r"--export_dir: no fine-tuned checkpoint"),
     (dict(input_format="jsonl"), r"train\.csv, line 1: not valid JSON"),

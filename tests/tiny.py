@@ -44,6 +44,13 @@ def write_config(directory, vocab_size, name="bert_config.json", **overrides):
     return path
 
 
+# A tiny config that learns a test's task from scratch with every graph
+# seed: no dropout, and initial weights wider than BERT's 0.02 (with 0.02 a
+# tiny model can sit at its first loss for hundreds of steps).
+LEARNABLE = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                 initializer_range=0.1)
+
+
 def write_model_files(directory, words, vocab_size=None, **overrides):
     """Writes a vocabulary of SPECIAL_TOKENS + `words` and a tiny config (of
     `vocab_size` ids, default the vocabulary's size, and `overrides`) to
@@ -237,6 +244,20 @@ def run_main_interrupted(main, flag_values, at, seed=1234):
     assert checkpoint
     run_main_seeded(main, flag_values, seed=seed)
     return checkpoint
+
+
+def shared_flag_errors(data_dir):
+    """(flag changes, error pattern) of the checks every fine-tuning script
+    (run_classifier, run_ner, run_swag) makes of its shared flags, with
+    `data_dir` a folder that does not exist."""
+    return [
+        (dict(max_seq_length=65), r"Cannot use sequence length 65 .* max_position_embeddings"),
+        (dict(init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt",
+              do_lower_case=True), r"--do_lower_case=True.*cased model"),
+        (dict(data_dir=data_dir), r"--data_dir: directory not found"),
+        (dict(vocab_file=None), r"Missing required flag\(s\): --vocab_file"),
+        (dict(do_train=False, do_eval=False, do_predict=False), r"At least one of"),
+    ]
 
 
 def fine_tuning_flags(**values):
