@@ -54,6 +54,7 @@ from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without
 import tensorflow as tf
 from absl import flags
 
+from scriptkit import batching
 from scriptkit import exported_model
 from scriptkit import file_io
 from scriptkit import interrupts
@@ -95,6 +96,8 @@ class Settings(settings_lib.Common):
     max_connections: int = DEFAULT_LIMITS.max_connections
     max_buffered_bytes: int = DEFAULT_LIMITS.max_buffered_bytes
     client_timeout_seconds: float = DEFAULT_LIMITS.timeout_seconds
+    max_batch_size: int = batching.DEFAULT_MAX_BATCH_SIZE
+    batch_timeout_micros: int = batching.DEFAULT_BATCH_TIMEOUT_MICROS
 
 
 shared_flags.define_settings_flags(Settings, helps={
@@ -176,6 +179,17 @@ flags.DEFINE_float(
     "Server: a request (its line, headers and body) must arrive within this many seconds, "
     "and its answer must be taken as long; an idle kept-alive connection is closed after "
     "as long.")
+flags.DEFINE_integer(
+    "max_batch_size", batching.DEFAULT_MAX_BATCH_SIZE,
+    "Server: requests in flight together are run as one batch of at most this many "
+    "instances (and --max_windows_per_request windows), as TensorFlow Serving's batching "
+    "does, where the signature's outputs have fixed shapes past the batch (classifiers, "
+    "multiple choice, embeddings); others run one at a time. 1: each request runs alone, "
+    "beside the others. The batches are as large as --max_requests_in_flight allows.")
+flags.DEFINE_integer(
+    "batch_timeout_micros", batching.DEFAULT_BATCH_TIMEOUT_MICROS,
+    "Server: how long, in microseconds, the oldest request waiting to run waits for others "
+    "to join its batch (0: it goes with those waiting).")
 
 
 # ---------------------------------------------------------------------------
@@ -379,12 +393,19 @@ def _listen(settings):
     if not settings.client_timeout_seconds > 0:
         raise InputError("--client_timeout_seconds=%g: must be more than 0"
                          % settings.client_timeout_seconds)
+    if settings.max_batch_size < 1:
+        raise InputError("--max_batch_size=%d: must be at least 1" % settings.max_batch_size)
+    if not 0 <= settings.batch_timeout_micros <= 10 ** 6:
+        raise InputError("--batch_timeout_micros=%d: must be 0 to 1000000 (a second)"
+                         % settings.batch_timeout_micros)
     limits = rest_api.ServerLimits(timeout_seconds=settings.client_timeout_seconds,
                                    **{name: getattr(settings, name) for name in counts})
     try:
         return rest_server.make_server(None, settings.host, settings.port, settings.model_name,
                                        limits=limits,
-                                       log_every_seconds=settings.log_every_seconds)
+                                       log_every_seconds=settings.log_every_seconds,
+                                       batch_settings=(settings.max_batch_size,
+                                                       settings.batch_timeout_micros))
     except socket.gaierror as e:
         raise InputError("--host=%s: no address of this machine, nor a name of one (%s)"
                          % (settings.host, e.strerror))

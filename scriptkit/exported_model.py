@@ -61,13 +61,16 @@ class Signature:
       name: the signature's name.
       inputs: name -> tf.TensorSpec (the batch is the first dimension).
       output_names: sorted.
+      output_specs: name -> its tensor (shape and dtype; the batch is the
+        first dimension).
     """
 
     def __init__(self, name, function, features=None):
         self.name = name
         self._function = function
         self.inputs = dict(function.structured_input_signature[1])
-        self.output_names = sorted(function.structured_outputs)
+        self.output_specs = dict(function.structured_outputs)
+        self.output_names = sorted(self.output_specs)
         # The part of a text signature that tokenizes and packs (a pruned
         # function of the inputs in name order -> its input_ids), or None.
         self._features = features

@@ -444,22 +444,26 @@ def _checked_inputs(model, signature, columns, rows, limits):
 
 
 def _check_windows(signature, arrays, limit):
-    """Raises RequestError where the model would run more than `limit`
-    windows (rows of max_seq_length pieces, `exported_model.Signature.windows`)
-    for the checked `arrays`: counted by the export's own tokenizer (a few
-    milliseconds) before the model runs."""
+    """How many windows (rows of max_seq_length pieces,
+    `exported_model.Signature.windows`) the model would run for the checked
+    `arrays`, counted by the export's own tokenizer (a few milliseconds)
+    before the model runs, or None where the signature does not say.
+    Raises RequestError where that is more than `limit`."""
     windows = signature.windows(arrays)
     if windows is not None and windows > limit:
         raise RequestError(
             "the request would have the model run %d windows (rows of at most the export's "
             "max_seq_length pieces); this server runs at most %d per request "
             "(--max_windows_per_request)" % (windows, limit))
+    return windows
 
 
-def predict_response(model, body, limits=None):
+def predict_response(model, body, limits=None, batcher=None):
     """The JSON answer of :predict for the decoded request `body`, and what
     the request held (RequestHeld, for the log). `limits`: a
-    ServerLimits (default: `DEFAULT_LIMITS`). Raises RequestError for a
+    ServerLimits (default: `DEFAULT_LIMITS`); `batcher`: a
+    `batching.Batcher` that runs the model, merging concurrent requests
+    (None: the model runs in this thread, alone). Raises RequestError for a
     request the model cannot take; no tensor is built before every check
     has passed."""
     limits = limits or DEFAULT_LIMITS
@@ -476,8 +480,9 @@ def predict_response(model, body, limits=None):
     optional = tuple(model.tokenizer_config.get("optional_inputs") or ())
     columns, rows, ids = _columns(body, signature, limits.max_instances, optional)
     arrays, held = _checked_inputs(model, signature, columns, rows, limits)
-    _check_windows(signature, arrays, limits.max_windows_per_request)
-    outputs = signature.run(arrays)
+    windows = _check_windows(signature, arrays, limits.max_windows_per_request)
+    outputs = (batcher.run(signature, arrays, windows) if batcher
+               else signature.run(arrays))
     if not rows:
         if len(outputs) == 1:
             (only,) = outputs.items()

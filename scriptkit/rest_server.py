@@ -26,6 +26,7 @@ import traceback
 import tensorflow as tf
 
 from scriptkit import async_http
+from scriptkit import batching
 from scriptkit import exported_model
 from scriptkit import logs
 from scriptkit import rest_api
@@ -245,7 +246,8 @@ class _Connection(async_http.Connection):
         thread of the pool: decoded, checked, run and encoded."""
         try:
             answer, held = rest_api.predict_response(
-                self.server.model, rest_api.decode_request(data), self.server.limits)
+                self.server.model, rest_api.decode_request(data), self.server.limits,
+                self.server.batcher)
             return 200, async_http.json_bytes(answer), None, held
         except RequestError as e:
             message = str(e)
@@ -285,7 +287,9 @@ def listen_family(host, port):
 
 
 def make_server(model, host, port, model_name, max_request_bytes=None, limits=None,
-                log_every_seconds=None):
+                log_every_seconds=None,
+                batch_settings=(batching.DEFAULT_MAX_BATCH_SIZE,
+                                batching.DEFAULT_BATCH_TIMEOUT_MICROS)):
     """An HTTP server answering TensorFlow Serving's REST API for `model`
     as `model_name`, bound to (host, port) and listening; call its
     serve_forever(). `model` may be None at first: set `server.model`
@@ -296,6 +300,9 @@ def make_server(model, host, port, model_name, max_request_bytes=None, limits=No
         `max_request_bytes` in place of its field if given.
       log_every_seconds: the summary line's interval (default
         --log_every_seconds).
+      batch_settings: (max_batch_size, batch_timeout_micros) of the
+        `batching.Batcher` that merges concurrent requests' runs; a
+        max_batch_size of 1: none, each request runs alone in its thread.
 
     Raises:
       OSError: the address cannot be listened on (socket.gaierror: it is
@@ -308,4 +315,8 @@ def make_server(model, host, port, model_name, max_request_bytes=None, limits=No
                       else log_every_seconds)
     server = async_http.Server((host, port), listen_family(host, port), limits, log, _Connection)
     server.model, server.model_name = model, model_name
+    max_batch_size, batch_timeout_micros = batch_settings
+    server.batcher = (batching.Batcher(max_batch_size, batch_timeout_micros,
+                                       limits.max_windows_per_request)
+                      if max_batch_size > 1 else None)
     return server

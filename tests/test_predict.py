@@ -22,6 +22,7 @@ from absl.testing import flagsaver
 from scriptkit import ner_tags
 from scriptkit import serving
 from scriptkit import errors
+from scriptkit import batching
 from scriptkit import exported_model
 import modeling
 import predict
@@ -606,10 +607,13 @@ def test_concurrent_clients_get_their_own_answers(server, monkeypatch):
     # at a time would never pass the barrier.
     barrier = threading.Barrier(rest_api.DEFAULT_LIMITS.max_requests_in_flight, timeout=60)
     original = rest_api.predict_response
+    # Each group's runs wait up to 2 s to be merged: they are, into one batch.
+    batcher = batching.Batcher(batch_timeout_micros=2 * 10 ** 6)
 
-    def together_with_others(*args):
+    def together_with_others(model, body, limits, server_batcher):
+        assert server_batcher is not None  # The server merges runs by default.
         barrier.wait()
-        return original(*args)
+        return original(model, body, limits, batcher)
 
     monkeypatch.setattr(rest_api, "predict_response", together_with_others)
 
@@ -622,6 +626,7 @@ def test_concurrent_clients_get_their_own_answers(server, monkeypatch):
     for thread in threads:
         thread.join()
     assert len(requests) == 8
+    assert sum(batcher.batches.values()) >= 1, batcher.batches
     for one, other in zip(alone, together):
         np.testing.assert_allclose(other["predictions"][0]["probabilities"],
                                    one["predictions"][0]["probabilities"], atol=1e-6)

@@ -802,6 +802,8 @@ def _main(**flag_values):
                             "that address"),
     ({"max_instances": 0}, "--max_instances=0: must be at least 1"),
     ({"client_timeout_seconds": 0.0}, "--client_timeout_seconds=0: must be more than 0"),
+    ({"max_batch_size": 0}, "--max_batch_size=0: must be at least 1"),
+    ({"batch_timeout_micros": -1}, "--batch_timeout_micros=-1: must be 0 to 1000000"),
     ({"model_name": "a/b"}, "--model_name='a/b': a name for the URLs"),
 ])
 def test_bad_address_and_limits_are_one_line_before_the_model_loads(flag_values, message):
