@@ -184,8 +184,8 @@ flags.DEFINE_integer(
     "Server: requests in flight together are run as one batch of at most this many "
     "instances (and --max_windows_per_request windows), as TensorFlow Serving's batching "
     "does, where the signature's outputs have fixed shapes past the batch (classifiers, "
-    "multiple choice, embeddings); others run one at a time. 1: each request runs alone, "
-    "beside the others. The batches are as large as --max_requests_in_flight allows.")
+    "multiple choice, embeddings); others run alone, beside the others. 1: every request "
+    "runs alone. The batches are as large as --max_requests_in_flight allows.")
 flags.DEFINE_integer(
     "batch_timeout_micros", batching.DEFAULT_BATCH_TIMEOUT_MICROS,
     "Server: how long, in microseconds, the oldest request waiting to run waits for others "

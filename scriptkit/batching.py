@@ -50,10 +50,13 @@ class _Run:
     def __init__(self, signature, arrays, windows):
         self.signature = signature
         self.arrays = arrays
-        self.rows = len(next(iter(arrays.values()))) if arrays else 0
+        # Rows: the inputs' one first dimension (0 where there is none to
+        # stack on: such a run goes alone).
+        firsts = {np.shape(array)[0] if np.ndim(array) else None for array in arrays.values()}
+        self.rows = firsts.pop() if len(firsts) == 1 and None not in firsts else 0
         self.windows = windows if windows is not None else self.rows
         # Runs of one key can be stacked along the batch.
-        self.key = (signature.name, tuple((name, array.dtype.str, array.shape[1:])
+        self.key = (signature.name, tuple((name, np.asarray(array).dtype.str, np.shape(array)[1:])
                                           for name, array in sorted(arrays.items())))
         if not self.rows or not mergeable(signature):
             self.key = None

@@ -146,3 +146,17 @@ def test_a_lone_run_does_not_wait_for_the_timeout_when_it_is_zero():
     result = batcher.run(signature, {"x": np.ones((1, 3), np.float32)})
     assert time.monotonic() - started < 5
     np.testing.assert_array_equal(result["double"], np.full((1, 3), 2.0))
+
+
+def test_a_run_without_a_batch_dimension_goes_alone():
+    class Scalar(FakeSignature):
+        def run(self, arrays):
+            self.calls.append(np.ndim(arrays["x"]))
+            return {"double": np.asarray([2 * arrays["x"]])}
+
+    signature = Scalar()
+    batcher = batching.Batcher(max_batch_size=32, batch_timeout_micros=10 ** 6)
+    started = time.monotonic()
+    result = batcher.run(signature, {"x": np.float32(3)})
+    assert time.monotonic() - started < 0.5  # Not queued for the 1 s window.
+    assert signature.calls == [0] and result["double"].tolist() == [6.0]
