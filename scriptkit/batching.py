@@ -89,7 +89,7 @@ class Batcher:
         self._clock = clock
         self._queue = collections.deque()
         self._condition = threading.Condition()
-        self.batches = collections.Counter()  # rows -> merged runs (for tests and logs)
+        self.batches = collections.Counter()  # rows -> how many merged runs held as many
         threading.Thread(target=self._serve, name="batching", daemon=True).start()
 
     def run(self, signature, arrays, windows=None):
