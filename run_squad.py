@@ -311,19 +311,23 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False):
 
 
 def read_squad_examples_and_skipped(input_file, is_training, version_2_with_negative=False,
-                                    verbose_logging=False):
+                                    verbose_logging=False, dataset=None):
     """`read_squad_examples`, also returning the ids of the skipped training
     questions (answer text not found at answer_start).
 
     Args:
       verbose_logging: warn about every skipped question, not just the
         first five.
+      dataset: the file's parsed json where the caller has it already
+        (`load_squad_json`), so that it is not read again; input_file then
+        only names it in messages.
 
     Returns:
       (examples, skipped_ids).
     """
     flag_name = "train_file" if is_training else "predict_file"
-    dataset = load_squad_json(input_file, flag_name)
+    if dataset is None:
+        dataset = load_squad_json(input_file, flag_name)
     where = "--%s %s" % (flag_name, input_file)
 
     examples = []
@@ -1012,11 +1016,13 @@ def record_tuned_threshold(output_dir, dataset, checkpoint, predict_file):
 
 
 def _read_predict_file(settings):
-    """(examples, parsed json) of --predict_file: read before any training,
-    so that a bad file stops the run at once."""
-    examples = read_squad_examples(settings.predict_file, is_training=False,
-                                   version_2_with_negative=settings.version_2_with_negative)
-    return examples, load_squad_json(settings.predict_file, "predict_file")
+    """(examples, parsed json) of --predict_file, read and parsed once:
+    before any training, so that a bad file stops the run at once."""
+    dataset = load_squad_json(settings.predict_file, "predict_file")
+    examples, _ = read_squad_examples_and_skipped(
+        settings.predict_file, is_training=False,
+        version_2_with_negative=settings.version_2_with_negative, dataset=dataset)
+    return examples, dataset
 
 
 def _read_train_file(settings):

@@ -163,6 +163,25 @@ def test_version_2_impossible_and_prediction_reading(tmp_path):
     assert [(e.start_position, e.orig_answer_text) for e in ex] == [(None, None)] * 2
 
 
+def test_predict_file_is_read_once(tmp_path, monkeypatch):
+    context = "John Smith was the leader"
+    qas = [_qa("yes", "Who?", context, "John Smith"), _qa("no", "What year?", answers=[],
+                                                         impossible=True)]
+    path = _write_squad(tmp_path / "t.json", [{"paragraphs": [{"context": context,
+                                                                 "qas": qas}]}])
+    expected = run_squad.read_squad_examples(path, False, version_2_with_negative=True)
+    reads = []
+    read_json = run_squad.file_io.read_json
+    monkeypatch.setattr(run_squad.file_io, "read_json",
+                        lambda *args: reads.append(args) or read_json(*args))
+    settings = collections.namedtuple("S", "predict_file version_2_with_negative")(path, True)
+    examples, dataset = run_squad._read_predict_file(settings)
+    assert reads == [(path, "predict_file")]
+    assert dataset == json.load(open(path, encoding="utf-8"))
+    assert ([(e.qas_id, e.question_text, e.doc_tokens, e.is_impossible) for e in examples]
+            == [(e.qas_id, e.question_text, e.doc_tokens, e.is_impossible) for e in expected])
+
+
 # ---------------------------------------------------------------------------
 # Windows and max context.
 
