@@ -27,6 +27,7 @@ new arguments are keywords with defaults), variable names and output files
 
 import contextlib
 import dataclasses
+import functools
 import os
 from typing import Optional
 
@@ -35,6 +36,7 @@ from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+from scriptkit import attributions
 from scriptkit import checkpoints
 from scriptkit import classifier_metrics
 from scriptkit import errors
@@ -90,6 +92,7 @@ class Settings(own_data.Settings):
     window_aggregation: str = "mean"
     window_loss: str = "window"
     diagnostic_file: Optional[str] = None
+    explain_steps: int = attributions.DEFAULT_STEPS
 
 
 # The shared flags, with this script's defaults and help texts.
@@ -684,7 +687,8 @@ def write_predictions(estimator, run, task, examples, suffix, submission_name,
         file_io.report_output(path, "the predicted labels")
 
 
-def export_model(source, processor, label_list, windows=None):
+def export_model(source, processor, label_list, windows=None,
+                 explain_steps=attributions.DEFAULT_STEPS):
     """Exports a SavedModel (tag "serve") for serving (see serving.py) of the
     `serving.ExportSource` `source` and returns its directory (timestamped,
     in source.export_dir).
@@ -714,6 +718,9 @@ def export_model(source, processor, label_list, windows=None):
       windows: a `long_inputs.Windows`: longer texts are read in windows
         instead, and each text's outputs combine its windows' as
         --do_predict does.
+      explain_steps: the points of the explain signature's integral
+        (`_explain_signature`); 0: no explain signature. An export that
+        reads windows has none.
     """
     max_seq_length = source.max_seq_length
     model_fn = model_fn_builder(
@@ -750,7 +757,57 @@ def export_model(source, processor, label_list, windows=None):
     if windows:
         config.update(doc_stride=windows.doc_stride, max_windows=windows.max_windows,
                       window_aggregation=windows.aggregation)
-    return serving.export(model_fn, source, text_signature, settings=config)
+    explain = None
+    if explain_steps and not windows:
+        explain = functools.partial(_explain_signature, max_seq_length=max_seq_length,
+                                    processor=processor, label_list=label_list,
+                                    steps=explain_steps)
+        config.update(explain_steps=explain_steps, optional_inputs=["label"])
+    return serving.export(model_fn, source, text_signature, settings=config,
+                          explain_signature=explain)
+
+
+def _explain_signature(tokenizer, max_seq_length, processor, label_list, steps):
+    """The export's explain signature (`serving.export`'s explain_signature):
+    the text signature's inputs, and for classifiers a label (tf.string
+    [batch]: a label's name, or "" for the predicted one); per instance, the
+    words of its texts with their attributions to the label's probability
+    (to the score for regression) by integrated gradients over `steps`
+    points (attributions.py), and that output at the input ("output") and
+    at the baseline ("baseline_output"), whose difference the attributions
+    sum to, the label's id and name."""
+    inputs = {"text_a": serving.string_input("text_a")}
+    if processor.text_pairs:
+        inputs["text_b"] = serving.string_input("text_b")
+    if not processor.is_regression:
+        inputs["label"] = serving.string_input("label")
+    features, words_fn = attributions.pack_texts(
+        tokenizer, [inputs[name] for name in ("text_a", "text_b") if name in inputs],
+        max_seq_length)
+
+    def outputs_fn(features, model):
+        if processor.is_regression:
+            targets = tf.zeros_like(features["input_ids"][:, 0])
+        else:
+            predicted = tf.argmax(serving.run_in_chunks(model, features)["probabilities"],
+                                  axis=-1, output_type=tf.int32)
+            targets = attributions.chosen_labels(inputs["label"], predicted, label_list)
+
+        def explained_output(predictions, targets):
+            if processor.is_regression:
+                return predictions["scores"]
+            return tf.gather(predictions["probabilities"], targets, batch_dims=1)
+
+        baseline = attributions.baseline_ids(features["input_ids"], features["input_mask"],
+                                             tokenizer.cls_id, tokenizer.sep_id)
+        pieces, output, baseline_output = attributions.integrated_gradients(
+            model, features, baseline, targets, explained_output, steps)
+        outputs = dict(words_fn(pieces), output=output, baseline_output=baseline_output)
+        if not processor.is_regression:
+            outputs.update(label_ids=targets, labels=tf.gather(tf.constant(label_list), targets))
+        return outputs
+
+    return inputs, features, outputs_fn
 
 
 def _text_outputs(predictions, processor, label_list):
@@ -859,6 +916,8 @@ def _check_flags(settings):
             "--eval_every_n_steps and --keep_best_checkpoint need --do_train and --do_eval")
     if settings.eval_every_n_steps < 0:
         raise errors.InputError("--eval_every_n_steps must be >= 0")
+    if settings.explain_steps < 0:
+        raise errors.InputError("--explain_steps must be >= 0, not %d" % settings.explain_steps)
     return processor, windows
 
 
@@ -985,7 +1044,7 @@ def main(_):
 
     if settings.export_dir:
         export_model(run.export_source(_checkpoint_to_export(run, best_checkpoint)),
-                     processor, task.label_list, windows)
+                     processor, task.label_list, windows, settings.explain_steps)
 
 
 if __name__ == "__main__":

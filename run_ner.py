@@ -39,6 +39,7 @@ from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+from scriptkit import attributions
 from scriptkit import checkpoints
 from scriptkit import file_io
 from scriptkit import evaluation
@@ -74,6 +75,7 @@ class Settings(settings_lib.FineTuning):
     tag_scheme: str = "auto"
     document_context: bool = True
     sentences_per_document: int = 1
+    explain_steps: int = attributions.DEFAULT_STEPS
 
 
 shared_flags.define_settings_flags(Settings, helps={
@@ -728,7 +730,8 @@ def score_file(ner_file, probabilities, predicted, label_map, scheme):
     return result
 
 
-def export_model(source, label_list, scheme, labels_path, doc_stride=64):
+def export_model(source, label_list, scheme, labels_path, doc_stride=64,
+                 explain_steps=attributions.DEFAULT_STEPS):
     """Exports a SavedModel for serving of the `serving.ExportSource`
     `source` (see serving.py) and returns its directory (timestamped, in
     its export_dir). `label_list`: the model's tags; `scheme`: the data's.
@@ -746,7 +749,9 @@ def export_model(source, label_list, scheme, labels_path, doc_stride=64):
     serving_ids takes int32 input_ids, input_mask and segment_ids [batch,
     seq_length] and returns probabilities [batch, seq_length, num_labels],
     as exports did before. `labels_path` (ner_labels.json, the label
-    names) is copied to assets.extra/.
+    names) is copied to assets.extra/. With `explain_steps` (0: none), an
+    explain signature says which words made the tags of an entity
+    (`_explain_signature`).
     """
     model_fn = model_fn_builder(bert_config=source.bert_config, num_labels=len(label_list),
                                 **task_model.export_builder_args(source.options))
@@ -771,9 +776,86 @@ def export_model(source, label_list, scheme, labels_path, doc_stride=64):
 
         return {"text": text}, features, outputs
 
-    return serving.export(model_fn, source, text_signature,
-                          settings={"max_seq_length": max_seq_length, "doc_stride": doc_stride},
-                          assets_extra=[labels_path])
+    settings = {"max_seq_length": max_seq_length, "doc_stride": doc_stride}
+    explain = None
+    if explain_steps:
+        settings["explain_steps"] = explain_steps
+        explain = functools.partial(_explain_signature, max_seq_length=max_seq_length,
+                                    doc_stride=doc_stride, label_list=label_list,
+                                    steps=explain_steps)
+    return serving.export(model_fn, source, text_signature, settings=settings,
+                          assets_extra=[labels_path], explain_signature=explain)
+
+
+def _explain_signature(tokenizer, max_seq_length, doc_stride, label_list, steps):
+    """The export's explain signature (`serving.export`'s explain_signature):
+    text, and first_word and last_word (int32 [batch]: the entity's words,
+    as indices into serving_default's words) in; per text, its words with
+    their attributions (attributions.py, integrated gradients over `steps`
+    points) to the entity's probability: the mean, over the entity's
+    words, of the probability of the tag the model gives each, in the
+    window where its first word has the most context (a word of the
+    entity in another window is left out; words outside the window have 0).
+    Also the first word's tag (of the model's labels), and the output at
+    the input and at the baseline ("output", "baseline_output")."""
+    text = serving.string_input("text")
+    first_word = tf.placeholder(tf.int32, [None], name="first_word")
+    last_word = tf.placeholder(tf.int32, [None], name="last_word")
+    words, starts, ends = tokenizer.split_words(text)
+    pieces = tokenizer.word_pieces(words)
+    windows = text_windows(pieces, max_seq_length, doc_stride)
+    features = serving.pack(windows.pieces, None, max_seq_length, tokenizer.cls_id,
+                            tokenizer.sep_id)
+
+    def outputs_fn(features, model):
+        num_words = tf.cast(words.row_lengths(), tf.int32)
+        check = tf.debugging.Assert(
+            tf.reduce_all((first_word >= 0) & (first_word <= last_word)
+                          & (last_word < num_words)),
+            ["inputs first_word ", first_word, " and last_word ", last_word,
+             ": the first and last word of an entity, 0 <= first_word <= last_word < the "
+             "number of words of the text, ", num_words], name="check_entity_words")
+        with tf.control_dependencies([check]):
+            offset = tf.cast(words.row_starts(), tf.int32)
+        probabilities = serving.run_in_chunks(model, features)["probabilities"]
+        tag_ids = tf.argmax(tf.gather_nd(probabilities, windows.word_positions), axis=-1,
+                            output_type=tf.int32)
+        # The entity's words [batch, longest entity], their places, tags
+        # and whether they are in the first word's window.
+        count = last_word - first_word + 1
+        index = tf.minimum(first_word[:, tf.newaxis] + tf.range(tf.reduce_max(count)),
+                           last_word[:, tf.newaxis]) + offset[:, tf.newaxis]
+        places = tf.gather(windows.word_positions, index)  # [batch, entity, 2]
+        row = places[:, 0, 0]
+        used = (tf.range(tf.shape(index)[1])[tf.newaxis, :] < count[:, tf.newaxis]) & tf.equal(
+            places[:, :, 0], row[:, tf.newaxis])
+        targets = tf.stack([tf.where(used, places[:, :, 1], -tf.ones_like(index)),
+                            tf.gather(tag_ids, index)], axis=-1)
+        chosen = {name: tf.gather(t, row) for name, t in features.items()}
+
+        def explained_output(predictions, targets):
+            used = targets[:, :, 0] >= 0
+            # (Stacked again: the chunks' slices keep no static dimension.)
+            picked = tf.gather_nd(predictions["probabilities"], tf.stack(
+                [tf.maximum(targets[:, :, 0], 0), targets[:, :, 1]], axis=-1), batch_dims=1)
+            return (tf.reduce_sum(tf.where(used, picked, tf.zeros_like(picked)), axis=1)
+                    / tf.reduce_sum(tf.cast(used, tf.float32), axis=1))
+
+        baseline = attributions.baseline_ids(chosen["input_ids"], chosen["input_mask"],
+                                             tokenizer.cls_id, tokenizer.sep_id)
+        piece_attributions, output, baseline_output = attributions.integrated_gradients(
+            model, chosen, baseline, targets, explained_output, steps)
+        at, held = attributions.text_positions(
+            pieces, tf.ones_like(row), tf.reduce_sum(chosen["input_mask"], axis=1) - 2,
+            tf.gather(windows.starts, row))
+        outputs = attributions.padded_words([words, starts, ends, attributions.word_attributions(
+            piece_attributions, pieces, at, held)])
+        outputs.update(tag=tf.gather(tf.constant(label_list), targets[:, 0, 1]), output=output,
+                       baseline_output=baseline_output)
+        return outputs
+
+    return ({"text": text, "first_word": first_word, "last_word": last_word}, features,
+            outputs_fn)
 
 
 def _data_scheme_ids(tag_ids, label_list, scheme):
@@ -797,7 +879,7 @@ def _data_scheme_ids(tag_ids, label_list, scheme):
         tf.constant(converted, tf.int32), tf.stack([previous, flat], axis=1)))
 
 
-TextWindows = collections.namedtuple("TextWindows", ["pieces", "word_positions"])
+TextWindows = collections.namedtuple("TextWindows", ["pieces", "word_positions", "starts"])
 
 
 def text_windows(pieces, max_seq_length, doc_stride):
@@ -814,7 +896,8 @@ def text_windows(pieces, max_seq_length, doc_stride):
       windows of all documents in order (one empty window if there is no
       window at all, for the model to have a batch); word_positions, int32
       [total words, 2]: for each word of the batch (in order), the window
-      and position ([CLS] = 0) where its first piece has the most context.
+      and position ([CLS] = 0) where its first piece has the most context;
+      starts, int32 [windows], each window's first piece in its document.
     """
     max_pieces = max_seq_length - 2
     step = min(max_pieces, doc_stride)
@@ -870,7 +953,8 @@ def text_windows(pieces, max_seq_length, doc_stride):
                                   tf.fill(tf.shape(candidates), tf.int32.max)), axis=1)
     window = tf.gather(tf.cast(window_index.row_starts(), tf.int32), word_row) + best
     word_positions = tf.stack([window, word_start - best * step + 1], axis=1)
-    return TextWindows(window_pieces, word_positions)
+    starts = tf.concat([window_start, tf.zeros([no_window], tf.int32)], axis=0)
+    return TextWindows(window_pieces, word_positions, starts)
 
 
 def _choose_labels(train, others, labels_path_for_reading, tag_scheme, labels):
@@ -918,6 +1002,8 @@ def _check_flags(settings):
     without --do_predict."""
     if settings.doc_stride is None or settings.doc_stride < 1:
         raise InputError("--doc_stride must be at least 1, got %s" % settings.doc_stride)
+    if settings.explain_steps < 0:
+        raise InputError("--explain_steps must be >= 0, not %d" % settings.explain_steps)
     if settings.predict_text_file and not settings.do_predict:
         raise InputError("--predict_text_file needs --do_predict")
 
@@ -1113,7 +1199,7 @@ def main(_):
                           dev, test, text)
     if settings.export_dir:
         export_model(run.export_source(checkpoint), label_list, scheme, labels_path,
-                     doc_stride=settings.doc_stride)
+                     doc_stride=settings.doc_stride, explain_steps=settings.explain_steps)
 
 
 if __name__ == "__main__":

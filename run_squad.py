@@ -47,6 +47,7 @@ from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without
 import tensorflow.compat.v1 as tf
 from absl import flags
 
+from scriptkit import attributions
 from scriptkit import checkpoints
 from scriptkit import file_io
 from scriptkit import fine_tuning
@@ -90,6 +91,7 @@ class Settings(settings_lib.FineTuningCore):
     null_score_diff_threshold: float = 0.0
     evaluate_only: bool = False
     tune_null_threshold: bool = False
+    explain_steps: int = attributions.DEFAULT_STEPS
 
 
 shared_flags.define_settings_flags(Settings, helps={
@@ -961,6 +963,8 @@ def validate_flags_or_throw(settings):
             raise InputError("--%s must be at least 1, not %d" % (name, getattr(settings, name)))
     if settings.tune_null_threshold and not settings.version_2_with_negative:
         raise InputError("--tune_null_threshold needs --version_2_with_negative")
+    if settings.explain_steps < 0:
+        raise InputError("--explain_steps must be >= 0, not %d" % settings.explain_steps)
 
 
 def _evaluation_settings(settings):

@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the WordPiece op of the exports)
 from tensorflow.core.protobuf import saved_model_pb2
 
+from scriptkit import attributions
 from scriptkit import file_io
 from scriptkit import serving
 from scriptkit import warmup
@@ -65,15 +66,20 @@ class Signature:
         first dimension).
     """
 
-    def __init__(self, name, function, features=None):
+    def __init__(self, name, function, features=None, explained_rows=0):
         self.name = name
+        # The rows an explanation runs per text, besides its windows.
+        self._explained_rows = explained_rows
         self._function = function
         self.inputs = dict(function.structured_input_signature[1])
         self.output_specs = dict(function.structured_outputs)
         self.output_names = sorted(self.output_specs)
         # The part of a text signature that tokenizes and packs (a pruned
-        # function of the inputs in name order -> its input_ids), or None.
+        # function of its text inputs in name order -> its input_ids), or
+        # None.
         self._features = features
+        self._features_inputs = sorted(name for name, spec in self.inputs.items()
+                                       if spec.dtype == tf.string)
 
     def __call__(self, columns):
         """The outputs (name -> NumPy array) for `columns`: input name ->
@@ -105,31 +111,38 @@ class Signature:
         windows of max_seq_length pieces (a question answering context, a
         tagger's document and a windowed classifier text each give one per
         window, an instance without windows one, a multiple-choice instance
-        one per ending), counted by the signature's own tokenizer and
-        windows without running the model; None for a signature that is
-        neither a text signature of serving.py's exports nor an id
-        signature."""
+        one per ending; an explanation its windows, and per text the rows
+        of its integral: `attributions.rows_per_text`),
+        counted by the signature's own tokenizer and windows without running
+        the model; None for a signature that is neither a text signature of
+        serving.py's exports nor an id signature."""
         if self._features is not None:
-            ids = self._features(*[tf.constant(arrays[name], tf.string)
-                                   for name in sorted(self.inputs)])
-            return int(np.prod(ids.shape[:-1]))
+            names = self._features_inputs
+            ids = self._features(*[tf.constant(arrays[name], tf.string) for name in names])
+            return (int(np.prod(ids.shape[:-1]))
+                    + self._explained_rows * len(arrays[names[0]]))
         ids = arrays.get("input_ids")
         if ids is None or np.ndim(ids) < 2 or set(self.inputs) != set(serving.FEATURE_NAMES):
             return None
         return int(np.prod(np.shape(ids)[:-1]))
 
 
-def _features_function(loaded, graph_def, signature_def):
-    """The function that computes the text features of `signature_def` from
-    its inputs (in name order), pruned from the loaded SavedModel: for a
-    signature of string inputs in a graph that holds serving.py's
-    text_input_ids; else None."""
-    feature = serving.TEXT_FEATURE_PREFIX + serving.FEATURE_NAMES[0]
-    inputs = signature_def.inputs
-    if (not inputs or any(info.dtype != tf.string.as_datatype_enum for info in inputs.values())
+def _features_function(loaded, graph_def, name, signature_def):
+    """The function that computes the text features of the signature `name`
+    (`signature_def`) from its string inputs (in name order), pruned from
+    the loaded SavedModel: for a signature of string inputs (the explain
+    signature's: and perhaps others, a tagger's word indices) in a graph
+    that holds serving.py's text_input_ids (explain_input_ids); else
+    None."""
+    explain = name == serving.EXPLAIN_SIGNATURE
+    prefix = serving.EXPLAIN_FEATURE_PREFIX if explain else serving.TEXT_FEATURE_PREFIX
+    feature = prefix + serving.FEATURE_NAMES[0]
+    texts = sorted(input_name for input_name, info in signature_def.inputs.items()
+                   if info.dtype == tf.string.as_datatype_enum)
+    if (not texts or (len(texts) < len(signature_def.inputs) and not explain)
             or not any(node.name == feature for node in graph_def.node)):
         return None
-    return loaded.prune([inputs[name].name for name in sorted(inputs)], feature + ":0")
+    return loaded.prune([signature_def.inputs[n].name for n in texts], feature + ":0")
 
 
 def _tensor(name, value, spec):
@@ -203,14 +216,18 @@ class Model:
         meta_graph = saved_model.meta_graphs[0]
         self.signature_defs = dict(meta_graph.signature_def)
         loaded = tf.saved_model.load(self.path)
-        self._signatures = {
-            name: Signature(name, function, _features_function(
-                loaded, meta_graph.graph_def, self.signature_defs[name]))
-            for name, function in loaded.signatures.items()}
-        self._loaded = loaded  # Keeps the functions' variables alive.
         config = os.path.join(self.path, "assets", serving.CONFIG_ASSET)
         self.tokenizer_config = (json.loads(file_io.read_file_bytes(config))
                                  if file_io.exists(config) else {})
+        # An explanation runs the model on more rows per text.
+        explained_rows = attributions.rows_per_text(
+            int(self.tokenizer_config.get("explain_steps", 0)))
+        self._signatures = {
+            name: Signature(name, function, _features_function(
+                loaded, meta_graph.graph_def, name, self.signature_defs[name]),
+                explained_rows=explained_rows if name == serving.EXPLAIN_SIGNATURE else 0)
+            for name, function in loaded.signatures.items()}
+        self._loaded = loaded  # Keeps the functions' variables alive.
         self.max_positions = next((int(v.shape[0]) for v in getattr(loaded, "variables", ())
                                    if v.name.endswith("position_embeddings:0")), None)
 
@@ -232,8 +249,8 @@ class Model:
         path = os.path.join(self.path, "assets.extra", warmup.FILE_NAME)
         source = path if file_io.exists(path) else None
         try:
-            requests = (warmup.read(path) if source
-                        else warmup.example_requests(self.signature_defs))
+            requests = (warmup.read(path) if source else warmup.example_requests(
+                self.signature_defs, empty=self.tokenizer_config.get("optional_inputs", ())))
         except (ValueError, tf.errors.OpError) as e:
             raise InputError("--model_dir: the warm-up file %s cannot be read: %s"
                              % (path, str(e).splitlines()[0]))

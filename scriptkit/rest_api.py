@@ -157,10 +157,10 @@ def _columns(body, signature, max_instances, optional=()):
     of the signature), any JSON value, which its prediction gets back (ids:
     one per instance, None where it has none; None where no instance has
     one); an input of `optional` it leaves out is "" (the text alone, for
-    text_b). Raises RequestError for a request of neither format, too many
-    instances (more than `max_instances`), or an instance that does not
-    name exactly the signature's inputs; the values are checked by
-    `_checked_inputs`."""
+    text_b; the predicted label, for an explanation's label). Raises
+    RequestError for a request of neither format, too many instances (more
+    than `max_instances`), or an instance that does not name exactly the
+    signature's inputs; the values are checked by `_checked_inputs`."""
     if "instances" in body and "inputs" in body:
         raise RequestError("a request has either \"instances\" or \"inputs\", not both")
     names = sorted(signature.inputs)
@@ -176,7 +176,8 @@ def _columns(body, signature, max_instances, optional=()):
                                % (where, ", ".join(names), _describe(value)))
         value = dict(value)
         for name in optional:
-            value.setdefault(name, "")
+            if name in names:
+                value.setdefault(name, "")
         missing = sorted(set(names) - set(value))
         unknown = sorted(set(value) - set(names))
         if missing or unknown:

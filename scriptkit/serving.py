@@ -40,6 +40,8 @@ from scriptkit import warmup
 
 TEXT_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 IDS_SIGNATURE = "serving_ids"
+# Which words moved an output (attributions.py), in the exports that have it.
+EXPLAIN_SIGNATURE = "explain"
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
 
 # Next to the vocabulary in assets/: how the text is tokenized and packed.
@@ -49,6 +51,8 @@ CONFIG_ASSET = "tokenizer_config.json"
 # ... in the graph (for tests, debugging, and the server's count of the
 # windows a request gives: `rest_api`).
 TEXT_FEATURE_PREFIX = "text_"
+# The same for the explain signature's ("explain_input_ids:0", ...).
+EXPLAIN_FEATURE_PREFIX = "explain_"
 
 # The most word pieces (rows x their length) either signature runs through
 # the model at once (`run_in_chunks`). At BERT-Base size and
@@ -409,7 +413,7 @@ class ExportSource:
 
 
 def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_extra=(),
-           padding=None, warmup_text=warmup.TEXT):
+           padding=None, warmup_text=warmup.TEXT, explain_signature=None):
     """Writes a SavedModel with a text signature and an id signature over
     one model (see the module docstring).
 
@@ -430,7 +434,13 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
       padding: output name -> its padding value where the model's chunks
         give it different dimensions (`run_in_chunks`).
       warmup_text: the text of each text input in the export's warm-up
-        requests (`warmup.example_requests`: one per signature).
+        requests (`warmup.example_requests`: one per signature; an input
+        of settings["optional_inputs"] is left empty).
+      explain_signature: None, or (tokenizer) -> (inputs, features,
+        outputs_fn) of an EXPLAIN_SIGNATURE, as `text_signature`'s, but
+        outputs_fn(features, model) -> name -> tensor, where `model` is
+        (features) -> the model_fn's predictions (to run in chunks:
+        `run_in_chunks`, `attributions.integrated_gradients`).
 
     Returns:
       The SavedModel's directory.
@@ -469,15 +479,28 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
                 predictions = run_in_chunks(lambda f: model_fn(
                     f, None, runtime.ModeKeys.PREDICT, {}).predictions, features,
                     padding=padding)
-            return {
+            signatures = {
                 TEXT_SIGNATURE: tf.saved_model.predict_signature_def(
                     text_inputs, outputs_fn(predictions)),
                 IDS_SIGNATURE: tf.saved_model.predict_signature_def(id_inputs, id_outputs)}
+            if explain_signature:
+                inputs, features, outputs_fn = explain_signature(tokenizer)
+                features = {name: tf.identity(tf.cast(features[name], tf.int32),
+                                              name=EXPLAIN_FEATURE_PREFIX + name)
+                            for name in FEATURE_NAMES}
+                with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+                    outputs = outputs_fn(features, lambda f: model_fn(
+                        f, None, runtime.ModeKeys.PREDICT, {}).predictions)
+                signatures[EXPLAIN_SIGNATURE] = tf.saved_model.predict_signature_def(
+                    inputs, outputs)
+            return signatures
 
         path = saved_model_writer.write_saved_model(
             build_signatures, source.checkpoint, source.export_dir, assets_extra=assets_extra,
-            warmup_requests=lambda signatures: warmup.example_requests(signatures, warmup_text))
-    file_io.report_output(path, "SavedModel for serving (text in: %s; ids in: %s), with "
-                          "the weights of %s" % (TEXT_SIGNATURE, IDS_SIGNATURE,
-                                                 source.checkpoint))
+            warmup_requests=lambda signatures: warmup.example_requests(
+                signatures, warmup_text, empty=config.get("optional_inputs", ())))
+    file_io.report_output(path, "SavedModel for serving (text in: %s%s; ids in: %s), with "
+                          "the weights of %s" % (
+                              TEXT_SIGNATURE, " and %s" % EXPLAIN_SIGNATURE
+                              if explain_signature else "", IDS_SIGNATURE, source.checkpoint))
     return path

@@ -251,6 +251,13 @@ _SHARED_FLAGS = {
         flags.DEFINE_string, None,
         "If set, export a SavedModel for serving under this directory (in a "
         "timestamped subdirectory)."),
+    "explain_steps": (
+        flags.DEFINE_integer, 32,  # attributions.DEFAULT_STEPS
+        "With --export_dir: the points of the integral by which the export's explain "
+        "signature attributes its answer to the input's words (integrated gradients; "
+        "per text an explanation runs the model forward on twice this many inputs, "
+        "and one, then forward and backward on this many). 0: no explain signature. A "
+        "classifier that reads windows (--doc_stride) has none."),
     "dynamic_padding": (
         flags.DEFINE_bool, False,
         "Pad each batch only to its longest input (rounded up to a length "

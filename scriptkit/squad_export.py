@@ -43,6 +43,7 @@ import numpy as np
 from scriptkit import quiet_tf  # noqa: F401  (first: imports TensorFlow without its start-up noise)
 import tensorflow.compat.v1 as tf
 
+from scriptkit import attributions
 from scriptkit import file_io
 from scriptkit import task_model
 from scriptkit import run_record
@@ -176,8 +177,35 @@ def text_signature(tokenizer, piece_lengths, export_settings):
     s = export_settings
     question = serving.string_input("question")
     context = serving.string_input("context")
-    batch = tf.size(context)
     query = tokenizer.tokenize(question)[:, :s["max_query_length"]]
+    features, windows_of_batch, _ = _windows(tokenizer, query, context, piece_lengths, s)
+
+    def outputs(predictions):
+        return _ranked_answers(_candidate_spans(predictions, windows_of_batch, s),
+                               windows_of_batch, s)
+
+    return {"question": question, "context": context}, features, outputs
+
+
+def _windows(tokenizer, query, context, piece_lengths, s):
+    """The windows of the contexts and their features.
+
+    Args:
+      tokenizer: the graph_tokenization.GraphTokenizer.
+      query: RaggedTensor int32 [batch, (pieces)], each question's pieces
+        (cut to max_query_length).
+      context: tf.string [batch].
+      piece_lengths: list of ints, each vocabulary entry's characters.
+      s: the export's settings (SETTING_NAMES).
+
+    Returns:
+      (features, windows, context_words): the FEATURE_NAMES of the windows
+      [windows, longest], their `_Windows`, and (word pieces, words, word
+      starts, word ends) of the contexts: RaggedTensors [batch, (words),
+      (pieces)] and [batch, (words)] (`GraphTokenizer.split_words`,
+      `word_pieces`).
+    """
+    batch = tf.size(context)
     words, word_starts, word_ends = tokenizer.split_words(context)
     word_pieces = tokenizer.word_pieces(words)
     pieces = word_pieces.merge_dims(1, 2)  # [batch, (pieces)]
@@ -211,12 +239,62 @@ def text_signature(tokenizer, piece_lengths, export_settings):
     windows_of_batch = _Windows(context, batch, num_pieces, room, step, count, example, index,
                                 window_start, window_length, first, doc_offset,
                                 piece_start, piece_end)
+    return features, windows_of_batch, (word_pieces, words, word_starts, word_ends)
 
-    def outputs(predictions):
-        return _ranked_answers(_candidate_spans(predictions, windows_of_batch, s),
-                               windows_of_batch, s)
 
-    return {"question": question, "context": context}, features, outputs
+def explain_signature(tokenizer, piece_lengths, export_settings, steps):
+    """The export's explain signature (`serving.export`'s
+    explain_signature): question and context in; per instance the words of
+    the question and of the context with their attributions to the answer
+    (the answer's start logit plus its end logit in the window it comes
+    from; [CLS]'s two for SQuAD 2.0's null answer) by integrated gradients
+    over `steps` points (attributions.py). Words outside that window have
+    0. Also the answer, answer_start and answer_end (as serving_default's,
+    the question read word by word: the same pieces but in rare cases
+    `GraphTokenizer.word_pieces` describes), and the output at the input
+    and at the baseline ("output", "baseline_output")."""
+    s = export_settings
+    question = serving.string_input("question")
+    context = serving.string_input("context")
+    q_words, q_starts, q_ends = tokenizer.split_words(question)
+    q_pieces = tokenizer.word_pieces(q_words)
+    query = q_pieces.merge_dims(1, 2)[:, :s["max_query_length"]]
+    window_features, w, (c_pieces, c_words, c_starts, c_ends) = _windows(
+        tokenizer, query, context, piece_lengths, s)
+
+    def outputs_fn(features, model):
+        predictions = serving.run_in_chunks(model, features)
+        answers = _ranked_answers(_candidate_spans(predictions, w, s), w, s, positions=True)
+        row = answers.pop("window")  # [batch]: the answer's window
+        targets = tf.stack([answers.pop("start_position"), answers.pop("end_position")], 1)
+        chosen = {name: tf.gather(t, row) for name, t in features.items()}
+        baseline = attributions.baseline_ids(chosen["input_ids"], chosen["input_mask"],
+                                             tokenizer.cls_id, tokenizer.sep_id)
+
+        def explained_output(predictions, targets):
+            return (tf.gather(predictions["start_logits"], targets[:, 0], batch_dims=1)
+                    + tf.gather(predictions["end_logits"], targets[:, 1], batch_dims=1))
+
+        pieces, output, baseline_output = attributions.integrated_gradients(
+            model, chosen, baseline, targets, explained_output, steps)
+        query_length = tf.cast(query.row_lengths(), tf.int32)
+        parts = []
+        for (words, begin, end, text_pieces), first, kept, skip in (
+                ((q_words, q_starts, q_ends, q_pieces), tf.ones_like(query_length),
+                 query_length, tf.zeros_like(query_length)),
+                ((c_words, c_starts, c_ends, c_pieces), tf.gather(w.doc_offset, row),
+                 tf.gather(w.length, row), tf.gather(w.start, row))):
+            at, is_kept = attributions.text_positions(text_pieces, first, kept, skip)
+            parts.append([words, begin, end, attributions.word_attributions(
+                pieces, text_pieces, at, is_kept)])
+        outputs = attributions.padded_words(*attributions.joined_words(parts))
+        outputs.update(answer=answers["answer"], answer_start=answers["answer_start"],
+                       answer_end=answers["answer_end"], output=output,
+                       baseline_output=baseline_output)
+        return outputs
+
+    return ({"question": question, "context": context},
+            {name: window_features[name] for name in serving.FEATURE_NAMES}, outputs_fn)
 
 
 def _candidate_spans(predictions, w, s):
@@ -232,10 +310,12 @@ def _candidate_spans(predictions, w, s):
       s: the export's settings (SETTING_NAMES).
 
     Returns:
-      (span_example, char_start, char_end, is_null, logits, null_score):
-      per span its question, its characters in the context (-1 for the
-      null answer), whether it is the null answer, [start, end] logits;
-      null_score [batch] (None without SQuAD 2.0).
+      (span_example, char_start, char_end, is_null, logits, null_score,
+      places): per span its question, its characters in the context (-1
+      for the null answer), whether it is the null answer, [start, end]
+      logits; null_score [batch] (None without SQuAD 2.0); [window, start,
+      end] per span: its window and positions there (the null answer's:
+      [CLS], 0).
     """
     start_logits = tf.cast(predictions["start_logits"], tf.float64)
     end_logits = tf.cast(predictions["end_logits"], tf.float64)
@@ -275,6 +355,7 @@ def _candidate_spans(predictions, w, s):
     char_end = tf.gather(w.piece_end, base + end)
     is_null = tf.zeros_like(window, tf.bool)
     span_example = tf.gather(w.example, window)
+    places = [window, start, end]
     null_score = None
     if s["version_2_with_negative"]:
         # The null answer of each example: [CLS] of the window where it
@@ -289,22 +370,28 @@ def _candidate_spans(predictions, w, s):
         char_start = tf.concat([char_start, -tf.ones([w.batch], tf.int32)], 0)
         char_end = tf.concat([char_end, -tf.ones([w.batch], tf.int32)], 0)
         is_null = tf.concat([is_null, tf.ones([w.batch], tf.bool)], 0)
-    return span_example, char_start, char_end, is_null, logits, null_score
+        no_position = tf.zeros([w.batch], tf.int32)
+        places = [tf.concat([places[0], null_window], 0),
+                  tf.concat([places[1], no_position], 0), tf.concat([places[2], no_position], 0)]
+    return span_example, char_start, char_end, is_null, logits, null_score, places
 
 
-def _ranked_answers(spans, w, s):
+def _ranked_answers(spans, w, s, positions=False):
     """serving_default's outputs from the `_candidate_spans` `spans` of the
     `_Windows` `w`: each question's distinct texts ranked by score, the
     n_best_size best with their probabilities and character offsets, and the
     answer (SQuAD 2.0: the null answer where it wins by more than the
-    threshold). `s`: the export's settings."""
-    span_example, char_start, char_end, is_null, logits, null_score = spans
+    threshold). `s`: the export's settings. With `positions`, also the
+    answer's window, start_position and end_position (int32 [batch]; an
+    empty context's: 0, 0, 0)."""
+    span_example, char_start, char_end, is_null, logits, null_score, places = spans
     # Ranked by score within each example (stable, as Python's sort).
     order = tf.argsort(logits[0] + logits[1], direction="DESCENDING", stable=True)
     order = tf.gather(order, tf.argsort(tf.gather(span_example, order), stable=True))
     span_example, char_start, char_end, is_null, start_logit, end_logit = (
         tf.gather(t, order) for t in (span_example, char_start, char_end, is_null,
                                       logits[0], logits[1]))
+    places = [tf.gather(t, order) for t in places]
     code_points = tf.strings.unicode_decode(w.context, "UTF-8", errors="ignore")
     at = tf.gather(tf.cast(code_points.row_starts(), tf.int32), span_example)
     length = tf.maximum(char_end - char_start, 0)  # 0 for the null answer
@@ -329,6 +416,7 @@ def _ranked_answers(spans, w, s):
     span_example, char_start, char_end, is_null, start_logit, end_logit, text = (
         tf.boolean_mask(t, keep) for t in (span_example, char_start, char_end, is_null,
                                            start_logit, end_logit, text))
+    places = [tf.boolean_mask(t, keep) for t in places]
     probability = _row_softmax(start_logit + end_logit, span_example, w.batch)
 
     # The answer: the first entry, or with SQuAD 2.0 the best non-null
@@ -355,7 +443,7 @@ def _ranked_answers(spans, w, s):
 
     starts64, ends64 = tf.cast(char_start, tf.int64), tf.cast(char_end, tf.int64)
     no_offset = tf.constant(-1, tf.int64)
-    return {
+    answers = {
         "answer": pick(text, ""),
         "answer_start": pick(starts64, no_offset),
         "answer_end": pick(ends64, no_offset),
@@ -366,6 +454,13 @@ def _ranked_answers(spans, w, s):
         "answer_ends": listed(ends64, no_offset),
         "num_answers": tf.math.bincount(span_example, minlength=w.batch, maxlength=w.batch),
     }
+    if positions:
+        # No entry at all (SQuAD 1.1, no valid span): the question's first
+        # window, at [CLS].
+        first_window = _segment_first(tf.ones_like(w.example, tf.bool), w.example, w.batch)
+        answers.update(window=tf.where(chosen < tf.int32.max, pick(places[0], 0), first_window),
+                       start_position=pick(places[1], 0), end_position=pick(places[2], 0))
+    return answers
 
 
 # ---------------------------------------------------------------------------
@@ -385,7 +480,8 @@ def vocab_piece_lengths(vocab_file):
     return lengths
 
 
-def export_model(create_model, source, export_settings):
+def export_model(create_model, source, export_settings,
+                 explain_steps=attributions.DEFAULT_STEPS):
     """Exports a SavedModel for serving of the `serving.ExportSource`
     `source` (see the module docstring) and returns its directory
     (timestamped, in its export_dir).
@@ -396,6 +492,8 @@ def export_model(create_model, source, export_settings):
       source: the model, its fine-tuned weights and tokenizer (its options
         made fit for serving).
       export_settings: dict of SETTING_NAMES (stored in tokenizer_config.json).
+      explain_steps: the points of the explain signature's integral
+        (`explain_signature`); 0: no explain signature.
     """
     builder = task_model.export_builder_args(source.options)
 
@@ -410,9 +508,14 @@ def export_model(create_model, source, export_settings):
             export_outputs={serving.TEXT_SIGNATURE: runtime.PredictOutput(logits)})
 
     lengths = vocab_piece_lengths(source.vocab_file)
+    explain = None
+    if explain_steps:
+        export_settings = dict(export_settings, explain_steps=explain_steps)
+        explain = lambda tokenizer: explain_signature(  # noqa: E731
+            tokenizer, lengths, export_settings, explain_steps)
     return serving.export(
         model_fn, source, lambda tokenizer: text_signature(tokenizer, lengths, export_settings),
-        settings=export_settings)
+        settings=export_settings, explain_signature=explain)
 
 
 def _same_path(recorded, path):
@@ -474,4 +577,4 @@ def export_run(create_model, source, settings, threshold_given, tuned=None):
         del export_settings["null_score_diff_threshold"]
         tf.logging.info("Exporting question answering (SQuAD 1.1: every question has an "
                         "answer)")
-    return export_model(create_model, source, export_settings)
+    return export_model(create_model, source, export_settings, settings.explain_steps)

@@ -34,11 +34,13 @@ _KEY, _VALUE = 1, 2
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
-def example_requests(signature_defs, text=TEXT):
+def example_requests(signature_defs, text=TEXT, empty=()):
     """One request per signature (name -> SignatureDef, in name order), of
     one instance: each text input `text` (for a rank-2 input, one text in a
-    list), each number input zeros, two along its last axis (for an id
-    signature: two [PAD] pieces, masked out, of segment 0).
+    list), but "" for those named in `empty` (optional inputs, as a request
+    that leaves them out), each number input zeros: one per instance, and
+    for a rank of 2 or more two along its last axis (for an id signature:
+    two [PAD] pieces, masked out, of segment 0).
 
     Returns:
       A list of (signature name, input name -> NumPy array [1, ...]).
@@ -48,9 +50,12 @@ def example_requests(signature_defs, text=TEXT):
         arrays = {}
         for name, info in signature_defs[signature_name].inputs.items():
             dtype, rank = tf.as_dtype(info.dtype), len(info.tensor_shape.dim)
-            shape = [1] * (rank - 1) + [1 if dtype == tf.string else 2] if rank else []
+            # (Rank 1: one value per instance, a tagger's word index.)
+            shape = ([1] * (rank - 1) + [1 if dtype == tf.string or rank == 1 else 2]
+                     if rank else [])
             if dtype == tf.string:
-                arrays[name] = np.full(shape, text.encode("utf-8"), dtype=object)
+                arrays[name] = np.full(shape, b"" if name in empty else text.encode("utf-8"),
+                                       dtype=object)
             else:
                 arrays[name] = np.zeros(shape, dtype=dtype.as_numpy_dtype)
         requests.append((signature_name, arrays))

@@ -107,6 +107,7 @@
     const table = el("table", {},
                      el("thead", {}, el("tr", {}, el("th", {}, "Entity"), el("th", {}, "Type"),
                                          el("th", {className: "value"}, "Probability"))));
+    if (config.explain) table.tHead.rows[0].append(el("th", {}, ""));
     const body = el("tbody");
     table.append(body);
     let position = 0;
@@ -122,9 +123,18 @@
                     el("mark", {className: "entity " + colour,
                                 title: span.type + " " + percent(probability)},
                        text, el("span", {className: "type"}, span.type)));
-      body.append(el("tr", {className: "entity-row"}, el("td", {}, text),
+      const row = el("tr", {className: "entity-row"}, el("td", {}, text),
                      el("td", {}, span.type),
-                     el("td", {className: "value"}, percent(probability))));
+                     el("td", {className: "value"}, percent(probability)));
+      if (config.explain) {
+        // Which words made this entity's tags (the explain signature).
+        const why = el("button", {type: "button", className: "secondary explain-entity",
+                                  title: "Which words made these tags"}, "Explain");
+        why.addEventListener("click", () => run(true, {first_word: span.first,
+                                                       last_word: span.last}));
+        row.append(el("td", {}, why));
+      }
+      body.append(row);
       position = end;
     }
     tagged.append(chars.slice(position).join(""));
@@ -246,6 +256,86 @@
     return out;
   }
 
+  // The words of each text shaded by their attributions (the explain
+  // signature's), on a scale of two hues (blue for, orange against: told
+  // apart without red and green) whose strength is the share of the
+  // largest; the sign is written too (a word's title, the list), and a
+  // word against the label is underlined dashed. Then the strongest
+  // words, and how the attributions add up.
+  const SHOWN_WORDS = 8;
+
+  function showExplanation(prediction, instance) {
+    const n = prediction.num_words;
+    const values = prediction.attributions.slice(0, n);
+    const largest = Math.max(1e-12, ...values.map(Math.abs));
+    const fields = config.fields.map((field) => field.name);
+    let explained = "the score";
+    if (prediction.labels !== undefined) {
+      explained = "the probability of \u201c" + prediction.labels + "\u201d";
+    } else if (prediction.tag !== undefined) {
+      const chars = Array.from(instance.text);
+      explained = "the tags of \u201c" +
+        chars.slice(prediction.start_offsets[instance.first_word],
+                    prediction.end_offsets[instance.last_word]).join("") +
+        "\u201d (" + prediction.tag + "\u2026)";
+    } else if (prediction.answer !== undefined) {
+      explained = prediction.answer === ""
+        ? "no answer (the start and end logits of [CLS])"
+        : "the answer \u201c" + prediction.answer + "\u201d (its start and end logits)";
+    }
+    const signed = (v) => (v >= 0 ? "+" : "\u2212") + Math.abs(v).toFixed(4);
+    const out = [el("p", {className: "headline"}, "What moved " + explained),
+                 el("p", {className: "hint explain-sum"},
+                    "At this text " + Number(prediction.output).toFixed(4) +
+                    "; with its words replaced by [PAD] " +
+                    Number(prediction.baseline_output).toFixed(4) +
+                    "; the words' attributions sum to " +
+                    signed(values.reduce((sum, v) => sum + v, 0)) + ".")];
+    const legend = el("p", {className: "legend"},
+                      el("span", {className: "swatch for"}), " for " + explained + "  ",
+                      el("span", {className: "swatch against"}), " against it (dashed)");
+    out.push(legend);
+    const texts = fields.length > 1 ? [0, 1] : [0];
+    for (const t of texts) {
+      const source = instance[fields[t]] || "";
+      if (t > 0 && !source) continue;
+      const chars = Array.from(source);  // Offsets count code points.
+      // A question answering context scrolls (its long text in a box).
+      const shaded = el("p", {className: "explained" +
+                                         (config.view === "question_answering" && t > 0
+                                           ? " context" : "")});
+      let position = 0;
+      for (let i = 0; i < n; i++) {
+        if ((prediction.segments ? prediction.segments[i] : 0) !== t) continue;
+        const start = prediction.start_offsets[i];
+        const end = prediction.end_offsets[i];
+        const share = values[i] / largest;
+        const word = el("mark", {className: "attribution " + (share >= 0 ? "for" : "against"),
+                                 title: signed(values[i])},
+                        chars.slice(start, end).join(""));
+        word.style.setProperty("--share", Math.abs(share).toFixed(3));
+        shaded.append(chars.slice(position, start).join(""), word);
+        position = end;
+      }
+      shaded.append(chars.slice(position).join(""));
+      if (texts.length > 1) out.push(el("p", {className: "hint"}, config.fields[t].label));
+      out.push(shaded);
+    }
+    const order = values.map((v, i) => i).sort((a, b) => Math.abs(values[b]) -
+                                                         Math.abs(values[a]));
+    const table = el("table", {className: "strongest"},
+                     el("thead", {}, el("tr", {}, el("th", {}, "Word"),
+                                         el("th", {className: "value"}, "Attribution"))));
+    const body = el("tbody");
+    for (const i of order.slice(0, SHOWN_WORDS)) {
+      body.append(el("tr", {className: "word-row"}, el("td", {}, prediction.words[i]),
+                     el("td", {className: "value"}, signed(values[i]))));
+    }
+    table.append(body);
+    out.push(table);
+    return out;
+  }
+
   function showJson() {
     details.open = true;
     return [el("p", {className: "hint"}, "The answer is shown below as JSON.")];
@@ -310,7 +400,9 @@
 
   let latest = 0;  // Only the answer to the last request is shown.
 
-  async function run() {
+  // Predict, or with `explain` explain (`entity`: a tagger's entity, its
+  // first_word and last_word).
+  async function run(explain, entity) {
     const instance = {};
     for (const field of config.fields) {
       const value = fieldValue(field);
@@ -323,12 +415,21 @@
       instance[field.name] = value;
     }
     save();
-    const request = {signature_name: config.signature, instances: instancesFor(instance)};
+    const instances = instancesFor(instance);
+    if (explain && labelChoice) instances[0] = Object.assign({label: labelChoice.value},
+                                                             instances[0]);
+    if (explain && entity) {
+      instances[0] = Object.assign({}, instances[0], entity);
+      Object.assign(instance, entity);
+    }
+    const request = {signature_name: explain ? config.explain : config.signature,
+                     instances: instances};
     const url = new URL(config.predict, location.href).href;
     requestText.textContent = "curl -d " + shellQuote(JSON.stringify(request)) + " " +
                               shellQuote(url);
     const id = ++latest;
     button.disabled = true;
+    if (explainButton) explainButton.disabled = true;
     result.classList.add("stale");
     result.setAttribute("aria-busy", "true");
     status.textContent = "Running\u2026";
@@ -361,6 +462,7 @@
       message = "No answer from the server (" + e.message + ").";
     }
     button.disabled = false;
+    if (explainButton) explainButton.disabled = false;
     result.classList.remove("stale");
     result.removeAttribute("aria-busy");
     status.textContent = message ? "" :
@@ -372,7 +474,8 @@
       return;
     }
     try {
-      const shown = RENDERERS[config.view](predictions[0], instance, predictions);
+      const shown = (explain ? showExplanation : RENDERERS[config.view])(
+        predictions[0], instance, predictions);
       result.replaceChildren(...shown);
       result.hidden = false;
       for (const node of shown) {
@@ -382,6 +485,30 @@
       details.open = true;
       showError("The answer could not be shown (" + e.message + "); it is below as JSON.");
     }
+  }
+
+  let explainButton = null;
+  let labelChoice = null;
+
+  // "Explain" beside "Predict" (the explain signature's words and their
+  // attributions), and for a classifier the label to explain (question
+  // answering explains its answer, regression its score).
+  function addExplainControls() {
+    const actions = form.querySelector(".actions");
+    explainButton = el("button", {type: "button", id: "explain", className: "secondary"},
+                       "Explain");
+    explainButton.addEventListener("click", () => run(true));
+    const parts = [explainButton];
+    if (config.view === "classifier" || config.view === "multi_label") {
+      labelChoice = el("select", {id: "explain-label", title: "The label to explain"},
+                       el("option", {value: ""}, "the predicted label"));
+      for (const name of config.labels || []) {
+        labelChoice.append(el("option", {value: name}, name));
+      }
+      parts.push(el("label", {htmlFor: "explain-label", className: "inline"}, "for"),
+                 labelChoice);
+    }
+    button.after(...parts);
   }
 
   function buildForm() {
@@ -403,10 +530,12 @@
       if (field.hint) fields.push(el("p", {className: "hint"}, field.hint));
     }
     form.prepend(...fields);
+    // (A tagger explains an entity of its answer: a button per entity.)
+    if (config.explain && config.view !== "tagger") addExplainControls();
     restore();
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      run();
+      run(false);
     });
     // Ctrl+Enter (or Cmd+Enter) sends from a text area; Enter does in a line.
     form.addEventListener("keydown", (event) => {

@@ -29,6 +29,12 @@ first row that fits:
   ``[MASK]`` out: the text filled, and a bar per likely piece of each mask;
 * otherwise ``generic``: a field per text input and the answer as JSON.
 
+A classifier's, tagger's or question answering export's ``explain``
+signature gets an "Explain" button (a classifier's with a choice of the
+label; a tagger's beside each entity found): the texts with each word
+shaded by how much it moved the label's probability (the score, the
+entity's tags, the answer's start and end logits), for or against.
+
 A new kind of export gets its own view by a row in `VIEWS` (and, in the
 script, a renderer under the same name in RENDERERS).
 
@@ -53,6 +59,10 @@ from scriptkit import file_io
 # The paths the page is served at.
 PATHS = ("/", "/index.html")
 SIGNATURE = "serving_default"
+# The signature of the "Explain" button (attributions.py; serving.py's
+# EXPLAIN_SIGNATURE), and the views that have it.
+EXPLAIN_SIGNATURE = "explain"
+EXPLAINED_VIEWS = ("classifier", "multi_label", "regression", "question_answering", "tagger")
 
 
 # ---------------------------------------------------------------------------
@@ -230,14 +240,15 @@ def page_config(meta_graph, version, model_name, entity_types=()):
         in this order.
 
     Returns:
-      dict: view, title, model, version, signature, predict (the :predict
-      URL, relative to the page), fields (see `_field`), inputs (the
-      signature's input names, sorted), labels (names in output order, or
-      None), entity_types, unsupported (why the page cannot send this
-      signature's inputs, or "").
+      dict: view, title, model, version, signature, explain (the explain
+      signature's name, where the export has one and the view shows its
+      answer; else ""), predict (the :predict URL, relative to the page),
+      fields (see `_field`), inputs (the signature's input names, sorted),
+      labels (names in output order, or None), entity_types, unsupported
+      (why the page cannot send this signature's inputs, or "").
     """
     config = {"model": model_name, "version": version, "signature": SIGNATURE,
-              "predict": "v1/models/%s:predict" % model_name, "labels": None,
+              "explain": "", "predict": "v1/models/%s:predict" % model_name, "labels": None,
               "entity_types": list(entity_types), "fields": [], "inputs": [],
               "unsupported": ""}
     if SIGNATURE not in meta_graph.signature_def:
@@ -254,6 +265,8 @@ def page_config(meta_graph, version, model_name, entity_types=()):
     if not_text:
         config.update(fields=[], unsupported="The inputs %s are not texts: send them to the "
                       "REST API." % ", ".join(not_text))
+    if view in EXPLAINED_VIEWS and EXPLAIN_SIGNATURE in meta_graph.signature_def:
+        config["explain"] = EXPLAIN_SIGNATURE
     if view in ("classifier", "multi_label"):
         num_labels = shape.outputs["probabilities"][1][-1]
         if num_labels > 0 and "labels" in signature_def.outputs:

@@ -34,15 +34,18 @@ def np_softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def np_bert(w, config, input_ids, input_mask, token_type_ids):
+def np_bert(w, config, input_ids, input_mask, token_type_ids, word_vectors=None):
     """Returns (embedding_output, [layer outputs], pooled_output) computed from
-    the Google-named weights `w` (dict name -> float64 array)."""
+    the Google-named weights `w` (dict name -> float64 array); `word_vectors`
+    [batch, seq, hidden], if given, stand for the ids' word embeddings."""
     w = {k: np.asarray(v, np.float64) for k, v in w.items()}
     batch, seq = input_ids.shape
     heads = config["num_attention_heads"]
     width = config["hidden_size"]
     size = width // heads
-    emb = (w["bert/embeddings/word_embeddings"][input_ids] +
+    if word_vectors is None:
+        word_vectors = w["bert/embeddings/word_embeddings"][input_ids]
+    emb = (word_vectors +
            w["bert/embeddings/token_type_embeddings"][token_type_ids] +
            w["bert/embeddings/position_embeddings"][:seq][None])
     h = np_layer_norm(emb, w["bert/embeddings/LayerNorm/gamma"],

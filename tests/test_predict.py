@@ -567,8 +567,9 @@ def test_server_answers_as_tensorflow_serving(server):
     status, answer = _call(url + "/v1/models/mrpc/metadata")
     assert status == 200 and answer["model_spec"]["version"] == version
     signatures = answer["metadata"]["signature_def"]["signature_def"]
-    assert set(signatures) == {"serving_default", "serving_ids"}
+    assert set(signatures) == {"serving_default", "serving_ids", "explain"}
     assert signatures["serving_default"]["inputs"]["text_a"]["dtype"] == "DT_STRING"
+    assert set(signatures["explain"]["inputs"]) == {"text_a", "text_b", "label"}
     assert set(signatures["serving_default"]["outputs"]) == {"probabilities", "label_ids",
                                                             "labels"}
     assert _call(url + "/v1/models/other:predict", {"instances": instances})[0] == 404

@@ -173,7 +173,7 @@ BAD_REQUESTS = [
     ('{"signature_name": [1], "instances": [{"text_a": "a", "text_b": "b"}]}', 400,
      '"signature_name" must be text, not a list of 1 value'),
     ('{"signature_name": "nope", "instances": [{"text_a": "a"}]}', 400,
-     "no signature 'nope'; the model has serving_default, serving_ids"),
+     "no signature 'nope'; the model has explain, serving_default, serving_ids"),
     ('{"signature_name": "%s", "instances": []}' % ("x" * 5000), 400, "xxx'...; the model has"),
     ('{"instances": [{"text_a": 5, "text_b": "b"}]}', 400,
      "instances[0]: input text_a: expected text, found the number 5"),

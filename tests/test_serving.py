@@ -205,8 +205,10 @@ def test_classifier_text_signature_equals_do_predict(model_files, tmp_path):
     tokenizer_config = json.loads((tmp_path / "export").joinpath(
         os.path.basename(export_dir), "assets", serving.CONFIG_ASSET).read_text())
     # MRPC's columns, as the GLUE header names them (predict.py reads such files).
+    # The explain signature's points, and its label input that a request may leave out.
     assert tokenizer_config == {"do_lower_case": True, "max_seq_length": MAX_SEQ_LENGTH,
-                                "input_fields": {"text_a": "#1 String", "text_b": "#2 String"}}
+                                "input_fields": {"text_a": "#1 String", "text_b": "#2 String"},
+                                "explain_steps": 32, "optional_inputs": ["label"]}
     padded = {name: outputs["feature/" + name] for name in serving.FEATURE_NAMES}
     padded = {name: np.pad(value, [(0, 0), (0, 5)]) for name, value in padded.items()}
     np.testing.assert_allclose(

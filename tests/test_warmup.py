@@ -114,8 +114,13 @@ def test_each_export_warms_each_signature_up_with_its_file(exports, name):  # no
     path = os.path.join(exports[name], "assets.extra", warmup.FILE_NAME)
     requests = warmup.read(path)
     model = exported_model.Model(exports[name])
-    assert [n for n, _ in requests] == [serving.TEXT_SIGNATURE, serving.IDS_SIGNATURE]
+    # A classifier's and a tagger's export explain too (a classifier's label
+    # left empty: the predicted one).
+    assert [n for n, _ in requests] == ([serving.EXPLAIN_SIGNATURE] if name != "swag" else []) \
+        + [serving.TEXT_SIGNATURE, serving.IDS_SIGNATURE]
     for signature_name, arrays in requests:
+        if signature_name == serving.EXPLAIN_SIGNATURE and name == "pair":
+            assert arrays["label"].tolist() == [b""]
         signature = model.signature(signature_name)
         assert sorted(arrays) == sorted(signature.inputs)
         for input_name, array in arrays.items():
@@ -136,7 +141,7 @@ def test_without_a_file_each_signature_gets_one_request(exports, tmp_path):  # n
     folder = _export_copy(exports, "pair", tmp_path)
     os.remove(os.path.join(folder, "assets.extra", warmup.FILE_NAME))
     model = exported_model.Model(folder)
-    assert model.warm_up() == (2, None)
+    assert model.warm_up() == (3, None)  # explain, serving_default, serving_ids
 
 
 def test_a_broken_file_stops_the_server_naming_it(exports, tmp_path):  # noqa: F811
@@ -177,9 +182,10 @@ def test_predict_warms_up_before_it_says_it_serves(exports, caplog):  # noqa: F8
                               side_effect=lambda self, arrays: order.append(self.name)
                               or run(self, arrays)):
         predict.main([])
-    assert order == [serving.TEXT_SIGNATURE, serving.IDS_SIGNATURE, "serve"]
+    assert order == [serving.EXPLAIN_SIGNATURE, serving.TEXT_SIGNATURE, serving.IDS_SIGNATURE,
+                     "serve"]
     lines = [r.getMessage() for r in caplog.records]
-    warmed = [i for i, line in enumerate(lines) if line.startswith("Warmed up with 2 requests")]
+    warmed = [i for i, line in enumerate(lines) if line.startswith("Warmed up with 3 requests")]
     serving_at = [i for i, line in enumerate(lines) if line.startswith("Serving at http://")]
     assert len(warmed) == len(serving_at) == 1 and warmed[0] < serving_at[0], lines
     assert warmup.FILE_NAME in lines[warmed[0]]

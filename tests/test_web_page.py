@@ -115,6 +115,7 @@ def test_exports_get_their_view_fields_and_label_names(exports):
     assert config["view"] == "classifier" and config["labels"] == CLASSIFIER_LABELS
     assert _fields(config) == [("text_a", "text", False), ("text_b", "text", True)]
     assert config["predict"] == "v1/models/mrpc:predict" and not config["unsupported"]
+    assert config["explain"] == web_page.EXPLAIN_SIGNATURE == serving.EXPLAIN_SIGNATURE
     assert types == ()
     meta_graph, types = web_page.read_export(exports["ner"])
     config = web_page.page_config(meta_graph, "7", "ner", types)
@@ -331,7 +332,9 @@ def test_classifier_page_shows_each_label_and_errors(servers, page):
     url, model = servers["classifier"]
     page.goto(url)
     assert page.title() == "Text classification \u2014 classifier"
-    assert page.locator("label").all_inner_texts() == ["First text", "Second text (optional)"]
+    # The fields' labels, then the explanation's choice of label.
+    assert page.locator("label").all_inner_texts() == ["First text", "Second text (optional)",
+                                                       "for"]
     # Typed into the focused first field, the second left empty; Ctrl+Enter sends.
     assert page.evaluate("document.activeElement.id") == "in-text_a"
     page.keyboard.type("the film is good")
@@ -388,6 +391,42 @@ def test_classifier_page_shows_each_label_and_errors(servers, page):
 
 
 @pytest.mark.slow
+def test_classifier_page_explains_a_label_word_by_word(servers, page):
+    url, model = servers["classifier"]
+    page.set_viewport_size({"width": 360, "height": 740})  # A phone's.
+    page.goto(url)
+    page.fill("#in-text_a", HOSTILE)
+    page.fill("#in-text_b", "a bad plot")
+    # The label to explain: the predicted one, or one of the labels (as text).
+    assert page.eval_on_selector_all("#explain-label option", "o => o.map(x => x.textContent)"
+                                     ) == ["the predicted label"] + CLASSIFIER_LABELS
+    page.select_option("#explain-label", CLASSIFIER_LABELS[1])
+    page.click("#explain")
+    page.wait_for_selector("#result:not([hidden]) .explained")
+    request = json.loads(page.text_content("#request").split("'")[1])
+    assert request == {"signature_name": "explain", "instances": [
+        {"text_a": HOSTILE, "text_b": "a bad plot", "label": CLASSIFIER_LABELS[1]}]}
+    out = model.signature("explain")({"text_a": [HOSTILE], "text_b": ["a bad plot"],
+                                      "label": [CLASSIFIER_LABELS[1]]})
+    _assert_explained(page, out, [HOSTILE, "a bad plot"])
+    assert page.inner_text("#result .headline") == (
+        "What moved the probability of \u201c%s\u201d" % CLASSIFIER_LABELS[1])
+    assert "for the probability" in page.inner_text("#result .legend")
+    assert "against it" in page.inner_text("#result .legend")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    # Predict still shows the probabilities; an error answer to Explain a message.
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden]) .bar-row")
+    page.fill("#in-text_a", "good " * 500)
+    page.click("#explain")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.inner_text("#error").startswith("The server answered 4")
+    assert page.locator("#result").is_hidden()
+    _no_problems(page, expected=["status of 4"])
+
+
+@pytest.mark.slow
 def test_tagger_page_highlights_entities_and_shows_html_as_text(servers, page):
     url, model = servers["ner"]
     page.set_viewport_size({"width": 360, "height": 740})  # A phone's.
@@ -406,7 +445,7 @@ def test_tagger_page_highlights_entities_and_shows_html_as_text(servers, page):
         Array.from(r.cells, c => c.textContent))""")
     probabilities = out["probabilities"][0]
     assert rows == [[HOSTILE[starts[first]:ends[last]], kind, "%.1f%%" % (
-        100 * probabilities[first:last + 1].max(axis=-1).mean())]
+        100 * probabilities[first:last + 1].max(axis=-1).mean()), "Explain"]
                     for kind, first, last in entities]
     # Nothing wider than the phone's screen.
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
@@ -427,6 +466,78 @@ def test_tagger_page_highlights_entities_and_shows_html_as_text(servers, page):
     page.click("#run")
     page.wait_for_selector("#run:enabled")
     _assert_entities_shown(page, get_entities(made), starts, ends)
+    _no_problems(page)
+
+
+def _assert_explained(page, out, texts):
+    """The result shows the explain signature's answer `out` (of one
+    instance) for `texts` (its text inputs, in order): each text as typed
+    (HTML as text), its words marked with their signed attributions, for
+    (blue) or against (orange, dashed), as strong as their share of the
+    largest; and the strongest words listed."""
+    n = out["num_words"][0]
+    values = out["attributions"][0][:n]
+    segments = out["segments"][0] if "segments" in out else np.zeros(n, np.int32)
+    marks = page.eval_on_selector_all("#result mark.attribution", """marks => marks.map(m =>
+        [m.textContent, m.title, m.className, m.style.getPropertyValue('--share')])""")
+    assert [m[0] for m in marks] == [
+        texts[t][b:e] for t, b, e in zip(segments, out["start_offsets"][0][:n],
+                                         out["end_offsets"][0][:n])]
+    assert [m[1] for m in marks] == [("+" if v >= 0 else "\u2212") + "%.4f" % abs(v)
+                                     for v in values]
+    assert [m[2] for m in marks] == ["attribution " + ("for" if v >= 0 else "against")
+                                     for v in values]
+    np.testing.assert_allclose([float(m[3]) for m in marks],
+                               np.abs(values) / np.abs(values).max(), atol=1e-3)
+    # The text around the words as typed (the markup shown, never run).
+    shaded = page.eval_on_selector_all("#result .explained", "p => p.map(x => x.textContent)")
+    assert shaded == [text for text in texts if text]
+    assert page.locator("#result img, #result script, img").count() == 0
+    assert page.evaluate("window.ranScript") is None
+    strongest = page.eval_on_selector_all("#result .word-row", """rows => rows.map(r =>
+        Array.from(r.cells, c => c.textContent))""")
+    order = np.argsort(-np.abs(values), kind="stable")[:8]
+    assert [row[0] for row in strongest] == [out["words"][0][i].decode() for i in order]
+
+
+@pytest.mark.slow
+def test_tagger_and_question_answering_pages_explain_their_answers(servers, page):
+    url, model = servers["ner"]
+    page.goto(url)
+    page.fill("#in-text", HOSTILE)
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden]) .entity-row")
+    out = model.signature("serving_default")({"text": [HOSTILE]})
+    n = out["num_words"][0]
+    (kind, first, last), *_ = get_entities([t.decode() for t in out["tags"][0, :n]])
+    page.click("#result .entity-row .explain-entity")  # The first entity's.
+    page.wait_for_selector("#result .explained")
+    request = json.loads(page.text_content("#request").split("'")[1])
+    assert request["instances"] == [{"text": HOSTILE, "first_word": first, "last_word": last}]
+    explained = model.signature("explain")({"text": [HOSTILE], "first_word": [first],
+                                            "last_word": [last]})
+    _assert_explained(page, explained, [HOSTILE])
+    starts, ends = out["start_offsets"][0], out["end_offsets"][0]
+    assert page.inner_text("#result .headline") == (
+        "What moved the tags of \u201c%s\u201d (%s\u2026)" % (
+            HOSTILE[starts[first]:ends[last]], explained["tag"][0].decode()))
+    _no_problems(page)
+
+    url, model = servers["qa"]
+    page.goto(url)
+    page.fill("#in-question", "where did mara go?")
+    page.fill("#in-context", HOSTILE)
+    page.click("#explain")
+    page.wait_for_selector("#result .explained")
+    explained = model.signature("explain")({"question": ["where did mara go?"],
+                                            "context": [HOSTILE]})
+    _assert_explained(page, explained, ["where did mara go?", HOSTILE])
+    answer = explained["answer"][0].decode()
+    assert page.inner_text("#result .headline") == "What moved " + (
+        "the answer \u201c%s\u201d (its start and end logits)" % answer if answer
+        else "no answer (the start and end logits of [CLS])")
+    # The context in its scrolling box.
+    assert page.eval_on_selector_all("#result .explained.context", "p => p.length") == 1
     _no_problems(page)
 
 
