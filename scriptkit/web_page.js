@@ -494,7 +494,6 @@
   // attributions), and for a classifier the label to explain (question
   // answering explains its answer, regression its score).
   function addExplainControls() {
-    const actions = form.querySelector(".actions");
     explainButton = el("button", {type: "button", id: "explain", className: "secondary"},
                        "Explain");
     explainButton.addEventListener("click", () => run(true));
