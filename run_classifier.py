@@ -798,10 +798,9 @@ def _explain_signature(tokenizer, max_seq_length, processor, label_list, steps):
                 return predictions["scores"]
             return tf.gather(predictions["probabilities"], targets, batch_dims=1)
 
-        baseline = attributions.baseline_ids(features["input_ids"], features["input_mask"],
-                                             tokenizer.cls_id, tokenizer.sep_id)
         pieces, output, baseline_output = attributions.integrated_gradients(
-            model, features, baseline, targets, explained_output, steps)
+            model, features, (tokenizer.cls_id, tokenizer.sep_id), targets, explained_output,
+            steps)
         outputs = dict(words_fn(pieces), output=output, baseline_output=baseline_output)
         if not processor.is_regression:
             outputs.update(label_ids=targets, labels=tf.gather(tf.constant(label_list), targets))

@@ -841,15 +841,12 @@ def _explain_signature(tokenizer, max_seq_length, doc_stride, label_list, steps)
             return (tf.reduce_sum(tf.where(used, picked, tf.zeros_like(picked)), axis=1)
                     / tf.reduce_sum(tf.cast(used, tf.float32), axis=1))
 
-        baseline = attributions.baseline_ids(chosen["input_ids"], chosen["input_mask"],
-                                             tokenizer.cls_id, tokenizer.sep_id)
         piece_attributions, output, baseline_output = attributions.integrated_gradients(
-            model, chosen, baseline, targets, explained_output, steps)
-        at, held = attributions.text_positions(
-            pieces, tf.ones_like(row), tf.reduce_sum(chosen["input_mask"], axis=1) - 2,
-            tf.gather(windows.starts, row))
+            model, chosen, (tokenizer.cls_id, tokenizer.sep_id), targets, explained_output,
+            steps)
         outputs = attributions.padded_words([words, starts, ends, attributions.word_attributions(
-            piece_attributions, pieces, at, held)])
+            piece_attributions, pieces, tf.ones_like(row),
+            tf.reduce_sum(chosen["input_mask"], axis=1) - 2, tf.gather(windows.starts, row))])
         outputs.update(tag=tf.gather(tf.constant(label_list), targets[:, 0, 1]), output=output,
                        baseline_output=baseline_output)
         return outputs

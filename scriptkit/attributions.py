@@ -65,7 +65,7 @@ def baseline_ids(input_ids, input_mask, cls_id, sep_id, pad_id=0):
     return tf.where(keep, input_ids, tf.fill(tf.shape(input_ids), pad_id))
 
 
-def integrated_gradients(model, features, baseline, targets, output_fn, steps):
+def integrated_gradients(model, features, kept_ids, targets, output_fn, steps):
     """The attribution of each piece of each input to one output.
 
     The integral's `steps` points are placed where the output changes: a
@@ -85,7 +85,7 @@ def integrated_gradients(model, features, baseline, targets, output_fn, steps):
         under the variable scope "bert"; built in loops over chunks of rows
         (`serving.run_in_chunks`), its variables reused.
       features: serving.FEATURE_NAMES -> int32 [n, length].
-      baseline: int32 [n, length], the baseline's ids (`baseline_ids`).
+      kept_ids: (cls_id, sep_id), the ids the baseline keeps (`baseline_ids`).
       targets: int32 [n, ...], which output of a row is explained (a label
         id, positions; any value where `output_fn` needs none).
       output_fn: (predictions, targets int32 [rows, ...]) -> float32
@@ -99,6 +99,7 @@ def integrated_gradients(model, features, baseline, targets, output_fn, steps):
     """
     ids = features["input_ids"]
     n, length = tf.shape(ids)[0], tf.shape(ids)[1]
+    baseline = baseline_ids(ids, features["input_mask"], *kept_ids)
 
     def rows_of(count, alphas):
         # Each input `count` times, at its alphas [n, count].
@@ -208,7 +209,7 @@ def _explained_rows(model, chunk, output_fn, gradients=True):
             "outputs": outputs}
 
 
-def text_positions(pieces, first_position, kept, skipped=None):
+def _text_positions(pieces, first_position, kept, skipped=None):
     """Where the pieces of one text of each input sit in the packed input.
 
     Args:
@@ -236,17 +237,19 @@ def text_positions(pieces, first_position, kept, skipped=None):
     return positions, is_kept
 
 
-def word_attributions(piece_attributions, pieces, positions, is_kept):
-    """The attributions of words: the sum of their pieces'.
+def word_attributions(piece_attributions, pieces, first_position, kept, skipped=None):
+    """The attributions of one text's words: the sum of their pieces'.
 
     Args:
       piece_attributions: float32 [n, length] (`integrated_gradients`).
       pieces: RaggedTensor [n, (words), (pieces)] of one text.
-      positions, is_kept: `text_positions` of its pieces.
+      first_position, kept, skipped: where the input holds the text's pieces
+        (`_text_positions`).
 
     Returns:
-      RaggedTensor float32 [n, (words)]; a word the packing cut off has 0.
+      RaggedTensor float32 [n, (words)]; a word the input does not hold has 0.
     """
+    positions, is_kept = _text_positions(pieces, first_position, kept, skipped)
     rows = tf.cast(pieces.merge_dims(1, 2).value_rowids(), tf.int32)
     values = tf.gather_nd(piece_attributions, tf.stack([rows, positions], axis=1))
     values = tf.where(is_kept, values, tf.zeros_like(values))
@@ -316,9 +319,8 @@ def pack_texts(tokenizer, texts, max_seq_length):
         kept = [in_first - 2, tf.maximum(in_second - 1, 0)]
         parts = []
         for (words, begin, end), text_pieces, start, count in zip(split, pieces, starts, kept):
-            positions, is_kept = text_positions(text_pieces, start, count)
             parts.append([words, begin, end, word_attributions(
-                piece_attributions, text_pieces, positions, is_kept)])
+                piece_attributions, text_pieces, start, count)])
         if len(texts) > 1:
             return padded_words(*joined_words(parts))
         return padded_words(parts[0])

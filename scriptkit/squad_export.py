@@ -268,15 +268,14 @@ def explain_signature(tokenizer, piece_lengths, export_settings, steps):
         row = answers.pop("window")  # [batch]: the answer's window
         targets = tf.stack([answers.pop("start_position"), answers.pop("end_position")], 1)
         chosen = {name: tf.gather(t, row) for name, t in features.items()}
-        baseline = attributions.baseline_ids(chosen["input_ids"], chosen["input_mask"],
-                                             tokenizer.cls_id, tokenizer.sep_id)
 
         def explained_output(predictions, targets):
             return (tf.gather(predictions["start_logits"], targets[:, 0], batch_dims=1)
                     + tf.gather(predictions["end_logits"], targets[:, 1], batch_dims=1))
 
         pieces, output, baseline_output = attributions.integrated_gradients(
-            model, chosen, baseline, targets, explained_output, steps)
+            model, chosen, (tokenizer.cls_id, tokenizer.sep_id), targets, explained_output,
+            steps)
         query_length = tf.cast(query.row_lengths(), tf.int32)
         parts = []
         for (words, begin, end, text_pieces), first, kept, skip in (
@@ -284,17 +283,15 @@ def explain_signature(tokenizer, piece_lengths, export_settings, steps):
                  query_length, tf.zeros_like(query_length)),
                 ((c_words, c_starts, c_ends, c_pieces), tf.gather(w.doc_offset, row),
                  tf.gather(w.length, row), tf.gather(w.start, row))):
-            at, is_kept = attributions.text_positions(text_pieces, first, kept, skip)
             parts.append([words, begin, end, attributions.word_attributions(
-                pieces, text_pieces, at, is_kept)])
+                pieces, text_pieces, first, kept, skip)])
         outputs = attributions.padded_words(*attributions.joined_words(parts))
         outputs.update(answer=answers["answer"], answer_start=answers["answer_start"],
                        answer_end=answers["answer_end"], output=output,
                        baseline_output=baseline_output)
         return outputs
 
-    return ({"question": question, "context": context},
-            {name: window_features[name] for name in serving.FEATURE_NAMES}, outputs_fn)
+    return {"question": question, "context": context}, window_features, outputs_fn
 
 
 def _candidate_spans(predictions, w, s):
