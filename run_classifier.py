@@ -45,6 +45,7 @@ from scriptkit import file_io
 from scriptkit import fine_tuning
 from scriptkit import input_packing
 from scriptkit import long_inputs
+from scriptkit import onnx_model
 import modeling
 from scriptkit import output_lock
 from scriptkit import own_data
@@ -93,6 +94,7 @@ class Settings(own_data.Settings):
     window_loss: str = "window"
     diagnostic_file: Optional[str] = None
     explain_steps: int = attributions.DEFAULT_STEPS
+    export_precision: str = "fp32"
 
 
 # The shared flags, with this script's defaults and help texts.
@@ -763,8 +765,10 @@ def export_model(source, processor, label_list, windows=None,
                                     processor=processor, label_list=label_list,
                                     steps=explain_steps)
         config.update(explain_steps=explain_steps, optional_inputs=["label"])
+    head = ("regression" if processor.is_regression
+            else "sigmoid" if processor.is_multi_label else "softmax")
     return serving.export(model_fn, source, text_signature, settings=config,
-                          explain_signature=explain)
+                          explain_signature=explain, onnx_head=("classifier", head))
 
 
 def _explain_signature(tokenizer, max_seq_length, processor, label_list, steps):
@@ -917,6 +921,14 @@ def _check_flags(settings):
         raise errors.InputError("--eval_every_n_steps must be >= 0")
     if settings.explain_steps < 0:
         raise errors.InputError("--explain_steps must be >= 0, not %d" % settings.explain_steps)
+    if settings.export_precision != "fp32":
+        if not settings.export_dir:
+            raise errors.InputError("--export_precision=%s shapes the export: give --export_dir"
+                                    % settings.export_precision)
+        try:
+            onnx_model.require()
+        except ImportError as e:
+            raise errors.InputError("--export_precision=%s: %s" % (settings.export_precision, e))
     return processor, windows
 
 
@@ -1042,7 +1054,8 @@ def main(_):
                           checkpoint_path=best_checkpoint)
 
     if settings.export_dir:
-        export_model(run.export_source(_checkpoint_to_export(run, best_checkpoint)),
+        source = run.export_source(_checkpoint_to_export(run, best_checkpoint))
+        export_model(dataclasses.replace(source, precision=settings.export_precision),
                      processor, task.label_list, windows, settings.explain_steps)
 
 

@@ -18,6 +18,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 from scriptkit import attributions
 from scriptkit import file_io
+from scriptkit import onnx_model
 from scriptkit import serving
 from scriptkit import warmup
 from scriptkit.errors import InputError
@@ -127,6 +128,31 @@ class Signature:
         return int(np.prod(np.shape(ids)[:-1]))
 
 
+class _OnnxFunction:
+    """A signature's function whose task model runs in ONNX Runtime: the
+    signature's graph up to the model's features (tokenization and packing,
+    or the id checks), then the ONNX model on them row by row
+    (`onnx_model.run_rows`), then the graph from the model's
+    predictions to the signature's outputs (or, for the id signature, the
+    predictions of those names). Called as the loaded function is."""
+
+    def __init__(self, function, inputs, before, session, predicted, after=None):
+        self.structured_input_signature = function.structured_input_signature
+        self.structured_outputs = function.structured_outputs
+        self._inputs, self._before, self._after = inputs, before, after
+        self._session, self._predicted = session, predicted
+
+    def __call__(self, **tensors):
+        inputs = [tensors[name] for name in self._inputs]
+        features = [t.numpy() for t in self._before(*inputs)]
+        predictions = onnx_model.run_rows(self._session,
+                                          dict(zip(serving.FEATURE_NAMES, features)))
+        if self._after is None:
+            return {name: tf.constant(predictions[name]) for name in self.structured_outputs}
+        return self._after(*inputs, *[tf.constant(predictions[name])
+                                      for name in self._predicted])
+
+
 def _features_function(loaded, graph_def, name, signature_def):
     """The function that computes the text features of the signature `name`
     (`signature_def`) from its string inputs (in name order), pruned from
@@ -227,9 +253,44 @@ class Model:
                 loaded, meta_graph.graph_def, name, self.signature_defs[name]),
                 explained_rows=explained_rows if name == serving.EXPLAIN_SIGNATURE else 0)
             for name, function in loaded.signatures.items()}
+        if self.tokenizer_config.get("precision", "fp32") != "fp32":
+            self._serve_through_onnx(loaded, meta_graph.graph_def)
         self._loaded = loaded  # Keeps the functions' variables alive.
         self.max_positions = next((int(v.shape[0]) for v in getattr(loaded, "variables", ())
                                    if v.name.endswith("position_embeddings:0")), None)
+
+    def _serve_through_onnx(self, loaded, graph_def):
+        """Runs the task model of the text and id signatures with ONNX
+        Runtime, from the export's ONNX model (an --export_precision other
+        than fp32: `serving.ONNX_FILE`); the explain signature stays the
+        graph's."""
+        try:
+            onnx_model.require()
+        except ImportError as e:
+            raise InputError("--model_dir: %s is a %s export: %s" % (
+                self.path, self.tokenizer_config["precision"], e))
+        # As many threads per operation as TensorFlow's (0: each runtime's
+        # own choice), so that one setting governs both.
+        session = onnx_model.session(
+            os.path.join(self.path, "assets.extra", self.tokenizer_config["onnx_model"]),
+            tf.config.threading.get_intra_op_parallelism_threads())
+        nodes = {node.name for node in graph_def.node}
+        predicted = sorted(node[len(serving.PREDICTION_PREFIX):] for node in nodes
+                           if node.startswith(serving.PREDICTION_PREFIX))
+        for name, prefix in ((serving.TEXT_SIGNATURE, serving.TEXT_FEATURE_PREFIX),
+                             (serving.IDS_SIGNATURE, serving.CHECKED_IDS_PREFIX)):
+            signature_def = self.signature_defs[name]
+            inputs = sorted(signature_def.inputs)
+            feeds = [signature_def.inputs[n].name for n in inputs]
+            before = loaded.prune(feeds, [prefix + n + ":0" for n in serving.FEATURE_NAMES])
+            after = None
+            if name == serving.TEXT_SIGNATURE:
+                after = loaded.prune(
+                    feeds + [serving.PREDICTION_PREFIX + n + ":0" for n in predicted],
+                    {n: info.name for n, info in signature_def.outputs.items()})
+            signature = self._signatures[name]
+            signature._function = _OnnxFunction(signature._function, inputs, before, session,
+                                                predicted, after)
 
     def warm_up(self):
         """Runs the export's warm-up requests (assets.extra/

@@ -34,6 +34,7 @@ import tensorflow.compat.v1 as tf
 from scriptkit import errors
 from scriptkit import file_io
 from scriptkit import graph_tokenization
+from scriptkit import onnx_model
 from scriptkit import runtime
 from scriptkit import saved_model_writer
 from scriptkit import warmup
@@ -60,6 +61,18 @@ EXPLAIN_FEATURE_PREFIX = "explain_"
 # heads, length, length]: a question answering request of any length
 # raised the server's peak memory by 110 to 170 MiB (docs/serving.md).
 TOKENS_PER_CHUNK = 2048
+
+# The precisions an export's model can be served in (--export_precision).
+# fp32: the SavedModel's own graph. int8: the same SavedModel (TF Serving
+# serves its fp32 graph), and an ONNX model of the task model with int8
+# weights in assets.extra/ (`onnx_model`), which `exported_model` runs
+# between the graph's tokenization and its output code: those are found
+# by the names below, given only in such an export, so that an fp32
+# export's graph is what it was.
+EXPORT_PRECISIONS = ("fp32", "int8")
+ONNX_FILE = "model_int8.onnx"
+PREDICTION_PREFIX = "text_predictions_"
+CHECKED_IDS_PREFIX = "checked_"
 
 
 def pair_lengths(len_a, len_b, max_tokens):
@@ -401,6 +414,8 @@ class ExportSource:
       max_seq_length: the longest input the model reads at once.
       options: the run's `training.TrainingOptions` (its precision is kept),
         or None.
+      precision: the precision the export is served in (EXPORT_PRECISIONS,
+        --export_precision).
     """
 
     bert_config: object
@@ -410,10 +425,11 @@ class ExportSource:
     do_lower_case: bool = True
     max_seq_length: int = 128
     options: object = None
+    precision: str = "fp32"
 
 
 def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_extra=(),
-           padding=None, warmup_text=warmup.TEXT, explain_signature=None):
+           padding=None, warmup_text=warmup.TEXT, explain_signature=None, onnx_head=None):
     """Writes a SavedModel with a text signature and an id signature over
     one model (see the module docstring).
 
@@ -441,12 +457,26 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
         outputs_fn(features, model) -> name -> tensor, where `model` is
         (features) -> the model_fn's predictions (to run in chunks:
         `run_in_chunks`, `attributions.integrated_gradients`).
+      onnx_head: (head, argument) of `onnx_model.write_model`: the task
+        model as ONNX, for a source.precision other than fp32. Its outputs
+        are the model_fn's predictions; the id signature's outputs are
+        among them.
 
     Returns:
       The SavedModel's directory.
     """
     config = dict(settings or {}, do_lower_case=bool(source.do_lower_case))
+    onnx = source.precision != "fp32"
+    if onnx and not onnx_head:
+        raise ValueError("this export has no ONNX form of its model: export it in fp32")
+    if onnx:
+        config.update(precision=source.precision, onnx_model=ONNX_FILE)
     with tempfile.TemporaryDirectory() as tmp:
+        if onnx:
+            onnx_path = os.path.join(tmp, ONNX_FILE)
+            onnx_model.int8_model(onnx_model.write_model(source.bert_config, source.checkpoint,
+                                                         *onnx_head), onnx_path)
+            assets_extra = tuple(assets_extra) + (onnx_path,)
         config_path = os.path.join(tmp, CONFIG_ASSET)
         with open(config_path, "w", encoding="utf-8") as f:
             f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -464,8 +494,11 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
             structure, variables = trace_model(id_model, id_inputs)
             type_vocab_size = next((shape[0] for name, shape in variables.items()
                                     if name.endswith("token_type_embeddings")), None)
-            id_outputs = run_in_chunks(id_model, check_ids(id_inputs, type_vocab_size),
-                                       structure, padding=padding)
+            checked = check_ids(id_inputs, type_vocab_size)
+            if onnx:
+                checked = {name: tf.identity(t, name=CHECKED_IDS_PREFIX + name)
+                           for name, t in checked.items()}
+            id_outputs = run_in_chunks(id_model, checked, structure, padding=padding)
             tokenizer = graph_tokenization.GraphTokenizer(source.vocab_file,
                                                       source.do_lower_case)
             text_inputs, features, outputs_fn = text_signature(tokenizer)
@@ -479,6 +512,9 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
                 predictions = run_in_chunks(lambda f: model_fn(
                     f, None, runtime.ModeKeys.PREDICT, {}).predictions, features,
                     padding=padding)
+            if onnx:
+                predictions = {name: tf.identity(t, name=PREDICTION_PREFIX + name)
+                               for name, t in predictions.items()}
             signatures = {
                 TEXT_SIGNATURE: tf.saved_model.predict_signature_def(
                     text_inputs, outputs_fn(predictions)),
@@ -500,7 +536,10 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
             warmup_requests=lambda signatures: warmup.example_requests(
                 signatures, warmup_text, empty=config.get("optional_inputs", ())))
     file_io.report_output(path, "SavedModel for serving (text in: %s%s; ids in: %s), with "
-                          "the weights of %s" % (
+                          "the weights of %s%s" % (
                               TEXT_SIGNATURE, " and %s" % EXPLAIN_SIGNATURE
-                              if explain_signature else "", IDS_SIGNATURE, source.checkpoint))
+                              if explain_signature else "", IDS_SIGNATURE, source.checkpoint,
+                              "; served by predict.py in %s through ONNX Runtime (assets.extra/"
+                              "%s), by TF Serving in fp32" % (source.precision, ONNX_FILE)
+                              if onnx else ""))
     return path

@@ -258,6 +258,14 @@ _SHARED_FLAGS = {
         "per text an explanation runs the model forward on twice this many inputs, "
         "and one, then forward and backward on this many). 0: no explain signature. A "
         "classifier that reads windows (--doc_stride) has none."),
+    "export_precision": (
+        flags.DEFINE_enum, "fp32",  # serving.EXPORT_PRECISIONS
+        "With --export_dir: the precision predict.py serves the export in. fp32: the "
+        "SavedModel's graph. int8: the export also holds an ONNX model of the task model "
+        "with int8 weights (assets.extra/model_int8.onnx), which predict.py runs through "
+        "ONNX Runtime (pip install -r requirements-onnx.txt); TF Serving serves the "
+        "SavedModel's fp32 graph, and explanations stay fp32.",
+        ["fp32", "int8"]),
     "dynamic_padding": (
         flags.DEFINE_bool, False,
         "Pad each batch only to its longest input (rounded up to a length "

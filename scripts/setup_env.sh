@@ -4,7 +4,8 @@
 #   scripts/setup_env.sh [run|dev]
 #
 #   run   the runtime requirements (the default)
-#   dev   runtime + test requirements (what .ci/run and the tests need)
+#   dev   runtime + test requirements (what .ci/run and the tests need); with
+#         the newest TensorFlow also requirements-onnx.txt (int8 exports)
 #
 # Environment:
 #   PYTHON   interpreter to build the environment from (default: python3)
@@ -24,13 +25,13 @@ tf_choice="${BERT_TF:-latest}"
 venv="${VENV:-.venv}"
 
 case "$tf_choice" in
-  latest) runtime_req="requirements.txt" ;;
-  2.15) runtime_req="requirements-tf2.15.txt" ;;
+  latest) runtime_req="requirements.txt" test_req="requirements-test.txt requirements-onnx.txt" ;;
+  2.15) runtime_req="requirements-tf2.15.txt" test_req="requirements-test.txt" ;;
   *) echo "ERROR: BERT_TF=$tf_choice: expected 'latest' or '2.15'" >&2; exit 2 ;;
 esac
 case "$kind" in
   run) files="$runtime_req" ;;
-  dev) files="$runtime_req requirements-test.txt" ;;
+  dev) files="$runtime_req $test_req" ;;
   *) echo "ERROR: unknown kind '$kind': expected 'run' or 'dev'" >&2; exit 2 ;;
 esac
 
@@ -56,7 +57,7 @@ fi
 
 stamp_of() {  # the stamp a complete install of kind $1 would have written
   local req="$runtime_req"
-  [ "$1" = "dev" ] && req="$runtime_req requirements-test.txt"
+  [ "$1" = "dev" ] && req="$runtime_req $test_req"
   # shellcheck disable=SC2086
   { echo "python $py_version tf $tf_choice"; cat $req; } | sha256sum | cut -d' ' -f1
 }

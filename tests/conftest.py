@@ -48,3 +48,13 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed:
         report.sections = [(title, _tail(content)) for title, content in report.sections]
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory):
+    """The tiny exports of test_predict.make_exports ({"pair", "single",
+    "ner", "swag"} -> SavedModel folder), made once for every module that
+    serves them (predict.py, the server, warm-up); a module that writes to
+    one copies it first."""
+    import test_predict
+    return test_predict.make_exports(tmp_path_factory.mktemp("predict"))

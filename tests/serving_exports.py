@@ -10,7 +10,10 @@ list, "outputs": name -> list}}}. tests/test_colab.py loads them with the
 TensorFlow of TF Serving's current release and compares.
 
 A new export is one more entry of EXPORTS: a function (folder, model files)
--> (SavedModel folder, serving_default's inputs).
+-> (SavedModel folder, serving_default's inputs). Those of EXPLAINED take
+`explain_steps` too: 0 (the default here, where the explain signature is
+not what a test is about: it triples an export's graph) or the points of
+the explain signature's integral.
 """
 
 import json
@@ -24,7 +27,7 @@ import numpy as np
 def _classifier(processor_name, labels, checkpoint="classifier", windows=None,
                 multi_label=False):
     """A run_classifier.py export of the processor `processor_name`."""
-    def export(folder, files):
+    def export(folder, files, explain_steps=0):
         import modeling
         import run_classifier
         import test_serving
@@ -36,14 +39,15 @@ def _classifier(processor_name, labels, checkpoint="classifier", windows=None,
         path = run_classifier.export_model(
             serving.ExportSource(config, files[checkpoint], str(folder), files["vocab"], True,
                                  max_seq_length=test_serving.MAX_SEQ_LENGTH),
-            processor, labels, windows=windows and long_inputs.Windows(*windows))
+            processor, labels, windows=windows and long_inputs.Windows(*windows),
+            explain_steps=explain_steps)
         texts = {"text_a": ["The film is good.", "中文 film", "the film " * 20],
                  "text_b": ["Café Crème!", "", "good " * 20]}
         return path, texts if processor.text_pairs else {"text_a": texts["text_a"]}
     return export
 
 
-def _ner(folder, files):
+def _ner(folder, files, explain_steps=0):
     import modeling
     import run_ner
     from scriptkit import ner_tags
@@ -54,7 +58,8 @@ def _ner(folder, files):
     path = run_ner.export_model(
         serving.ExportSource(config, files["ner"], str(folder), files["vocab"], True,
                              max_seq_length=16),
-        ner_tags.label_list_for(["PER", "LOC"], "iob2"), "iob2", labels_path, doc_stride=4)
+        ner_tags.label_list_for(["PER", "LOC"], "iob2"), "iob2", labels_path, doc_stride=4,
+        explain_steps=explain_steps)
     return path, {"text": ["Jack went to Kingston!", "istanbul " * 24]}
 
 
@@ -86,7 +91,7 @@ def _embeddings(folder, files):
                   "text_b": ["Café Crème!", "", "good " * 20]}
 
 
-def _squad(folder, files):
+def _squad(folder, files, explain_steps=0):
     import modeling
     import run_squad
     from scriptkit import serving
@@ -99,7 +104,7 @@ def _squad(folder, files):
         run_squad.create_model,
         serving.ExportSource(config, files["squad"], str(folder), files["vocab"], True,
                              max_seq_length=24),
-        export_settings)
+        export_settings, explain_steps=explain_steps)
     return path, {"question": ["Where is the film?", "what"],
                   "context": ["The film went to Kingston! " * 6, "中文 cafe ends well."]}
 
@@ -131,6 +136,8 @@ EXPORTS = {
     "question_answering": _squad,
     "fill_mask": _fill_mask,
 }
+# The tasks whose exports can explain their answers (explain_steps).
+EXPLAINED = ("classifier", "multi_label", "regression", "ner", "question_answering")
 
 
 def as_json(array):
@@ -177,12 +184,16 @@ def main(out_dir):
     import tensorflow.compat.v1 as tf
 
     import test_serving
+    from scriptkit import attributions
     out = pathlib.Path(out_dir)
     files = write_files(out / "model")
     tasks = {}
     for task, export in EXPORTS.items():
+        # With the explain signature, as the scripts export by default: the
+        # other TensorFlow loads its graph too.
+        explain = {"explain_steps": attributions.DEFAULT_STEPS} if task in EXPLAINED else {}
         with tf.Graph().as_default():
-            path, inputs = export(out / task, files)
+            path, inputs = export(out / task, files, **explain)
         outputs = test_serving._run_signature(path, "serving_default", inputs)
         tasks[task] = {"export": path, "inputs": inputs,
                        "outputs": {name: as_json(np.asarray(value))

@@ -34,7 +34,8 @@ def exports(tmp_path_factory):
     made = {}
     for task in ("classifier", "regression", "multi_label", "question_answering", "ner"):
         with tf.Graph().as_default():
-            made[task], _ = serving_exports.EXPORTS[task](tmp / task, files)
+            made[task], _ = serving_exports.EXPORTS[task](
+                tmp / task, files, explain_steps=attributions.DEFAULT_STEPS)
     return files, made
 
 

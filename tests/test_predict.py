@@ -40,11 +40,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIRS = test_serving.PAIRS
 
 
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    """Exports of random-headed tiny models: a pair classifier (MRPC), a
-    single-text one (CoLA), a tagger and a multiple-choice model."""
-    tmp = tmp_path_factory.mktemp("predict")
+def make_exports(tmp):
+    """Exports of random-headed tiny models in the folder `tmp`: a pair
+    classifier (MRPC) and a tagger, both with the explain signature, a
+    single-text classifier (CoLA) without it, and a multiple-choice model.
+    conftest.py's `exports` fixture: made once for the session."""
     files = test_serving.write_model_files(tmp)
     config = modeling.BertConfig.from_json_file(files["config"])
     vocab, length = files["vocab"], test_serving.MAX_SEQ_LENGTH
@@ -58,7 +58,7 @@ def exports(tmp_path_factory):
         "single": run_classifier.export_model(
             serving.ExportSource(config, files["classifier"], str(tmp / "single"), vocab, True,
                                  max_seq_length=length),
-            run_classifier.ColaProcessor(), ["bad", "good"]),
+            run_classifier.ColaProcessor(), ["bad", "good"], explain_steps=0),
         "ner": run_ner.export_model(
             serving.ExportSource(config, files["ner"], str(tmp / "ner"), vocab, True,
                                  max_seq_length=16),

@@ -607,7 +607,10 @@ CLASSIFIER_FLAGS = dict(
     diagnostic_file=None, xnli_language="zh", labels=None, data_format="auto",
     has_header=True, text_column="text", text_b_column=None, label_column="label",
     id_column=None, regression=False, multi_label=False, label_separator="|",
-    multi_label_threshold=0.5, doc_stride=None)
+    multi_label_threshold=0.5, doc_stride=None,
+    # No explain signature in the exports (it triples an export's graph):
+    # test_serving's export through main and test_explain test it.
+    explain_steps=0, export_precision="fp32")
 
 
 def _flag_values(**overrides):

@@ -475,7 +475,8 @@ def _model_files(tmp_path):
 # which script was imported first); keywords override.
 _flag_values = functools.partial(
     tiny.fine_tuning_flags, predict_text_file=None, max_seq_length=24, doc_stride=8,
-    tag_scheme="auto", labels=None, document_context=True, sentences_per_document=1)
+    tag_scheme="auto", labels=None, document_context=True, sentences_per_document=1,
+    explain_steps=0)  # (test_explain tests the tagger's explain signature.)
 
 
 def run_main(**overrides):

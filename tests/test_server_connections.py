@@ -21,7 +21,6 @@ import pytest
 from scriptkit import exported_model
 from scriptkit import rest_api
 from scriptkit import rest_server
-from test_predict import exports  # noqa: F401  (the tiny exported models)
 from test_server_hostile import GOOD, LIMITS, PREDICT, _post, _read_answer, _wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +31,7 @@ resource = pytest.importorskip("resource")  # The descriptor limits (Unix).
 
 
 @pytest.fixture(scope="module")
-def model(exports):  # noqa: F811
+def model(exports):
     return exported_model.Model(os.path.dirname(exports["pair"]))
 
 
@@ -164,7 +163,7 @@ def _soft_limit(pid):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/limits"), reason="needs Linux's /proc")
-def test_a_thousand_half_sent_connections_keep_no_one_out(exports):  # noqa: F811
+def test_a_thousand_half_sent_connections_keep_no_one_out(exports):
     """predict.py with its defaults, started where a process may open 1024
     files: it raises that to fit --max_connections, holds a thousand
     connections that each sent half a request (no 503, no thread each),
@@ -196,7 +195,7 @@ def test_a_thousand_half_sent_connections_keep_no_one_out(exports):  # noqa: F81
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="needs Linux's /proc")
-def test_running_out_of_file_descriptors_is_a_503(exports):  # noqa: F811
+def test_running_out_of_file_descriptors_is_a_503(exports):
     """Where the process may open only 64 files, the connections past what
     is left are answered 503 (the server keeps a descriptor in reserve to
     answer them), a line says so at the start, and once they close, the

@@ -38,7 +38,6 @@ from scriptkit import serving
 import test_serving
 import tiny
 import tokenization
-from test_predict import exports  # noqa: F401  (the tiny exported models)
 
 FLAGS = flags.FLAGS
 PREDICT = "/v1/models/m:predict"
@@ -72,7 +71,7 @@ class _Servers:
 
 
 @pytest.fixture(scope="module")
-def servers(exports):  # noqa: F811
+def servers(exports):
     running = _Servers(exports)
     yield running
     running.stop()
@@ -425,7 +424,7 @@ def test_an_internal_error_is_a_500_without_details(pair, monkeypatch, caplog):
 # ---------------------------------------------------------------------------
 # Text is cut where the model stops reading, and answers do not change.
 
-def test_long_texts_are_cut_where_the_model_stops_reading(servers, exports,  # noqa: F811
+def test_long_texts_are_cut_where_the_model_stops_reading(servers, exports,
                                                           caplog):
     server = servers.start()  # Its first answer has a log line of its own.
     words = "the film is good what ends well it".split()
@@ -463,7 +462,7 @@ def test_long_texts_are_cut_where_the_model_stops_reading(servers, exports,  # n
                      r"characters not read; text_b: 4 texts cut", line), line
 
 
-def test_multiple_choice_texts_are_cut_and_answers_do_not_change(servers, exports):  # noqa: F811
+def test_multiple_choice_texts_are_cut_and_answers_do_not_change(servers, exports):
     server = servers.start("swag")
     long = "the film is good " * 2000
     rows = [("The film", "It", ["ends well.", long, "ends badly.", "is good"]),
@@ -490,7 +489,7 @@ def test_multiple_choice_texts_are_cut_and_answers_do_not_change(servers, export
     assert status == 400 and "input input_ids: 20 sequences in one request" in answer["error"]
 
 
-def test_a_document_the_tagger_reads_whole_is_not_cut(servers, exports):  # noqa: F811
+def test_a_document_the_tagger_reads_whole_is_not_cut(servers, exports):
     server = servers.start("ner")
     texts = ["Jackson went to Kingston! " * 300, "中文 film"]
     status, answer = _post(server, {"instances": texts})

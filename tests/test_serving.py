@@ -184,7 +184,7 @@ def test_classifier_text_signature_equals_do_predict(model_files, tmp_path):
     tiny.run_main_seeded(run_classifier.main, test_run_classifier._flag_values(
         task_name="MRPC", data_dir=str(data_dir), vocab_file=vocab, bert_config_file=config,
         output_dir=output_dir, init_checkpoint=checkpoint, do_predict=True,
-        max_seq_length=MAX_SEQ_LENGTH, export_dir=export_base))
+        max_seq_length=MAX_SEQ_LENGTH, export_dir=export_base, explain_steps=32))
     with open(os.path.join(output_dir, "test_results.tsv")) as f:
         predicted = np.array([[float(x) for x in line.split("\t")] for line in f])
     export_dir = _export_dir(export_base)

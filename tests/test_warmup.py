@@ -26,7 +26,6 @@ import predict
 from scriptkit import async_http
 from scriptkit import serving
 from scriptkit import warmup
-from test_predict import exports  # noqa: F401  (the tiny exported models)
 
 FLAGS = flags.FLAGS
 
@@ -101,14 +100,14 @@ def test_records_are_prediction_logs_as_protobuf_reads_and_writes_them():
         warmup.decode(other.SerializeToString())
 
 
-def _export_copy(exports, name, tmp_path):  # noqa: F811
+def _export_copy(exports, name, tmp_path):
     folder = str(tmp_path / name)
     shutil.copytree(exports[name], folder)
     return folder
 
 
 @pytest.mark.parametrize("name", ["pair", "ner", "swag"])
-def test_each_export_warms_each_signature_up_with_its_file(exports, name):  # noqa: F811
+def test_each_export_warms_each_signature_up_with_its_file(exports, name):
     """The file holds one request per signature, of one instance of the
     signature's inputs, and running them (as a server would) works."""
     path = os.path.join(exports[name], "assets.extra", warmup.FILE_NAME)
@@ -137,14 +136,14 @@ def test_each_export_warms_each_signature_up_with_its_file(exports, name):  # no
     assert ran == [n for n, _ in requests]
 
 
-def test_without_a_file_each_signature_gets_one_request(exports, tmp_path):  # noqa: F811
+def test_without_a_file_each_signature_gets_one_request(exports, tmp_path):
     folder = _export_copy(exports, "pair", tmp_path)
     os.remove(os.path.join(folder, "assets.extra", warmup.FILE_NAME))
     model = exported_model.Model(folder)
     assert model.warm_up() == (3, None)  # explain, serving_default, serving_ids
 
 
-def test_a_broken_file_stops_the_server_naming_it(exports, tmp_path):  # noqa: F811
+def test_a_broken_file_stops_the_server_naming_it(exports, tmp_path):
     folder = _export_copy(exports, "pair", tmp_path)
     path = os.path.join(folder, "assets.extra", warmup.FILE_NAME)
     with open(path, "wb") as f:
@@ -162,7 +161,7 @@ def test_a_broken_file_stops_the_server_naming_it(exports, tmp_path):  # noqa: F
         model.warm_up()
 
 
-def test_predict_warms_up_before_it_says_it_serves(exports, caplog):  # noqa: F811
+def test_predict_warms_up_before_it_says_it_serves(exports, caplog):
     """predict.py --port: the warm-up's requests run, and their line is
     logged, before the line that says where it serves."""
     order = []

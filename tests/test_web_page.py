@@ -26,6 +26,7 @@ import tensorflow.compat.v1 as tf
 from seqeval.metrics.sequence_labeling import get_entities
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from scriptkit import attributions
 from scriptkit import ner_tags
 from scriptkit import exported_model
 import modeling
@@ -59,8 +60,10 @@ def exports(tmp_path_factory):
     made = {}
     for name, task in (("qa", "question_answering"), ("embedding", "sentence_embeddings"),
                        ("fill_mask", "fill_mask")):
+        explain = ({"explain_steps": attributions.DEFAULT_STEPS}
+                   if task in serving_exports.EXPLAINED else {})
         with tf.Graph().as_default():
-            made[name], _ = serving_exports.EXPORTS[task](tmp / name, files)
+            made[name], _ = serving_exports.EXPORTS[task](tmp / name, files, **explain)
     return dict(made, **{
         "classifier": run_classifier.export_model(
             serving.ExportSource(config, files["classifier"], str(tmp / "classifier"),

@@ -1,0 +1,259 @@
+"""--export_precision=int8: the task model written as ONNX from its
+checkpoint (onnx_model.py), checked against the TensorFlow model, and an
+int8 export served by predict.py through ONNX Runtime (exported_model.py),
+checked against the export's own ONNX model and its fp32 graph.
+
+Needs requirements-onnx.txt; skipped without it, unless BERT_ONNX_TESTS=
+required (.ci/run's latest leg, which installs it)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import modeling
+import run_classifier
+import test_predict
+import test_run_classifier
+import test_serving
+import tiny
+from scriptkit import errors
+from scriptkit import exported_model
+from scriptkit import onnx_model
+from scriptkit import serving
+
+TEXTS = {"text_a": [a for a, _ in test_serving.PAIRS], "text_b": [b for _, b in test_serving.PAIRS]}
+
+
+def _require_onnx():
+    try:
+        onnx_model.require()
+    except ImportError as e:
+        if os.environ.get("BERT_ONNX_TESTS") == "required":
+            pytest.fail("%s (BERT_ONNX_TESTS=required)" % e)
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    _require_onnx()
+    return test_serving.write_model_files(tmp_path_factory.mktemp("onnx"))
+
+
+def _features(rows=3, length=9, seed=0):
+    """Id features with padding and two segments, as the scripts pack them."""
+    rng = np.random.RandomState(seed)
+    lengths = [length] + list(rng.randint(3, length, rows - 1))
+    mask = np.array([[1] * n + [0] * (length - n) for n in lengths], np.int32)
+    segments = np.array([[0] * (n // 2) + [1] * (n - n // 2) + [0] * (length - n)
+                         for n in lengths], np.int32)
+    ids = rng.randint(4, len(test_serving.WORDS), (rows, length)).astype(np.int32) * mask
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+
+
+def _tf_classifier(config, checkpoint, features, kind):
+    """run_classifier.create_model's outputs (PREDICT) on `features`."""
+    regression = kind == "regression"
+    with tf.Graph().as_default():
+        inputs = [tf.constant(features[name]) for name in serving.FEATURE_NAMES]
+        rows = len(features["input_ids"])
+        labels = (tf.zeros([rows]) if regression else tf.zeros([rows, 2], tf.int32)
+                  if kind == "sigmoid" else tf.zeros([rows], tf.int32))
+        _, _, logits, outputs = run_classifier.create_model(
+            config, False, *inputs, labels, 1 if regression else 2, False,
+            is_regression=regression,
+            multi_label=kind == "sigmoid")
+        with tf.Session() as session:
+            tf.train.Saver().restore(session, checkpoint)
+            return session.run({"scores" if regression else "probabilities": outputs,
+                                "logits": logits})
+
+
+@pytest.mark.parametrize("kind,act", [("softmax", "gelu"), ("sigmoid", "gelu_exact"),
+                                      ("regression", "relu")])
+def test_onnx_model_computes_what_the_tensorflow_model_does(files, tmp_path, kind, act):
+    """fp32 ONNX, in ONNX Runtime, equals the TensorFlow model to float
+    rounding: each head, each activation, padded rows and two segments."""
+    config = modeling.BertConfig.from_json_file(files["config"])
+    config.hidden_act = act
+    checkpoint = files["classifier"]
+    if kind == "regression":
+        checkpoint = test_serving._random_checkpoint(
+            str(tmp_path / "regression.ckpt"), files["config"],
+            lambda c: run_classifier.create_model(c, False, *[tf.zeros([1, 8], tf.int32)] * 3,
+                                                  tf.zeros([1]), 1, False, is_regression=True))
+    features = _features()
+    expected = _tf_classifier(config, checkpoint, features, kind)
+    path = str(tmp_path / "model.onnx")
+    import onnx
+    onnx.save(onnx_model.write_model(config, checkpoint, "classifier", kind), path)
+    session = onnx_model.session(path)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=2e-5, err_msg=name)
+    # Row by row, each cut to its pieces: the same outputs.
+    rows = onnx_model.run_rows(session, features)
+    for name, value in expected.items():
+        np.testing.assert_allclose(rows[name], value, atol=2e-5, err_msg=name)
+    assert {k: v.shape for k, v in onnx_model.run_rows(session, {
+        k: v[:0] for k, v in features.items()}).items()} == {
+            k: (0,) + v.shape[1:] for k, v in expected.items()}
+
+
+def test_an_activation_without_an_onnx_form_is_named(files):
+    config = modeling.BertConfig.from_json_file(files["config"])
+    config.hidden_act = "swish"
+    with pytest.raises(ValueError, match="hidden_act 'swish' has no ONNX form"):
+        onnx_model.write_model(config, files["classifier"], "classifier", "softmax")
+
+
+@pytest.fixture(scope="module")
+def exports(files, tmp_path_factory):
+    """{precision: SavedModel folder} of the tiny pair classifier (no
+    explain signature)."""
+    tmp = tmp_path_factory.mktemp("onnx_exports")
+    config = modeling.BertConfig.from_json_file(files["config"])
+    return {precision: run_classifier.export_model(
+        serving.ExportSource(config, files["classifier"], str(tmp / precision),
+                             files["vocab"], True, max_seq_length=test_serving.MAX_SEQ_LENGTH,
+                             precision=precision),
+        run_classifier.MrpcProcessor(), ["0", "1"], explain_steps=0)
+        for precision in serving.EXPORT_PRECISIONS}
+
+
+def _config(export_dir):
+    with open(os.path.join(export_dir, "assets", serving.CONFIG_ASSET)) as f:
+        return json.load(f)
+
+
+def test_int8_export_records_its_model_and_fp32_is_unchanged(exports):
+    assert _config(exports["int8"]) == dict(_config(exports["fp32"]), precision="int8",
+                                            onnx_model=serving.ONNX_FILE)
+    assert "precision" not in _config(exports["fp32"])
+    assert os.listdir(os.path.join(exports["fp32"], "assets.extra")) == [
+        "tf_serving_warmup_requests"]
+    assert os.path.getsize(os.path.join(exports["int8"], "assets.extra", serving.ONNX_FILE))
+    # Only the int8 graph names its predictions and checked ids.
+    for precision, count in (("fp32", 0), ("int8", 5)):
+        with tf.Graph().as_default(), tf.Session() as session:
+            graph = tf.saved_model.loader.load(session, ["serve"], exports[precision]).graph_def
+        named = [n.name for n in graph.node if n.name.startswith(
+            (serving.PREDICTION_PREFIX, serving.CHECKED_IDS_PREFIX))]
+        assert len(named) == count, (precision, named)
+
+
+def _onnx_outputs(export_dir, features):
+    session = onnx_model.session(os.path.join(export_dir, "assets.extra", serving.ONNX_FILE))
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+
+
+def test_int8_export_is_served_through_its_onnx_model(exports):
+    """Each signature's outputs: those of the export's ONNX model on the
+    graph's own features, row by row, with the graph's output code;
+    close to the fp32 graph's; the same names, types and shapes; the id
+    checks of the graph (its messages) before the model runs."""
+    fp32 = test_serving._run_signature(exports["fp32"], serving.TEXT_SIGNATURE, TEXTS,
+                                       fetch_features=True)
+    features = {name: fp32.pop("feature/" + name) for name in serving.FEATURE_NAMES}
+    # Each row alone, cut to its pieces (`onnx_model.run_rows`).
+    lengths = features["input_mask"].sum(axis=1)
+    expected = np.concatenate([_onnx_outputs(exports["int8"], {
+        k: v[row:row + 1, :n] for k, v in features.items()})["probabilities"]
+        for row, n in enumerate(lengths)])
+    model = exported_model.Model(exports["int8"])
+    assert model.warm_up()[0] == 2
+    served = model.signature(serving.TEXT_SIGNATURE)(TEXTS)
+    assert {k: (v.dtype, v.shape) for k, v in served.items()} == {
+        k: (v.dtype, v.shape) for k, v in fp32.items()}
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-6)
+    np.testing.assert_array_equal(served["label_ids"], np.argmax(expected, axis=1))
+    assert [x.decode() for x in served["labels"]] == [str(i) for i in np.argmax(expected, 1)]
+    # int8 weights: near fp32's, not equal (a tiny model of large random weights).
+    np.testing.assert_allclose(served["probabilities"], fp32["probabilities"], atol=0.05)
+    assert np.abs(served["probabilities"] - fp32["probabilities"]).max() > 1e-6
+    # A text's answer does not depend on the texts beside it.
+    alone = model.signature(serving.TEXT_SIGNATURE)({k: v[1:2] for k, v in TEXTS.items()})
+    np.testing.assert_array_equal(alone["probabilities"], served["probabilities"][1:2])
+    # The ids signature: padding past a row does not change it either.
+    padded = {name: np.pad(value, [(0, 0), (0, 5)]) for name, value in features.items()}
+    ids = model.signature(serving.IDS_SIGNATURE)(padded)
+    assert sorted(ids) == ["probabilities"]
+    np.testing.assert_allclose(ids["probabilities"], expected, atol=1e-6)
+    bad = dict(features, input_mask=features["input_mask"] * 2)
+    messages = []
+    for precision in serving.EXPORT_PRECISIONS:
+        with pytest.raises(tf.errors.InvalidArgumentError) as e:
+            exported_model.Model(exports[precision]).signature(serving.IDS_SIGNATURE)(bad)
+        messages.append(exported_model.op_error_message(e.value))
+    assert messages[0] == messages[1] and "input input_mask: 2" in messages[0]
+
+
+def test_predict_labels_a_file_with_the_int8_export(exports, tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"text_a": a, "text_b": b}) + "\n"
+                            for a, b in test_serving.PAIRS), encoding="utf-8")
+    out = test_predict._predict(exports["int8"], cached=False, input_file=str(path),
+                                output_file=str(tmp_path / "out.jsonl"))
+    served = exported_model.Model(exports["int8"]).signature(serving.TEXT_SIGNATURE)(TEXTS)
+    np.testing.assert_allclose([line["probabilities"] for line in out],
+                               served["probabilities"], atol=1e-6)
+
+
+def test_a_missing_runtime_is_one_line_naming_the_file(exports, files, monkeypatch, tmp_path):
+    def missing():
+        raise ImportError("No module named 'onnxruntime' (an int8 export is served by ONNX "
+                          "Runtime: pip install -r %s)" % onnx_model.REQUIREMENTS)
+
+    monkeypatch.setattr(onnx_model, "require", missing)
+    with pytest.raises(errors.InputError, match=r"^--model_dir: .* is a int8 export: No module "
+                                                r"named 'onnxruntime' .*requirements-onnx\.txt"):
+        exported_model.Model(exports["int8"])
+    values = test_run_classifier._flag_values(
+        vocab_file=files["vocab"], bert_config_file=files["config"],
+        output_dir=str(tmp_path / "out"), init_checkpoint=files["classifier"],
+        export_dir=str(tmp_path / "export"), export_precision="int8")
+    with pytest.raises(errors.InputError, match=r"^--export_precision=int8: .*requirements-onnx"):
+        tiny.run_main_seeded(run_classifier.main, values)
+    assert not os.path.exists(tmp_path / "export")
+
+
+def _mrpc_test_file(data_dir):
+    data_dir.mkdir()
+    with open(data_dir / "test.tsv", "w", encoding="utf-8") as f:
+        f.write("index\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
+        for i, (a, b) in enumerate(test_serving.PAIRS):
+            f.write("%d\t%d\t%d\t%s\t%s\n" % (i, i, i, a, b))
+    return str(data_dir)
+
+
+def test_int8_without_an_export_is_refused(files, tmp_path):
+    values = test_run_classifier._flag_values(
+        task_name="MRPC", data_dir=_mrpc_test_file(tmp_path / "mrpc"),
+        vocab_file=files["vocab"], bert_config_file=files["config"],
+        output_dir=str(tmp_path / "out"), init_checkpoint=files["classifier"],
+        do_predict=True, export_precision="int8")
+    with pytest.raises(errors.InputError,
+                       match="--export_precision=int8 shapes the export: give --export_dir"):
+        tiny.run_main_seeded(run_classifier.main, values)
+
+
+def test_run_classifier_exports_int8_that_answers_as_do_predict(files, tmp_path):
+    """run_classifier.py --do_predict --export_dir --export_precision=int8:
+    the served export's probabilities are --do_predict's (fp32) within the
+    int8 rounding of the tiny model."""
+    tiny.run_main_seeded(run_classifier.main, test_run_classifier._flag_values(
+        task_name="MRPC", data_dir=_mrpc_test_file(tmp_path / "mrpc"), vocab_file=files["vocab"],
+        bert_config_file=files["config"], output_dir=str(tmp_path / "output"),
+        init_checkpoint=files["classifier"], do_predict=True,
+        max_seq_length=test_serving.MAX_SEQ_LENGTH, export_dir=str(tmp_path / "export"),
+        export_precision="int8", explain_steps=0))
+    with open(tmp_path / "output" / "test_results.tsv") as f:
+        predicted = np.array([[float(x) for x in line.split("\t")] for line in f])
+    model = exported_model.Model(str(tmp_path / "export"))
+    assert model.tokenizer_config["precision"] == "int8"
+    served = model.signature(serving.TEXT_SIGNATURE)(TEXTS)["probabilities"]
+    np.testing.assert_allclose(served, predicted, atol=0.05)
+    assert np.ptp(served[:, 0]) > 0.01  # The outputs move with the text.
