@@ -248,21 +248,23 @@ class Model:
         # An explanation runs the model on more rows per text.
         explained_rows = attributions.rows_per_text(
             int(self.tokenizer_config.get("explain_steps", 0)))
+        functions = dict(loaded.signatures)
+        if self.tokenizer_config.get("precision", "fp32") != "fp32":
+            functions.update(self._onnx_functions(loaded, meta_graph.graph_def, functions))
         self._signatures = {
             name: Signature(name, function, _features_function(
                 loaded, meta_graph.graph_def, name, self.signature_defs[name]),
                 explained_rows=explained_rows if name == serving.EXPLAIN_SIGNATURE else 0)
-            for name, function in loaded.signatures.items()}
-        if self.tokenizer_config.get("precision", "fp32") != "fp32":
-            self._serve_through_onnx(loaded, meta_graph.graph_def)
+            for name, function in functions.items()}
         self._loaded = loaded  # Keeps the functions' variables alive.
         self.max_positions = next((int(v.shape[0]) for v in getattr(loaded, "variables", ())
                                    if v.name.endswith("position_embeddings:0")), None)
 
-    def _serve_through_onnx(self, loaded, graph_def):
-        """Runs the task model of the text and id signatures with ONNX
-        Runtime, from the export's ONNX model (an --export_precision other
-        than fp32: `serving.ONNX_FILE`); the explain signature stays the
+    def _onnx_functions(self, loaded, graph_def, functions):
+        """The text and id signatures' functions (name -> `_OnnxFunction`)
+        with their task model run by ONNX Runtime, from the export's ONNX
+        model (an --export_precision other than fp32: `serving.ONNX_FILE`),
+        in place of the loaded `functions`; the explain signature stays the
         graph's."""
         try:
             onnx_model.require()
@@ -277,6 +279,7 @@ class Model:
         nodes = {node.name for node in graph_def.node}
         predicted = sorted(node[len(serving.PREDICTION_PREFIX):] for node in nodes
                            if node.startswith(serving.PREDICTION_PREFIX))
+        replaced = {}
         for name, prefix in ((serving.TEXT_SIGNATURE, serving.TEXT_FEATURE_PREFIX),
                              (serving.IDS_SIGNATURE, serving.CHECKED_IDS_PREFIX)):
             signature_def = self.signature_defs[name]
@@ -288,9 +291,9 @@ class Model:
                 after = loaded.prune(
                     feeds + [serving.PREDICTION_PREFIX + n + ":0" for n in predicted],
                     {n: info.name for n, info in signature_def.outputs.items()})
-            signature = self._signatures[name]
-            signature._function = _OnnxFunction(signature._function, inputs, before, session,
-                                                predicted, after)
+            replaced[name] = _OnnxFunction(functions[name], inputs, before, session, predicted,
+                                           after)
+        return replaced
 
     def warm_up(self):
         """Runs the export's warm-up requests (assets.extra/

@@ -169,7 +169,7 @@ def _encoder(graph, config, ids, mask, segments):
         inner = graph.dense(attended, scope + "intermediate/dense", activation)
         x = graph.layer_norm(graph.op("Add", graph.dense(inner, scope + "output/dense"),
                                       attended), scope + "output/LayerNorm")
-    first = graph.op("Gather", x, graph.constant(np.asarray(0, np.int64)), axis=1)
+    first = graph.op("Gather", x, i64(0), axis=1)
     pooled = graph.dense(first, "bert/pooler/dense", _ACTIVATIONS["tanh"])
     return x, pooled
 
@@ -182,9 +182,7 @@ def _classifier(graph, sequence, pooled, kind):
                                       graph.weight("output_weights", transpose=True)),
                       graph.weight("output_bias"))
     if kind == "regression":
-        return {"scores": graph.op("Squeeze", logits,
-                                   graph.constant(np.asarray([-1], np.int64))),
-                "logits": logits}
+        return {"scores": graph.op("Squeeze", logits, graph.int64s([-1])), "logits": logits}
     probabilities = (graph.op("Sigmoid", logits) if kind == "sigmoid"
                      else graph.op("Softmax", logits, axis=-1))
     return {"probabilities": probabilities, "logits": logits}
@@ -262,7 +260,6 @@ def session(path, threads=0):
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
