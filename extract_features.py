@@ -87,6 +87,7 @@ class Settings(settings_lib.TPU):
     fused_ops: str = "auto"
     batch_size: int = 32
     export_dir: Optional[str] = None
+    export_precision: str = "fp32"
     layers: str = "-1,-2,-3,-4"
     output_format: str = "jsonl"
     pooling: str = "none"
@@ -494,7 +495,8 @@ def export_embeddings(source, layer_index=-1, pooling="mean", normalize=False,
     if text_pairs:
         # A row without text_b is the text alone (an empty text_b packs so).
         settings["optional_inputs"] = ["text_b"]
-    return serving.export(model_fn, source, text_signature, settings=settings)
+    return serving.export(model_fn, source, text_signature, settings=settings,
+                          onnx_head=("embedding", (layer_index, pooling, normalize)))
 
 
 # ---------------------------------------------------------------------------
@@ -610,7 +612,7 @@ class ExtractionRun:
         s = self.settings
         return serving.ExportSource(self.bert_config, self.init_checkpoint, s.export_dir,
                                     s.vocab_file, s.do_lower_case, s.max_seq_length,
-                                    self.options)
+                                    self.options, s.export_precision)
 
     def estimator(self, model_dir):
         """The runner of the feature-extraction model_fn (`model_fn_builder`)
@@ -645,8 +647,7 @@ def prepare_run(settings):
     _check_run_flags(s)
     if s.input_file:
         file_io.require_file("input_file", s.input_file)
-    if s.export_dir:
-        serving.check_export_flags(s.vocab_file, s.export_dir)
+    serving.check_export_flags(s.vocab_file, s.export_dir, s.export_precision)
     tokenizer = checkpoints.load_tokenizer(s.vocab_file, s.do_lower_case, s.init_checkpoint)
     bert_config = checkpoints.load_bert_config(
         s.bert_config_file, max_seq_length=s.max_seq_length,

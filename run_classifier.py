@@ -45,7 +45,6 @@ from scriptkit import file_io
 from scriptkit import fine_tuning
 from scriptkit import input_packing
 from scriptkit import long_inputs
-from scriptkit import onnx_model
 import modeling
 from scriptkit import output_lock
 from scriptkit import own_data
@@ -94,7 +93,6 @@ class Settings(own_data.Settings):
     window_loss: str = "window"
     diagnostic_file: Optional[str] = None
     explain_steps: int = attributions.DEFAULT_STEPS
-    export_precision: str = "fp32"
 
 
 # The shared flags, with this script's defaults and help texts.
@@ -921,14 +919,6 @@ def _check_flags(settings):
         raise errors.InputError("--eval_every_n_steps must be >= 0")
     if settings.explain_steps < 0:
         raise errors.InputError("--explain_steps must be >= 0, not %d" % settings.explain_steps)
-    if settings.export_precision != "fp32":
-        if not settings.export_dir:
-            raise errors.InputError("--export_precision=%s shapes the export: give --export_dir"
-                                    % settings.export_precision)
-        try:
-            onnx_model.require()
-        except ImportError as e:
-            raise errors.InputError("--export_precision=%s: %s" % (settings.export_precision, e))
     return processor, windows
 
 
@@ -1055,8 +1045,7 @@ def main(_):
 
     if settings.export_dir:
         source = run.export_source(_checkpoint_to_export(run, best_checkpoint))
-        export_model(dataclasses.replace(source, precision=settings.export_precision),
-                     processor, task.label_list, windows, settings.explain_steps)
+        export_model(source, processor, task.label_list, windows, settings.explain_steps)
 
 
 if __name__ == "__main__":

@@ -784,7 +784,8 @@ def export_model(source, label_list, scheme, labels_path, doc_stride=64,
                                     doc_stride=doc_stride, label_list=label_list,
                                     steps=explain_steps)
     return serving.export(model_fn, source, text_signature, settings=settings,
-                          assets_extra=[labels_path], explain_signature=explain)
+                          assets_extra=[labels_path], explain_signature=explain,
+                          onnx_head=("tagger", None))
 
 
 def _explain_signature(tokenizer, max_seq_length, doc_stride, label_list, steps):

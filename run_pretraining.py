@@ -937,6 +937,7 @@ def prepare_run(settings):
       InputError: one line naming the flag (and file) at fault.
     """
     s = settings
+    serving.check_export_flags(s.vocab_file, s.export_dir, s.export_precision)
     settings_lib.require(s, "input_file", "bert_config_file", "output_dir")
     run_record.check_script(s.output_dir, SCRIPT)
     if not (s.do_train or s.do_eval):
@@ -1009,7 +1010,8 @@ def check_export(settings):
     if s.do_train or s.do_eval:  # The run's own inputs, checked first.
         names += ["input_file", "output_dir"]
     settings_lib.require(s, *names)
-    fill_mask_export.check_export_flags(s.vocab_file, s.export_dir, s.top_k)
+    fill_mask_export.check_export_flags(s.vocab_file, s.export_dir, s.top_k,
+                                        s.export_precision)
     if not s.do_train:
         checkpoint = checkpoints.resolve_checkpoint("init_checkpoint", s.init_checkpoint,
                                                     required=True)
@@ -1037,7 +1039,8 @@ def export_fill_mask(settings, flag_name):
                     s.top_k, fill_mask_export.MASK_TOKEN, checkpoint)
     source = serving.ExportSource(bert_config, checkpoint, s.export_dir, s.vocab_file,
                                   s.do_lower_case, s.max_seq_length,
-                                  training.TrainingOptions(precision=s.precision))
+                                  training.TrainingOptions(precision=s.precision),
+                                  s.export_precision)
     return fill_mask_export.export_fill_mask(source, get_masked_lm_output, top_k=s.top_k)
 
 

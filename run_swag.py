@@ -447,7 +447,7 @@ def export_model(source):
               "endings": ["ending%d" % i for i in range(SWAG_ENDINGS)]}
     return serving.export(model_fn, source, text_signature, id_rank=3,
                           settings={"max_seq_length": source.max_seq_length,
-                                    "input_fields": fields})
+                                    "input_fields": fields}, onnx_head=("choice", None))
 
 
 def _check_flags(settings):

@@ -42,6 +42,7 @@ assets/tokenizer_config.json.
 import tensorflow.compat.v1 as tf
 
 from scriptkit import errors
+from scriptkit import file_io
 from scriptkit import graph_tokenization
 from scriptkit import runtime
 from scriptkit import serving
@@ -65,11 +66,13 @@ HEAD_VARIABLES = ("cls/predictions/transform/dense/kernel",
                   "cls/predictions/output_bias")
 
 
-def check_export_flags(vocab_file, export_dir, top_k):
+def check_export_flags(vocab_file, export_dir, top_k, precision="fp32"):
     """Checks up front what --export_dir will need: a folder it can write, a
-    vocabulary the graph's tokenizer reads that holds [MASK], and a
-    positive --top_k. Returns the [MASK] id; raises errors.InputError."""
-    serving.check_export_flags(vocab_file, export_dir)
+    vocabulary the graph's tokenizer reads that holds [MASK], a positive
+    --top_k and the runtime of --export_precision=`precision`
+    (`serving.check_export_flags`). Returns the [MASK] id; raises
+    errors.InputError."""
+    serving.check_export_flags(vocab_file, export_dir, precision)
     if top_k < 1:
         raise errors.InputError("--top_k=%d: the export returns the top_k pieces per mask; "
                                 "give 1 or more" % top_k)
@@ -258,7 +261,7 @@ def export_fill_mask(source, masked_lm_output, top_k=5):
       errors.InputError: the vocabulary lacks [MASK] or the checkpoint the
         head (checked before anything is written).
     """
-    mask_id = check_export_flags(source.vocab_file, source.export_dir, top_k)
+    mask_id = check_export_flags(source.vocab_file, source.export_dir, top_k, source.precision)
     check_masked_lm_head(source.checkpoint)
     model_fn = fill_mask_model_fn_builder(
         source.bert_config, masked_lm_output, source.vocab_file, mask_id, top_k,
@@ -282,6 +285,11 @@ def export_fill_mask(source, masked_lm_output, top_k=5):
                 "mask_id": mask_id}
     # Rows run in chunks (`serving.run_in_chunks`) are padded to the most
     # masks of any chunk as the model pads them to its chunk's: no piece.
+    # The vocabulary's lines, as the graph's table reads them (for the
+    # ONNX model of an --export_precision other than fp32).
+    pieces = [line[:-1] if line.endswith("\r") else line for line in
+              file_io.read_file_bytes(source.vocab_file).decode("utf-8").split("\n")]
     return serving.export(model_fn, source, text_signature, settings=settings,
                           padding={TOKEN_IDS: -1},
-                          warmup_text="A text with a %s to fill." % MASK_TOKEN)
+                          warmup_text="A text with a %s to fill." % MASK_TOKEN,
+                          onnx_head=("fill_mask", (mask_id, top_k, pieces)))

@@ -311,7 +311,8 @@ class Run:
         return serving.ExportSource(
             bert_config=self.bert_config, checkpoint=checkpoint, export_dir=s.export_dir,
             vocab_file=s.vocab_file, do_lower_case=s.do_lower_case,
-            max_seq_length=s.max_seq_length, options=self.options)
+            max_seq_length=s.max_seq_length, options=self.options,
+            precision=s.export_precision)
 
 
 def prepare_run(settings, script, min_seq_length=None, needs=None, check_flags=None,
@@ -360,8 +361,9 @@ def prepare_run(settings, script, min_seq_length=None, needs=None, check_flags=N
         settings, record, settings.max_seq_length)
     if check_model:
         check_model(settings, bert_config)
-    if export and settings.export_dir:
-        serving.check_export_flags(settings.vocab_file, settings.export_dir)
+    if export:
+        serving.check_export_flags(settings.vocab_file, settings.export_dir,
+                                   settings.export_precision)
     options = training.training_options(settings, training=settings.do_train)
     return Run(script, settings, record, tokenizer, bert_config, init_checkpoint, options,
                head_variable, task)

@@ -9,6 +9,7 @@ the plain forms (MatMul, LayerNormalization, Softmax) that ONNX Runtime's
 optimizer fuses and its quantizer turns into integer matrix products.
 
     inputs:  input_ids, input_mask, segment_ids: int32 [batch, length]
+             (a multiple-choice model's [batch, choices, length])
     outputs: the task head's predictions (HEADS), as the script's model_fn
              names them in PREDICT mode
 
@@ -52,6 +53,10 @@ class _Graph:
         self.nodes, self.initializers = [], []
         self._count = 0
 
+    def shape(self, name):
+        """The shape of the checkpoint variable `name`."""
+        return self._reader.get_variable_to_shape_map()[name]
+
     def weight(self, name, transpose=False):
         """The checkpoint variable `name` as an initializer (float32)."""
         value = np.asarray(self._reader.get_tensor(name), np.float32)
@@ -70,11 +75,15 @@ class _Graph:
 
     def op(self, op_type, *inputs, **attributes):
         """One node of one output; returns the output's name."""
+        return self.ops(op_type, 1, *inputs, **attributes)[0]
+
+    def ops(self, op_type, count, *inputs, **attributes):
+        """One node of `count` outputs; returns their names."""
         self._count += 1
-        output = "%s_%d" % (op_type.lower(), self._count)
-        self.nodes.append(self._helper.make_node(op_type, list(inputs), [output],
+        outputs = ["%s_%d_%d" % (op_type.lower(), self._count, i) for i in range(count)]
+        self.nodes.append(self._helper.make_node(op_type, list(inputs), outputs,
                                                  **attributes))
-        return output
+        return outputs
 
     def dense(self, x, scope, activation=None):
         """x @ kernel + bias of the dense layer `scope` (kernel [in, out])."""
@@ -115,8 +124,9 @@ _ACTIVATIONS = {
 
 
 def _encoder(graph, config, ids, mask, segments):
-    """modeling.BertModel in PREDICT mode: (sequence output [batch,
-    length, hidden], pooled output [batch, hidden])."""
+    """modeling.BertModel in PREDICT mode on ids, mask, segments [rows,
+    length]: the output of every layer, [rows, length, hidden] each (the
+    last is the sequence output)."""
     hidden, heads = config.hidden_size, config.num_attention_heads
     if hidden % heads:
         raise ValueError("hidden_size %d is not a multiple of num_attention_heads %d"
@@ -149,6 +159,7 @@ def _encoder(graph, config, ids, mask, segments):
     # Scores divided by sqrt(size), not multiplied by its inverse: that
     # optimizer would take a Mul there for the mask's.
     scale = graph.constant(np.float32(math.sqrt(size_per_head)))
+    layers = []
     for layer in range(config.num_hidden_layers):
         scope = "bert/encoder/layer_%d/" % layer
 
@@ -169,60 +180,224 @@ def _encoder(graph, config, ids, mask, segments):
         inner = graph.dense(attended, scope + "intermediate/dense", activation)
         x = graph.layer_norm(graph.op("Add", graph.dense(inner, scope + "output/dense"),
                                       attended), scope + "output/LayerNorm")
-    first = graph.op("Gather", x, i64(0), axis=1)
-    pooled = graph.dense(first, "bert/pooler/dense", _ACTIVATIONS["tanh"])
-    return x, pooled
+        layers.append(x)
+    return layers
 
 
-def _classifier(graph, sequence, pooled, kind):
+def _pooled(graph, sequence):
+    """The pooler: dense tanh on the first piece's vector, [rows, hidden]."""
+    first = graph.op("Gather", sequence, graph.int64s(0), axis=1)
+    return graph.dense(first, "bert/pooler/dense", _ACTIVATIONS["tanh"])
+
+
+class _Encoded:
+    """The encoder's outputs, for a task head.
+
+    Attributes:
+      layers: every layer's output, [rows, length, hidden] each.
+      mask: the input_mask of the rows, int32 [rows, length].
+      ids: the model's input_ids as given ([batch, length], or [batch,
+        choices, length] for a multiple-choice model, whose rows are its
+        choices).
+      activation: the config's hidden_act, a key of _ACTIVATIONS.
+    """
+
+    def __init__(self, layers, mask, ids, activation):
+        self.layers, self.mask, self.ids = layers, mask, ids
+        self.activation = activation
+
+
+# A prediction's dimensions as the model declares them: ROWS, the pieces
+# (LENGTH: `run_rows` pads these back to the batch's length), or sizes the
+# model fixes (None).
+ROWS, LENGTH = "batch", "length"
+
+
+def _classifier(graph, encoded, kind):
     """run_classifier.create_model's head: logits from output_weights
     [labels, hidden] and output_bias; `kind` "softmax", "sigmoid" or
     "regression"."""
-    logits = graph.op("Add", graph.op("MatMul", pooled,
+    logits = graph.op("Add", graph.op("MatMul", _pooled(graph, encoded.layers[-1]),
                                       graph.weight("output_weights", transpose=True)),
                       graph.weight("output_bias"))
     if kind == "regression":
-        return {"scores": graph.op("Squeeze", logits, graph.int64s([-1])), "logits": logits}
+        return {"scores": (graph.op("Squeeze", logits, graph.int64s([-1])), [ROWS]),
+                "logits": (logits, [ROWS, None])}
     probabilities = (graph.op("Sigmoid", logits) if kind == "sigmoid"
                      else graph.op("Softmax", logits, axis=-1))
-    return {"probabilities": probabilities, "logits": logits}
+    return {"probabilities": (probabilities, [ROWS, None]), "logits": (logits, [ROWS, None])}
 
 
-# The task heads: (graph, sequence output, pooled output, argument) ->
-# prediction name -> value name.
-HEADS = {"classifier": _classifier}
+def _tagger(graph, encoded, _):
+    """run_ner.create_model's head: per piece, the softmax of its logits
+    from ner/output_weights [labels, hidden] and ner/output_bias."""
+    logits = graph.op("Add", graph.op("MatMul", encoded.layers[-1],
+                                      graph.weight("ner/output_weights", transpose=True)),
+                      graph.weight("ner/output_bias"))
+    return {"probabilities": (graph.op("Softmax", logits, axis=-1), [ROWS, LENGTH, None])}
 
 
-def write_model(config, checkpoint, head, argument=None):
+def _choice(graph, encoded, _):
+    """run_swag.create_model's head: a score per choice from the pooled
+    output (swag/output_weights [1, hidden], swag/output_bias), the
+    softmax over each instance's choices: probabilities [batch, choices]."""
+    scores = graph.op("Add", graph.op("MatMul", _pooled(graph, encoded.layers[-1]),
+                                      graph.weight("swag/output_weights", transpose=True)),
+                      graph.weight("swag/output_bias"))
+    instances = graph.op("Slice", graph.op("Shape", encoded.ids), graph.int64s([0]),
+                         graph.int64s([2]))
+    logits = graph.op("Reshape", scores, instances)
+    return {"probabilities": (graph.op("Softmax", logits, axis=-1), [ROWS, None])}
+
+
+def _span(graph, encoded, _):
+    """run_squad.create_model's head: start_logits and end_logits [rows,
+    length] from cls/squad/output_weights [2, hidden] and
+    cls/squad/output_bias."""
+    logits = graph.op("Add", graph.op("MatMul", encoded.layers[-1],
+                                      graph.weight("cls/squad/output_weights",
+                                                   transpose=True)),
+                      graph.weight("cls/squad/output_bias"))  # [rows, length, 2]
+    return {name: (graph.op("Gather", logits, graph.int64s(index), axis=2), [ROWS, LENGTH])
+            for index, name in enumerate(["start_logits", "end_logits"])}
+
+
+def _embedding(graph, encoded, argument):
+    """extract_features.sentence_vectors as the embedding export uses it:
+    `argument` (layer_index, pooling "cls", "mean" or "pooler",
+    normalize) -> {"embedding": [rows, hidden]}."""
+    layer_index, pooling, normalize = argument
+    if pooling == "pooler":
+        vectors = _pooled(graph, encoded.layers[-1])
+    else:
+        layer = encoded.layers[layer_index]
+        if pooling == "cls":
+            vectors = graph.op("Gather", layer, graph.int64s(0), axis=1)
+        elif pooling == "mean":
+            real = graph.op("Unsqueeze", graph.op("Cast", encoded.mask, to=1),
+                            graph.int64s([2]))  # [rows, length, 1]
+            vectors = graph.op("Div", graph.op("ReduceSum", graph.op("Mul", layer, real),
+                                               graph.int64s([1]), keepdims=0),
+                               graph.op("ReduceSum", real, graph.int64s([1]), keepdims=0))
+        else:
+            raise ValueError("pooling %r has no ONNX form here" % pooling)
+    if normalize:
+        # x / max(|x|, 1e-12), as the TensorFlow export divides.
+        # (ReduceL2 takes its axes as an attribute until opset 18.)
+        norm = graph.op("ReduceL2", vectors, axes=[-1], keepdims=1)
+        vectors = graph.op("Div", vectors, graph.op("Max", norm,
+                                                    graph.constant(np.float32(1e-12))))
+    return {"embedding": (vectors, [ROWS, None])}
+
+
+def _fill_mask(graph, encoded, argument):
+    """fill_mask_export's model: per [MASK] piece (in order), the masked-LM
+    head's `top_k` most probable pieces. `argument`: (mask_id, top_k,
+    pieces: the vocabulary's lines). Predictions (fill_mask_export's
+    names), zero-padded to the most masks of a row: tokens (strings) and
+    token_ids (int32: "" and -1 past a row's masks) and scores [rows,
+    masks, top_k], and num_masks (int32 [rows])."""
+    from onnx import TensorProto
+    mask_id, top_k, pieces = argument
+    i64 = graph.int64s
+    is_mask = graph.op("Equal", encoded.ids, graph.constant(np.int32(mask_id)))
+    counts = graph.op("ReduceSum", graph.op("Cast", is_mask, to=TensorProto.INT64), i64([1]),
+                      keepdims=0)  # [rows]
+    most = graph.op("ReduceMax", counts, keepdims=1)  # [1]
+    # The masks' positions in order: the top `most` of (length - position)
+    # at the masks, 0 elsewhere.
+    length = graph.op("Squeeze", graph.op("Slice", graph.op("Shape", encoded.ids), i64([1]),
+                                          i64([2])), i64([0]))
+    before_end = graph.op("Sub", length, graph.op("Range", i64(0), length, i64(1)))
+    key = graph.op("Cast", graph.op("Mul", graph.op("Cast", is_mask, to=TensorProto.INT64),
+                                    before_end), to=TensorProto.FLOAT)
+    _, positions = graph.ops("TopK", 2, key, most, axis=1)  # [rows, masks]
+    vectors = graph.op("GatherND", encoded.layers[-1],
+                       graph.op("Unsqueeze", positions, i64([2])), batch_dims=1)
+    # run_pretraining.get_masked_lm_output: a dense layer and LayerNorm,
+    # then scores against the word embeddings (tied) and a bias.
+    hidden = graph.layer_norm(graph.dense(vectors, "cls/predictions/transform/dense",
+                                          _ACTIVATIONS[encoded.activation]),
+                              "cls/predictions/transform/LayerNorm")
+    logits = graph.op("Add", graph.op("MatMul", hidden, graph.weight(
+        "bert/embeddings/word_embeddings", transpose=True)),
+        graph.weight("cls/predictions/output_bias"))
+    scores, ids = graph.ops("TopK", 2, graph.op("Softmax", logits, axis=-1), i64([top_k]),
+                            axis=-1)
+    real = graph.op("Less", graph.op("Unsqueeze", graph.op(
+        "Range", i64(0), graph.op("Squeeze", most, i64([0])), i64(1)), i64([0])),
+        graph.op("Unsqueeze", counts, i64([1])))
+    real = graph.op("Unsqueeze", real, i64([2]))  # [rows, masks, 1]
+    vocab_size = int(graph.shape("bert/embeddings/word_embeddings")[0])
+    # Ids past the vocabulary file's lines are "", as the export's table.
+    lines = np.array((list(pieces) + [""] * vocab_size)[:vocab_size], dtype=object)
+    tokens = graph.op("Gather", graph.constant(lines, "pieces"), ids)
+    dims = [ROWS, None, None]
+    return {"tokens": (graph.op("Where", real, tokens, graph.constant(
+                np.array("", dtype=object))), dims, TensorProto.STRING),
+            "token_ids": (graph.op("Where", real, graph.op("Cast", ids, to=TensorProto.INT32),
+                                   graph.constant(np.int32(-1))), dims, TensorProto.INT32),
+            "scores": (graph.op("Where", real, scores, graph.constant(np.float32(0))), dims),
+            "num_masks": (graph.op("Cast", counts, to=TensorProto.INT32), [ROWS],
+                          TensorProto.INT32)}
+
+
+# The task heads: (graph, _Encoded, argument) -> prediction name ->
+# (value name, its dimensions: ROWS, LENGTH or None[, its ONNX type where
+# not float32]), the predictions of the script's model_fn in PREDICT mode.
+HEADS = {"classifier": _classifier, "tagger": _tagger, "choice": _choice, "span": _span,
+         "embedding": _embedding, "fill_mask": _fill_mask}
+# Where rows give an output of different dimensions (fill-mask's masks),
+# the value they are padded with, as the export's graph pads them; else
+# 0 or "".
+PADDING = {"token_ids": -1}
+
+
+def write_model(config, checkpoint, head, argument=None, rank=2):
     """The ONNX model (onnx.ModelProto) of BERT and the task head `head`
     (a key of HEADS, given `argument`) with the weights of `checkpoint`.
 
     Args:
       config: modeling.BertConfig.
       checkpoint: a checkpoint path (Google's variable names).
-      head: "classifier".
-      argument: the head's kind ("softmax", "sigmoid" or "regression").
+      head: a key of HEADS.
+      argument: what the head takes: the classifier its kind ("softmax",
+        "sigmoid" or "regression"), the embedding (layer_index, pooling,
+        normalize), fill-mask (mask_id, top_k, the vocabulary's lines);
+        the others nothing.
+      rank: of the inputs: 2 ([batch, length]), 3 ([batch, choices,
+        length]: the choice head's).
 
     Returns:
-      onnx.ModelProto; inputs INPUTS (int32 [batch, length]), outputs the
-      head's predictions (float32, batch first).
+      onnx.ModelProto; inputs INPUTS (int32 [batch, ..., length]), outputs
+      the head's predictions (batch first).
     """
     require()
     import tensorflow.compat.v1 as tf
     from onnx import TensorProto, helper
 
     graph = _Graph(tf.train.load_checkpoint(checkpoint))
-    sequence, pooled = _encoder(graph, config, *INPUTS)
-    outputs = HEADS[head](graph, sequence, pooled, argument)
+    flat = list(INPUTS)
+    if rank == 3:
+        # The choices as rows of their own: [batch * choices, length].
+        rows = graph.op("Concat", graph.int64s([-1]), graph.op(
+            "Slice", graph.op("Shape", INPUTS[0]), graph.int64s([2]), graph.int64s([3])),
+            axis=0)
+        flat = [graph.op("Reshape", name, rows) for name in INPUTS]
+    encoded = _Encoded(_encoder(graph, config, *flat), flat[1], INPUTS[0],
+                       config.hidden_act.lower())
+    outputs = {name: (list(output) + [TensorProto.FLOAT])[:3]
+               for name, output in HEADS[head](graph, encoded, argument).items()}
     # Each output under its prediction's name.
-    for name, value in outputs.items():
+    for name, (value, _, _) in outputs.items():
         graph.nodes.append(helper.make_node("Identity", [value], [name]))
+    input_dims = [ROWS] + ["choices"] * (rank - 2) + [LENGTH]
     model = helper.make_model(
         helper.make_graph(
             graph.nodes, "bert_" + head,
-            [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", "length"])
-             for n in INPUTS],
-            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+            [helper.make_tensor_value_info(n, TensorProto.INT32, input_dims) for n in INPUTS],
+            [helper.make_tensor_value_info(n, kind, dims)
+             for n, (_, dims, kind) in outputs.items()],
             graph.initializers),
         opset_imports=[helper.make_opsetid("", OPSET)], producer_name="bert")
     model.ir_version = 8
@@ -264,11 +439,12 @@ def session(path, threads=0):
 
 
 def run_rows(session, features):
-    """The model's outputs for `features` (INPUTS -> int32 [rows, length]),
-    run one row at a time, each cut to its own pieces (input_mask), and
-    joined along the rows: name -> float32 [rows, ...]; an output over the
-    pieces (its second dimension the row's length) is padded with 0 to
-    `length`.
+    """The model's outputs for `features` (INPUTS -> int32 [rows, ...,
+    length]), run one row at a time (a multiple-choice instance with its
+    choices), each cut to its own pieces (its longest input_mask), and
+    joined along the rows: name -> [rows, ...]; an output over the pieces
+    (declared LENGTH) is padded with 0 to `length`, one whose dimensions
+    differ between rows to their largest (`_join`).
 
     Why not in batches: int8 activations are scaled per run (dynamic
     quantization), so in a batch a row's answer would depend on the rows
@@ -277,21 +453,40 @@ def run_rows(session, features):
     classifier ran 32 rows of 128 pieces in 5.0 s one by one against 5.5 s
     as one batch, and of 16 pieces in 0.74 s against 0.61 s.
     """
-    rows, length = features[INPUTS[0]].shape
+    shape = features[INPUTS[0]].shape
+    rows, length = shape[0], shape[-1]
     names = [output.name for output in session.get_outputs()]
-    lengths = np.maximum(features["input_mask"].sum(axis=1), 1)
+    over_pieces = [len(output.shape) > 1 and output.shape[1] == LENGTH
+                   for output in session.get_outputs()]
+    if not rows:
+        # The output dimensions of no rows: those of one row of padding.
+        empty = session.run(names, {name: np.zeros([1] + [max(d, 1) for d in shape[1:]],
+                                                   np.int32) for name in features})
+        return {name: value[:0] for name, value in zip(names, empty)}
+    mask = features["input_mask"].reshape(rows, -1, length)
+    lengths = np.maximum(mask.sum(axis=-1).max(axis=-1), 1)
     outputs = [[] for _ in names]
     for row in range(rows):
         cut = int(lengths[row])
-        values = session.run(names, {name: np.ascontiguousarray(value[row:row + 1, :cut])
-                                     for name, value in features.items()})
-        for kept, value in zip(outputs, values):
-            if value.ndim >= 2 and value.shape[1] == cut and cut < length:
+        values = session.run(names, {
+            name: np.ascontiguousarray(value[row:row + 1, ..., :cut])
+            for name, value in features.items()})
+        for kept, value, padded in zip(outputs, values, over_pieces):
+            if padded and cut < length:
                 value = np.pad(value, [(0, 0), (0, length - cut)] + [(0, 0)] * (value.ndim - 2))
             kept.append(value)
-    if not rows:
-        # The output dimensions of no rows: those of one row of padding.
-        empty = session.run(names, {name: np.zeros((1, max(length, 1)), np.int32)
-                                    for name in features})
-        return {name: value[:0] for name, value in zip(names, empty)}
-    return {name: np.concatenate(kept) for name, kept in zip(names, outputs)}
+    return {name: _join(name, kept) for name, kept in zip(names, outputs)}
+
+
+def _join(name, values):
+    """The rows' values of the output `name` joined along the first
+    dimension, each padded (PADDING) to the largest dimensions after it;
+    text (ONNX Runtime's str) as UTF-8 bytes, as TensorFlow gives it."""
+    largest = np.max([value.shape for value in values], axis=0)
+    if values[0].dtype == object:
+        values = [np.vectorize(lambda s: s.encode("utf-8"), otypes=[object])(value)
+                  if value.size else value for value in values]
+    pad = PADDING.get(name, b"" if values[0].dtype == object else 0)
+    return np.concatenate([
+        np.pad(value, [(0, 0)] + [(0, int(n - d)) for n, d in zip(largest[1:], value.shape[1:])],
+               constant_values=pad) for value in values])

@@ -381,11 +381,24 @@ def _pad_and_concat(array, count, dims, value):
     return padded.concat()
 
 
-def check_export_flags(vocab_file, export_dir):
+def check_export_flags(vocab_file, export_dir, precision="fp32"):
     """Checks up front, before a run trains, what its --export_dir will
-    need: a folder it can write (`file_io.check_output_dir`: not a file)
-    and a vocabulary the graph's tokenizer can read
-    (`graph_tokenization.check_vocab`). Raises errors.InputError."""
+    need: a folder it can write (`file_io.check_output_dir`: not a file),
+    a vocabulary the graph's tokenizer can read
+    (`graph_tokenization.check_vocab`) and, for an --export_precision
+    other than fp32, ONNX Runtime (`onnx_model.require`). Without
+    --export_dir, only that no such precision is given. Raises
+    errors.InputError."""
+    if precision != "fp32":
+        if not export_dir:
+            raise errors.InputError("--export_precision=%s shapes the export: give --export_dir"
+                                    % precision)
+        try:
+            onnx_model.require()
+        except ImportError as e:
+            raise errors.InputError("--export_precision=%s: %s" % (precision, e))
+    if not export_dir:
+        return
     file_io.check_output_dir(export_dir, "export_dir")
     try:
         graph_tokenization.check_vocab(vocab_file)
@@ -457,10 +470,10 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
         outputs_fn(features, model) -> name -> tensor, where `model` is
         (features) -> the model_fn's predictions (to run in chunks:
         `run_in_chunks`, `attributions.integrated_gradients`).
-      onnx_head: (head, argument) of `onnx_model.write_model`: the task
-        model as ONNX, for a source.precision other than fp32. Its outputs
-        are the model_fn's predictions; the id signature's outputs are
-        among them.
+      onnx_head: (head, argument) of `onnx_model.write_model` (its rank
+        id_rank): the task model as ONNX, for a source.precision other
+        than fp32. Its outputs are the model_fn's predictions; the id
+        signature's outputs are among them.
 
     Returns:
       The SavedModel's directory.
@@ -475,7 +488,7 @@ def export(model_fn, source, text_signature, id_rank=2, settings=None, assets_ex
         if onnx:
             onnx_path = os.path.join(tmp, ONNX_FILE)
             onnx_model.int8_model(onnx_model.write_model(source.bert_config, source.checkpoint,
-                                                         *onnx_head), onnx_path)
+                                                         *onnx_head, rank=id_rank), onnx_path)
             assets_extra = tuple(assets_extra) + (onnx_path,)
         config_path = os.path.join(tmp, CONFIG_ASSET)
         with open(config_path, "w", encoding="utf-8") as f:

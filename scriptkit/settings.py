@@ -160,6 +160,7 @@ class Training(TPU, TrainingOptions):
     save_checkpoints_steps: int = 1000
     iterations_per_loop: int = 1000
     export_dir: Optional[str] = None
+    export_precision: str = "fp32"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -512,7 +512,7 @@ def export_model(create_model, source, export_settings,
             tokenizer, lengths, export_settings, explain_steps)
     return serving.export(
         model_fn, source, lambda tokenizer: text_signature(tokenizer, lengths, export_settings),
-        settings=export_settings, explain_signature=explain)
+        settings=export_settings, explain_signature=explain, onnx_head=("span", None))
 
 
 def _same_path(recorded, path):

@@ -13,7 +13,8 @@ A new export is one more entry of EXPORTS: a function (folder, model files)
 -> (SavedModel folder, serving_default's inputs). Those of EXPLAINED take
 `explain_steps` too: 0 (the default here, where the explain signature is
 not what a test is about: it triples an export's graph) or the points of
-the explain signature's integral.
+the explain signature's integral; those of PRECISIONS take `precision`
+(serving.EXPORT_PRECISIONS).
 """
 
 import json
@@ -47,7 +48,7 @@ def _classifier(processor_name, labels, checkpoint="classifier", windows=None,
     return export
 
 
-def _ner(folder, files, explain_steps=0):
+def _ner(folder, files, explain_steps=0, precision="fp32"):
     import modeling
     import run_ner
     from scriptkit import ner_tags
@@ -57,13 +58,13 @@ def _ner(folder, files, explain_steps=0):
     run_ner.write_labels(labels_path, "iob2", ["PER", "LOC"])
     path = run_ner.export_model(
         serving.ExportSource(config, files["ner"], str(folder), files["vocab"], True,
-                             max_seq_length=16),
+                             max_seq_length=16, precision=precision),
         ner_tags.label_list_for(["PER", "LOC"], "iob2"), "iob2", labels_path, doc_stride=4,
         explain_steps=explain_steps)
     return path, {"text": ["Jack went to Kingston!", "istanbul " * 24]}
 
 
-def _swag(folder, files):
+def _swag(folder, files, precision="fp32"):
     import modeling
     import run_swag
     import test_serving
@@ -71,13 +72,13 @@ def _swag(folder, files):
     config = modeling.BertConfig.from_json_file(files["config"])
     path = run_swag.export_model(serving.ExportSource(
         config, files["swag"], str(folder), files["vocab"], True,
-        max_seq_length=test_serving.MAX_SEQ_LENGTH))
+        max_seq_length=test_serving.MAX_SEQ_LENGTH, precision=precision))
     return path, {"context": ["The film", "Jack went"], "question": ["It", "to"],
                   "endings": [["ends well.", "ends badly.", "is good.", "goes on."],
                               ["Kingston.", "the film.", "中文.", "ab"]]}
 
 
-def _embeddings(folder, files):
+def _embeddings(folder, files, precision="fp32"):
     import extract_features
     import modeling
     import test_serving
@@ -85,13 +86,13 @@ def _embeddings(folder, files):
     config = modeling.BertConfig.from_json_file(files["config"])
     path = extract_features.export_embeddings(
         serving.ExportSource(config, files["classifier"], str(folder), files["vocab"], True,
-                             max_seq_length=test_serving.MAX_SEQ_LENGTH),
+                             max_seq_length=test_serving.MAX_SEQ_LENGTH, precision=precision),
         pooling="mean", normalize=True, text_pairs=True)
     return path, {"text": ["The film is good.", "中文 film", "the film " * 20],
                   "text_b": ["Café Crème!", "", "good " * 20]}
 
 
-def _squad(folder, files, explain_steps=0):
+def _squad(folder, files, explain_steps=0, precision="fp32"):
     import modeling
     import run_squad
     from scriptkit import serving
@@ -103,13 +104,13 @@ def _squad(folder, files, explain_steps=0):
     path = squad_export.export_model(
         run_squad.create_model,
         serving.ExportSource(config, files["squad"], str(folder), files["vocab"], True,
-                             max_seq_length=24),
+                             max_seq_length=24, precision=precision),
         export_settings, explain_steps=explain_steps)
     return path, {"question": ["Where is the film?", "what"],
                   "context": ["The film went to Kingston! " * 6, "中文 cafe ends well."]}
 
 
-def _fill_mask(folder, files):
+def _fill_mask(folder, files, precision="fp32"):
     from scriptkit import fill_mask_export
     import modeling
     import run_pretraining
@@ -117,7 +118,7 @@ def _fill_mask(folder, files):
     config = modeling.BertConfig.from_json_file(files["config"])
     path = fill_mask_export.export_fill_mask(
         serving.ExportSource(config, files["fill_mask"], str(folder), files["vocab"], True,
-                             max_seq_length=16),
+                             max_seq_length=16, precision=precision),
         run_pretraining.get_masked_lm_output, top_k=3)
     return path, {"text": ["The film is [MASK].", "[MASK] went to [MASK]!", "no mask"]}
 
@@ -138,6 +139,8 @@ EXPORTS = {
 }
 # The tasks whose exports can explain their answers (explain_steps).
 EXPLAINED = ("classifier", "multi_label", "regression", "ner", "question_answering")
+# Those whose export functions take `precision` too (--export_precision).
+PRECISIONS = ("ner", "swag", "sentence_embeddings", "question_answering", "fill_mask")
 
 
 def as_json(array):

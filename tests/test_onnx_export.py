@@ -14,14 +14,23 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import modeling
+import extract_features
 import run_classifier
+import run_ner
+import run_pretraining
+import run_squad
+import run_swag
+import serving_exports
 import test_predict
 import test_run_classifier
 import test_serving
 import tiny
+import tokenization
 from scriptkit import errors
 from scriptkit import exported_model
+from scriptkit import fill_mask_export
 from scriptkit import onnx_model
+from scriptkit import runtime
 from scriptkit import serving
 
 TEXTS = {"text_a": [a for a, _ in test_serving.PAIRS], "text_b": [b for _, b in test_serving.PAIRS]}
@@ -257,3 +266,228 @@ def test_run_classifier_exports_int8_that_answers_as_do_predict(files, tmp_path)
     served = model.signature(serving.TEXT_SIGNATURE)(TEXTS)["probabilities"]
     np.testing.assert_allclose(served, predicted, atol=0.05)
     assert np.ptp(served[:, 0]) > 0.01  # The outputs move with the text.
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory):
+    """serving_exports' model files: a checkpoint of each task's head."""
+    _require_onnx()
+    return serving_exports.write_files(tmp_path_factory.mktemp("onnx_tasks"))
+
+
+def _tf_outputs(config, checkpoint, features, build):
+    """`build(config, features)` (name -> tensor) run on the weights of
+    `checkpoint`."""
+    with tf.Graph().as_default():
+        outputs = build(config, {name: tf.constant(value) for name, value in features.items()})
+        with tf.Session() as session:
+            tf.train.Saver().restore(session, checkpoint)
+            return session.run(outputs)
+
+
+def _tagger(config, f):
+    _, probabilities = run_ner.create_model(config, False, *_ids(f), 5, False)
+    return {"probabilities": probabilities}
+
+
+def _choice(config, f):
+    _, _, _, probabilities = run_swag.create_model(config, False, *_ids(f),
+                                                   tf.zeros([tf.shape(f["input_ids"])[0]],
+                                                            tf.int32), False)
+    return {"probabilities": probabilities}
+
+
+def _span(config, f):
+    start, end = run_squad.create_model(config, False, *_ids(f), False)
+    return {"start_logits": start, "end_logits": end}
+
+
+def _embedding(layer_index, pooling, normalize):
+    def build(config, f):
+        model = modeling.BertModel(config, False, *_ids(f))
+        return {"embedding": extract_features.sentence_vectors(
+            model, layer_index, f["input_mask"], pooling, normalize)}
+    return build
+
+
+def _ids(features):
+    return [features[name] for name in serving.FEATURE_NAMES]
+
+
+@pytest.mark.parametrize("checkpoint,head,argument,build", [
+    ("ner", "tagger", None, _tagger),
+    ("swag", "choice", None, _choice),
+    ("squad", "span", None, _span),
+    ("classifier", "embedding", (-1, "mean", True), _embedding(-1, "mean", True)),
+    ("classifier", "embedding", (-2, "cls", False), _embedding(-2, "cls", False)),
+    ("classifier", "embedding", (-1, "pooler", True), _embedding(-1, "pooler", True)),
+])
+def test_each_head_computes_what_the_tensorflow_model_does(task_files, tmp_path, checkpoint,
+                                                           head, argument, build):
+    """Each script's head in fp32 ONNX equals its TensorFlow model on padded
+    rows, as one batch and row by row (`run_rows`: outputs over the pieces
+    padded back with 0); a multiple-choice model's rows are its choices."""
+    config = modeling.BertConfig.from_json_file(task_files["config"])
+    features = _features(rows=6)
+    rank = 3 if head == "choice" else 2
+    if rank == 3:  # 2 instances of 3 choices
+        features = {name: value.reshape(2, 3, -1) for name, value in features.items()}
+    expected = _tf_outputs(config, task_files[checkpoint], features, build)
+    path = str(tmp_path / "model.onnx")
+    import onnx
+    onnx.save(onnx_model.write_model(config, task_files[checkpoint], head, argument, rank=rank),
+              path)
+    session = onnx_model.session(path)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=2e-5, err_msg=name)
+    rows = onnx_model.run_rows(session, features)
+    mask = features["input_mask"]
+    for name, value in expected.items():
+        if value.shape[1:2] == mask.shape[1:2] and rank == 2 and value.ndim >= 2:
+            # Over the pieces: the real pieces' values, 0 past them.
+            where = mask.astype(bool).reshape(mask.shape + (1,) * (value.ndim - 2))
+            value = np.where(where, value, 0)
+        np.testing.assert_allclose(rows[name], value, atol=2e-5, err_msg=name)
+    empty = onnx_model.run_rows(session, {k: v[:0] for k, v in features.items()})
+    assert {k: v.shape[0] for k, v in empty.items()} == {k: 0 for k in expected}
+
+
+@pytest.fixture(scope="module")
+def task_exports(task_files, tmp_path_factory):
+    """{task: {precision: (SavedModel folder, serving_default's inputs)}}
+    of serving_exports' tasks that take a precision."""
+    tmp = tmp_path_factory.mktemp("onnx_task_exports")
+    made = {}
+    for task in serving_exports.PRECISIONS:
+        made[task] = {}
+        for precision in serving.EXPORT_PRECISIONS:
+            with tf.Graph().as_default():
+                made[task][precision] = serving_exports.EXPORTS[task](
+                    tmp / ("%s_%s" % (task, precision)), task_files, precision=precision)
+    return made
+
+
+# Outputs that follow the model's most likely answers, which int8 rounding
+# may reorder on a tiny model of random weights.
+_ARGMAX_OUTPUTS = ("label_ids", "tags", "tokens", "token_ids", "filled")
+
+
+def _assert_near(got, expected, mask=None):
+    """Outputs (name -> array) of int8 near those of fp32: the same shapes,
+    numbers within the int8 rounding of the tiny model (but not equal),
+    the rest equal where it is not an argmax; with `mask`, outputs over
+    the pieces only at the real ones."""
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        value, served = np.asarray(value), got[name]
+        assert served.shape == value.shape, name
+        if mask is not None:
+            served, value = served[mask == 1], value[mask == 1]
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(served, value, atol=0.1, err_msg=name)
+        elif name not in _ARGMAX_OUTPUTS:
+            np.testing.assert_array_equal(served, value, err_msg=name)
+    assert max(np.abs(got[n] - v).max() for n, v in expected.items()
+               if np.asarray(v).dtype.kind == "f" and np.size(v)) > 1e-7  # int8, not fp32
+
+
+@pytest.mark.parametrize("task", serving_exports.PRECISIONS)
+def test_each_task_serves_its_int8_export_as_its_fp32_one(task_exports, task):
+    """The int8 export of each task, served by predict.py's model: the fp32
+    export's outputs (`_assert_near`), and in the id signature, on the
+    fp32 graph's own features, its outputs (over the pieces: at the real
+    ones). Question answering's answers are picked from its logits, which
+    int8 may reorder: there only the id signature's logits are compared,
+    and the text signature's names and types; fill-mask is compared with
+    its ONNX model."""
+    (fp32_dir, inputs), (int8_dir, _) = (task_exports[task][p] for p in ("fp32", "int8"))
+    assert _config(int8_dir)["precision"] == "int8"
+    model = exported_model.Model(int8_dir)
+    model.warm_up()
+    expected = test_serving._run_signature(fp32_dir, serving.TEXT_SIGNATURE, inputs,
+                                           fetch_features=True)
+    features = {name: expected.pop("feature/" + name) for name in serving.FEATURE_NAMES}
+    served = model.signature(serving.TEXT_SIGNATURE)(inputs)
+    assert {k: v.dtype for k, v in served.items()} == {k: v.dtype for k, v in expected.items()}
+    ids = model.signature(serving.IDS_SIGNATURE)(features)
+    if task == "fill_mask":
+        # The masked-LM head's vocabulary-wide product in int8 moves the
+        # tiny model's scores by up to 0.13: here the served outputs are
+        # checked to be the export's ONNX model's, row by row.
+        assert {k: v.shape for k, v in served.items()} == {
+            k: v.shape for k, v in expected.items()}
+        np.testing.assert_array_equal(served["num_masks"], expected["num_masks"])
+        session = onnx_model.session(os.path.join(int8_dir, "assets.extra", serving.ONNX_FILE))
+        rows = onnx_model.run_rows(session, features)
+        for name, value in rows.items():
+            np.testing.assert_array_equal(ids[name], value, err_msg=name)
+            np.testing.assert_array_equal(served[name], value, err_msg=name)
+        return
+    if task != "question_answering":
+        _assert_near(served, expected)
+    over_pieces = task in ("ner", "question_answering")
+    _assert_near(ids, test_serving._run_signature(fp32_dir, serving.IDS_SIGNATURE, features),
+                 features["input_mask"] if over_pieces else None)
+
+
+def test_fill_mask_head_computes_what_the_export_model_does(task_files, tmp_path):
+    """fill-mask in fp32 ONNX: the export's model_fn's predictions (each
+    [MASK]'s top pieces, their ids and scores, padded past a row's masks
+    with "", -1 and 0), as one batch and row by row, a row without masks
+    included."""
+    config = modeling.BertConfig.from_json_file(task_files["config"])
+    vocab = tokenization.load_vocab(task_files["vocab"])
+    mask_id = vocab[fill_mask_export.MASK_TOKEN]
+    features = _features(rows=4)
+    ids = features["input_ids"]
+    ids[0, [2, 5]] = mask_id
+    ids[2, 1] = mask_id
+    ids[3, :] = np.where(ids[3] == mask_id, 5, ids[3])
+    model_fn = fill_mask_export.fill_mask_model_fn_builder(
+        config, run_pretraining.get_masked_lm_output, task_files["vocab"], mask_id, 3)
+
+    def build(config, f):
+        predictions = model_fn(f, None, runtime.ModeKeys.PREDICT, {}).predictions
+        tf.add_to_collection(tf.GraphKeys.TABLE_INITIALIZERS, tf.tables_initializer())
+        return predictions
+
+    with tf.Graph().as_default():
+        predictions = build(config, {k: tf.constant(v) for k, v in features.items()})
+        with tf.Session() as session:
+            tf.train.Saver().restore(session, task_files["fill_mask"])
+            session.run(tf.tables_initializer())
+            expected = session.run(predictions)
+    with open(task_files["vocab"], encoding="utf-8") as f:
+        pieces = f.read().split("\n")
+    path = str(tmp_path / "model.onnx")
+    import onnx
+    onnx.save(onnx_model.write_model(config, task_files["fill_mask"], "fill_mask",
+                                     (mask_id, 3, pieces)), path)
+    session = onnx_model.session(path)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    got["tokens"] = np.vectorize(str.encode, otypes=[object])(got["tokens"])  # (str there)
+    assert expected["num_masks"].tolist() == [2, 0, 1, 0]
+    for outputs in (got, onnx_model.run_rows(session, features)):
+        assert sorted(outputs) == sorted(expected)
+        for name, value in expected.items():
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(outputs[name], value, atol=2e-5, err_msg=name)
+            else:
+                np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+
+
+def test_every_script_checks_its_export_precision_up_front(files, monkeypatch):
+    """serving.check_export_flags, which every exporting script runs before
+    any work: int8 needs --export_dir and ONNX Runtime; fp32 neither."""
+    serving.check_export_flags(files["vocab"], None, "fp32")
+    with pytest.raises(errors.InputError, match="^--export_precision=int8 shapes the export"):
+        serving.check_export_flags(files["vocab"], None, "int8")
+
+    def missing():
+        raise ImportError("No module named 'onnx'")
+
+    monkeypatch.setattr(onnx_model, "require", missing)
+    with pytest.raises(errors.InputError, match="^--export_precision=int8: No module named"):
+        serving.check_export_flags(files["vocab"], "/tmp/x", "int8")
