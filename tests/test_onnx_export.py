@@ -80,6 +80,17 @@ def _tf_classifier(config, checkpoint, features, kind):
                                 "logits": logits})
 
 
+def _written(tmp_path, config, checkpoint, head, argument=None, rank=2):
+    """(session, outputs on `features` as one batch) of the fp32 ONNX model
+    `onnx_model.write_model` writes; call the second with the features."""
+    path = str(tmp_path / "model.onnx")
+    import onnx
+    onnx.save(onnx_model.write_model(config, checkpoint, head, argument, rank=rank), path)
+    session = onnx_model.session(path)
+    return session, lambda features: dict(zip([o.name for o in session.get_outputs()],
+                                              session.run(None, features)))
+
+
 @pytest.mark.parametrize("kind,act", [("softmax", "gelu"), ("sigmoid", "gelu_exact"),
                                       ("regression", "relu")])
 def test_onnx_model_computes_what_the_tensorflow_model_does(files, tmp_path, kind, act):
@@ -95,11 +106,8 @@ def test_onnx_model_computes_what_the_tensorflow_model_does(files, tmp_path, kin
                                                   tf.zeros([1]), 1, False, is_regression=True))
     features = _features()
     expected = _tf_classifier(config, checkpoint, features, kind)
-    path = str(tmp_path / "model.onnx")
-    import onnx
-    onnx.save(onnx_model.write_model(config, checkpoint, "classifier", kind), path)
-    session = onnx_model.session(path)
-    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    session, run = _written(tmp_path, config, checkpoint, "classifier", kind)
+    got = run(features)
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, atol=2e-5, err_msg=name)
@@ -333,12 +341,8 @@ def test_each_head_computes_what_the_tensorflow_model_does(task_files, tmp_path,
     if rank == 3:  # 2 instances of 3 choices
         features = {name: value.reshape(2, 3, -1) for name, value in features.items()}
     expected = _tf_outputs(config, task_files[checkpoint], features, build)
-    path = str(tmp_path / "model.onnx")
-    import onnx
-    onnx.save(onnx_model.write_model(config, task_files[checkpoint], head, argument, rank=rank),
-              path)
-    session = onnx_model.session(path)
-    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    session, run = _written(tmp_path, config, task_files[checkpoint], head, argument, rank)
+    got = run(features)
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, atol=2e-5, err_msg=name)
