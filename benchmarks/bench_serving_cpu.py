@@ -1,5 +1,6 @@
 """CPU serving speed of a classifier export in each precision, against ONNX
-Runtime run on the same weights directly, in one process and one run.
+Runtime and OpenVINO run on the same weights directly, in one process and
+one run.
 
     taskset -c 0 .venv/bin/python benchmarks/bench_serving_cpu.py --threads=1
     .venv/bin/python benchmarks/bench_serving_cpu.py --layers=2 --requests=3   # quick
@@ -18,7 +19,15 @@ shape (batch x pieces, --shapes), interleaved over --rounds:
                 (onnx_model.write_model), ids in, the whole batch in one run:
                 what a user who converts the model runs.
   ort_int8      the same model quantized by ONNX Runtime's quantize_dynamic
-                (int8 weights, per-tensor scales), one run per batch.
+                with its defaults (int8 weights, one scale per matrix), one
+                run per batch.
+  ov_fp32       OpenVINO on the fp32 ONNX model, one run per batch.
+  ov_bf16       the same with OpenVINO's bf16 precision hint (OpenVINO runs
+                f32 where the CPU has no bf16 instructions: the table says
+                which precision it ran).
+  ov_int8       OpenVINO on the model quantized statically (int8 weights
+                and activations, QDQ nodes: the form OpenVINO runs in int8)
+                by ONNX Runtime's quantize_static, calibrated on 8 rows.
   http_fp32, http_int8
                 one request of batch 1 to predict.py's server
                 (rest_server.make_server) of each export, through HTTP.
@@ -26,10 +35,13 @@ shape (batch x pieces, --shapes), interleaved over --rounds:
 Each text is made of single-piece words, so a shape's pieces are exact.
 Prints the CPU, its ISA flags that matter (AVX2, AVX-512, VNNI, AMX,
 bf16), the thread count, and per shape and variant the median latency in
-ms and the sentences per second. Needs requirements-onnx.txt.
+ms and the sentences per second. Needs requirements-onnx.txt, and for the
+ov_ variants OpenVINO (requirements-bench.txt).
 """
 
+import contextlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -54,8 +66,8 @@ flags.DEFINE_string("init_checkpoint", None, "Export this classifier checkpoint 
                     "instead of random weights.")
 flags.DEFINE_string("vocab_file", None, "The vocabulary of --init_checkpoint.")
 flags.DEFINE_list("shapes", "1x16,1x128,32x128", "batch x pieces of each request timed.")
-flags.DEFINE_list("variants", "export_fp32,export_int8,ort_fp32,ort_int8,http_fp32,http_int8",
-                  "Variants to time.")
+flags.DEFINE_list("variants", "export_fp32,export_int8,ort_fp32,ort_int8,ov_fp32,ov_bf16,"
+                  "ov_int8,http_fp32,http_int8", "Variants to time.")
 flags.DEFINE_integer("requests", 10, "Timed requests per variant, shape and round.")
 flags.DEFINE_integer("warmup", 2, "Untimed requests first.")
 flags.DEFINE_integer("rounds", 2, "Rounds over the variants, interleaved.")
@@ -99,6 +111,60 @@ def _model_files(workdir):
     return config, checkpoint, vocab
 
 
+def _features(batch, pieces, rng=None):
+    """The model's inputs for `batch` rows of `pieces` pieces: [CLS], word
+    ids (5 if no `rng`, else drawn from it), [SEP]."""
+    from scriptkit import serving
+    words = (np.full([batch, pieces - 2], 5) if rng is None
+             else rng.randint(5, 1000, size=[batch, pieces - 2]))
+    ids = np.concatenate([np.full([batch, 1], 2), words, np.full([batch, 1], 3)], axis=1)
+    return {name: value.astype(np.int32) for name, value in zip(
+        serving.FEATURE_NAMES, [ids, np.ones_like(ids), np.zeros_like(ids)])}
+
+
+@contextlib.contextmanager
+def _quiet_quantizer():
+    """Hides ONNX Runtime's quantizer logs: a line per tensor it leaves in
+    float, and advice to pre-process models of unknown shapes."""
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _static_int8(fp32_onnx, path, pieces):
+    """Writes fp32_onnx's model quantized statically (QDQ, int8 weights per
+    channel, uint8 activations) to `path`, calibrated on 8 rows."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Rows(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.RandomState(0)
+            self.rows = [_features(1, pieces, rng) for _ in range(8)]
+
+        def get_next(self):
+            return self.rows.pop() if self.rows else None
+
+    with _quiet_quantizer():
+        quantize_static(fp32_onnx, path, Rows(), quant_format=QuantFormat.QDQ,
+                        per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8, op_types_to_quantize=["MatMul"])
+
+
+def _openvino(path, precision=None):
+    """(OpenVINO's compiled model of the ONNX file `path` on the CPU, the
+    precision it runs its float ops in: "f32" or "bf16")."""
+    import openvino
+    config = {"INFERENCE_NUM_THREADS": FLAGS.threads, "NUM_STREAMS": 1,
+              "PERFORMANCE_HINT": "LATENCY"}
+    if precision:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    compiled = openvino.Core().compile_model(path, "CPU", config)
+    return compiled, compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+
+
 def _texts(batch, pieces, vocab):
     """`batch` texts of `pieces` - 2 words of the vocabulary, one piece each."""
     with open(vocab, encoding="utf-8") as f:
@@ -130,6 +196,12 @@ def main(_):
     tf2.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     from scriptkit import quiet_tf  # noqa: F401
 
+    if any(v.startswith("ov_") for v in FLAGS.variants):
+        try:
+            import openvino
+        except ImportError:
+            raise SystemExit("The ov_ variants need OpenVINO: pip install -r "
+                             "requirements-bench.txt (or drop them from --variants)")
     import onnx
     import run_classifier
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -151,9 +223,20 @@ def main(_):
     fp32_onnx = os.path.join(workdir, "fp32.onnx")
     onnx.save(onnx_model.write_model(config, checkpoint, "classifier", "softmax"), fp32_onnx)
     int8_onnx = os.path.join(workdir, "quantize_dynamic.onnx")
-    quantize_dynamic(fp32_onnx, int8_onnx, weight_type=QuantType.QInt8)
+    with _quiet_quantizer():
+        quantize_dynamic(fp32_onnx, int8_onnx, weight_type=QuantType.QInt8)
     sessions = {"ort_fp32": onnx_model.session(fp32_onnx, FLAGS.threads),
                 "ort_int8": onnx_model.session(int8_onnx, FLAGS.threads)}
+    compiled, ran_in = {}, {}
+    if "ov_int8" in FLAGS.variants:
+        static_onnx = os.path.join(workdir, "quantize_static.onnx")
+        _static_int8(fp32_onnx, static_onnx, max(p for _, p in shapes))
+    for variant, path, precision in [("ov_fp32", fp32_onnx, None),
+                                     ("ov_bf16", fp32_onnx, "bf16"),
+                                     ("ov_int8", os.path.join(workdir, "quantize_static.onnx"),
+                                      None)]:
+        if variant in FLAGS.variants:
+            compiled[variant], ran_in[variant] = _openvino(path, precision)
 
     def call(variant, texts, features):
         kind, _, precision = variant.partition("_")
@@ -163,16 +246,19 @@ def main(_):
         if kind == "http":
             return np.array([p["probabilities"] for p in _post(served[precision][1],
                                                                texts)["predictions"]])
+        if kind == "ov":
+            return compiled[variant](features)["probabilities"]
         return sessions[variant].run(["probabilities"], features)[0]
 
     print("CPU: %s (%s); %d thread(s)" % (bench_common.cpu_model(), _isa(), FLAGS.threads))
+    for variant, precision in ran_in.items():
+        print("%s: OpenVINO %s, float ops in %s" % (variant, openvino.__version__.split("-")[0],
+                                                     precision))
     latencies = {}
     for _ in range(FLAGS.rounds):
         for batch, pieces in shapes:
             texts = _texts(batch, pieces, vocab)
-            features = {name: np.array(value, np.int32) for name, value in zip(
-                serving.FEATURE_NAMES, [[[2] + [5] * (pieces - 2) + [3]] * batch,
-                                        [[1] * pieces] * batch, [[0] * pieces] * batch])}
+            features = _features(batch, pieces)
             for variant in FLAGS.variants:
                 if variant.startswith("http") and batch > 1:
                     continue

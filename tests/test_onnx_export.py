@@ -152,7 +152,7 @@ def test_int8_export_records_its_model_and_fp32_is_unchanged(exports):
     assert "precision" not in _config(exports["fp32"])
     assert os.listdir(os.path.join(exports["fp32"], "assets.extra")) == [
         "tf_serving_warmup_requests"]
-    assert os.path.getsize(os.path.join(exports["int8"], "assets.extra", serving.ONNX_FILE))
+    _assert_int8_per_channel(os.path.join(exports["int8"], "assets.extra", serving.ONNX_FILE))
     # Only the int8 graph names its predictions and checked ids.
     for precision, count in (("fp32", 0), ("int8", 5)):
         with tf.Graph().as_default(), tf.Session() as session:
@@ -160,6 +160,22 @@ def test_int8_export_records_its_model_and_fp32_is_unchanged(exports):
         named = [n.name for n in graph.node if n.name.startswith(
             (serving.PREDICTION_PREFIX, serving.CHECKED_IDS_PREFIX))]
         assert len(named) == count, (precision, named)
+
+
+def _assert_int8_per_channel(path):
+    """The model file at `path` multiplies by int8 weights (MatMulInteger)
+    in every MatMul of a weight, each with a zero point per output column."""
+    import onnx
+    model = onnx.load(path)
+    weights = {w.name: w for w in model.graph.initializer}
+    products = [n for n in model.graph.node if n.op_type == "MatMulInteger"]
+    assert products and not [n for n in model.graph.node if n.op_type == "MatMul"
+                             and n.input[1] in weights]
+    for node in products:
+        weight, zero_point = weights[node.input[1]], weights[node.input[3]]
+        assert weight.data_type == onnx.TensorProto.INT8
+        assert np.abs(onnx.numpy_helper.to_array(weight)).max() <= 64  # 7 bits
+        assert list(zero_point.dims) == [weight.dims[1]], node.input
 
 
 def _onnx_outputs(export_dir, features):
@@ -206,6 +222,15 @@ def test_int8_export_is_served_through_its_onnx_model(exports):
             exported_model.Model(exports[precision]).signature(serving.IDS_SIGNATURE)(bad)
         messages.append(exported_model.op_error_message(e.value))
     assert messages[0] == messages[1] and "input input_mask: 2" in messages[0]
+
+
+def test_a_session_runs_on_the_cpus_this_process_may_use(exports, monkeypatch):
+    """Threads left to choose (0): one per CPU of the process's affinity
+    (ONNX Runtime's own choice pins a thread to every core)."""
+    path = os.path.join(exports["int8"], "assets.extra", serving.ONNX_FILE)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert onnx_model.session(path).get_session_options().intra_op_num_threads == 1
+    assert onnx_model.session(path, 3).get_session_options().intra_op_num_threads == 3
 
 
 def test_predict_labels_a_file_with_the_int8_export(exports, tmp_path):

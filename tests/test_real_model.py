@@ -343,9 +343,9 @@ def test_int8_embedding_export_keeps_the_fp32_embeddings(converted, tmp_path):
     embeddings (mean of the last layer, L2-normalised, as
     sentence-transformers makes them) served from the int8 export, against
     those of the same export's fp32 graph, on the first 100 sentences of
-    demo_data/sentiment/dev.tsv. Measured: cosine 0.942 at the least
-    (about 0.96 typically), short of the 0.99 that int8 embeddings should
-    keep: this guards what dynamic int8 quantization gives today."""
+    demo_data/sentiment/dev.tsv. Measured with a weight scale per channel:
+    cosine 0.988 at the least, 0.992 on average (one scale per matrix gave
+    0.942 and 0.966)."""
     import test_onnx_export
     import test_serving
     from scriptkit import exported_model
@@ -367,5 +367,6 @@ def test_int8_embedding_export_keeps_the_fp32_embeddings(converted, tmp_path):
         {"text": sentences})["embedding"]
     cosine = np.sum(fp32 * int8, axis=1)  # both of length 1
     np.testing.assert_allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5)
-    assert cosine.min() >= 0.93, cosine.min()
+    assert cosine.min() >= 0.98, cosine.min()
+    assert cosine.mean() >= 0.985, cosine.mean()
     assert cosine.min() < 1 - 1e-6  # int8, not the fp32 graph
