@@ -717,16 +717,19 @@ def test_a_client_that_leaves_early_is_one_log_line(servers, monkeypatch, caplog
         with socket.create_connection(("127.0.0.1", server.server_address[1])) as sock:
             # Closing sends a reset: the server's answer then fails at once.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
-            client = "127.0.0.1:%d:" % sock.getsockname()[1]
+            client = "127.0.0.1:%d" % sock.getsockname()[1]
             body = json.dumps(GOOD).encode()
             sock.sendall(b"POST %s HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s"
                          % (PREDICT.encode(), len(body), body))
             assert entered.wait(60)
         left.set()
+        # The loop may see the reset, and close the connection, before the
+        # answer's failed write is logged: wait for both.
+        _wait_for_lines(caplog, [client])
         _wait_for(lambda: server.connections == 0, "the connection closed")
     # A previous test's server may log its last request's line late, after
     # its client has already read the answer: only this client's lines count.
-    lines = [r.getMessage() for r in caplog.records if client in r.getMessage()]
+    lines = [r.getMessage() for r in _records_of(caplog, client)]
     assert len(lines) == 1 and re.match(
         r"POST /v1/models/m:predict from 127\.0\.0\.1:\d+: the client left before its answer "
         r"was sent \((ConnectionResetError|BrokenPipeError)\)$", lines[0]), lines
