@@ -39,9 +39,7 @@ ms and the sentences per second. Needs requirements-onnx.txt, and for the
 ov_ variants OpenVINO (requirements-bench.txt).
 """
 
-import contextlib
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -122,22 +120,12 @@ def _features(batch, pieces, rng=None):
         serving.FEATURE_NAMES, [ids, np.ones_like(ids), np.zeros_like(ids)])}
 
 
-@contextlib.contextmanager
-def _quiet_quantizer():
-    """Hides ONNX Runtime's quantizer logs: a line per tensor it leaves in
-    float, and advice to pre-process models of unknown shapes."""
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
-
-
 def _static_int8(fp32_onnx, path, pieces):
     """Writes fp32_onnx's model quantized statically (QDQ, int8 weights per
     channel, uint8 activations) to `path`, calibrated on 8 rows."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
+    from scriptkit import onnx_model
 
     class Rows(CalibrationDataReader):
         def __init__(self):
@@ -147,7 +135,7 @@ def _static_int8(fp32_onnx, path, pieces):
         def get_next(self):
             return self.rows.pop() if self.rows else None
 
-    with _quiet_quantizer():
+    with onnx_model.quiet_quantizer():
         quantize_static(fp32_onnx, path, Rows(), quant_format=QuantFormat.QDQ,
                         per_channel=True, weight_type=QuantType.QInt8,
                         activation_type=QuantType.QUInt8, op_types_to_quantize=["MatMul"])
@@ -223,18 +211,17 @@ def main(_):
     fp32_onnx = os.path.join(workdir, "fp32.onnx")
     onnx.save(onnx_model.write_model(config, checkpoint, "classifier", "softmax"), fp32_onnx)
     int8_onnx = os.path.join(workdir, "quantize_dynamic.onnx")
-    with _quiet_quantizer():
+    with onnx_model.quiet_quantizer():
         quantize_dynamic(fp32_onnx, int8_onnx, weight_type=QuantType.QInt8)
     sessions = {"ort_fp32": onnx_model.session(fp32_onnx, FLAGS.threads),
                 "ort_int8": onnx_model.session(int8_onnx, FLAGS.threads)}
     compiled, ran_in = {}, {}
+    static_onnx = os.path.join(workdir, "quantize_static.onnx")
     if "ov_int8" in FLAGS.variants:
-        static_onnx = os.path.join(workdir, "quantize_static.onnx")
         _static_int8(fp32_onnx, static_onnx, max(p for _, p in shapes))
     for variant, path, precision in [("ov_fp32", fp32_onnx, None),
                                      ("ov_bf16", fp32_onnx, "bf16"),
-                                     ("ov_int8", os.path.join(workdir, "quantize_static.onnx"),
-                                      None)]:
+                                     ("ov_int8", static_onnx, None)]:
         if variant in FLAGS.variants:
             compiled[variant], ran_in[variant] = _openvino(path, precision)
 

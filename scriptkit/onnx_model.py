@@ -22,6 +22,8 @@ says what to install.
 In: modeling.BertConfig, the checkpoint's path. Out: ONNX model bytes.
 """
 
+import contextlib
+import logging
 import math
 
 import numpy as np
@@ -420,7 +422,6 @@ def int8_model(model, path):
     Static quantization, calibrated on rows, was no faster on the CPU
     measured, and needs data."""
     require()
-    import logging
     import os
     import tempfile
 
@@ -429,15 +430,22 @@ def int8_model(model, path):
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "fp32.onnx")
         onnx.save(model, source)
-        # (Without its advice to pre-process the model, which is for
-        # models whose shapes are unknown: these are known.)
-        logging.disable(logging.WARNING)
-        try:
+        with quiet_quantizer():
             quantize_dynamic(source, path, weight_type=QuantType.QInt8,
                              op_types_to_quantize=["MatMul"], per_channel=True,
                              reduce_range=True)
-        finally:
-            logging.disable(logging.NOTSET)
+
+
+@contextlib.contextmanager
+def quiet_quantizer():
+    """Hides ONNX Runtime's quantizer logs while it runs: a line per tensor
+    it leaves in float, and advice to pre-process the model, which is for
+    models whose shapes are unknown (these are known)."""
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def session(path, threads=0):

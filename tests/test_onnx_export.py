@@ -87,8 +87,12 @@ def _written(tmp_path, config, checkpoint, head, argument=None, rank=2):
     import onnx
     onnx.save(onnx_model.write_model(config, checkpoint, head, argument, rank=rank), path)
     session = onnx_model.session(path)
-    return session, lambda features: dict(zip([o.name for o in session.get_outputs()],
-                                              session.run(None, features)))
+    return session, lambda features: _outputs(session, features)
+
+
+def _outputs(session, features):
+    """name -> value of every output of `session` on `features`."""
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
 
 
 @pytest.mark.parametrize("kind,act", [("softmax", "gelu"), ("sigmoid", "gelu_exact"),
@@ -152,7 +156,7 @@ def test_int8_export_records_its_model_and_fp32_is_unchanged(exports):
     assert "precision" not in _config(exports["fp32"])
     assert os.listdir(os.path.join(exports["fp32"], "assets.extra")) == [
         "tf_serving_warmup_requests"]
-    _assert_int8_per_channel(os.path.join(exports["int8"], "assets.extra", serving.ONNX_FILE))
+    _assert_int8_per_channel(_int8_file(exports["int8"]))
     # Only the int8 graph names its predictions and checked ids.
     for precision, count in (("fp32", 0), ("int8", 5)):
         with tf.Graph().as_default(), tf.Session() as session:
@@ -178,9 +182,13 @@ def _assert_int8_per_channel(path):
         assert list(zero_point.dims) == [weight.dims[1]], node.input
 
 
+def _int8_file(export_dir):
+    """The ONNX model file of the int8 export in `export_dir`."""
+    return os.path.join(export_dir, "assets.extra", serving.ONNX_FILE)
+
+
 def _onnx_outputs(export_dir, features):
-    session = onnx_model.session(os.path.join(export_dir, "assets.extra", serving.ONNX_FILE))
-    return dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    return _outputs(onnx_model.session(_int8_file(export_dir)), features)
 
 
 def test_int8_export_is_served_through_its_onnx_model(exports):
@@ -227,7 +235,7 @@ def test_int8_export_is_served_through_its_onnx_model(exports):
 def test_a_session_runs_on_the_cpus_this_process_may_use(exports, monkeypatch):
     """Threads left to choose (0): one per CPU of the process's affinity
     (ONNX Runtime's own choice pins a thread to every core)."""
-    path = os.path.join(exports["int8"], "assets.extra", serving.ONNX_FILE)
+    path = _int8_file(exports["int8"])
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
     assert onnx_model.session(path).get_session_options().intra_op_num_threads == 1
     assert onnx_model.session(path, 3).get_session_options().intra_op_num_threads == 3
@@ -448,7 +456,7 @@ def test_each_task_serves_its_int8_export_as_its_fp32_one(task_exports, task):
         assert {k: v.shape for k, v in served.items()} == {
             k: v.shape for k, v in expected.items()}
         np.testing.assert_array_equal(served["num_masks"], expected["num_masks"])
-        session = onnx_model.session(os.path.join(int8_dir, "assets.extra", serving.ONNX_FILE))
+        session = onnx_model.session(_int8_file(int8_dir))
         rows = onnx_model.run_rows(session, features)
         for name, value in rows.items():
             np.testing.assert_array_equal(ids[name], value, err_msg=name)
@@ -490,12 +498,9 @@ def test_fill_mask_head_computes_what_the_export_model_does(task_files, tmp_path
             expected = session.run(predictions)
     with open(task_files["vocab"], encoding="utf-8") as f:
         pieces = f.read().split("\n")
-    path = str(tmp_path / "model.onnx")
-    import onnx
-    onnx.save(onnx_model.write_model(config, task_files["fill_mask"], "fill_mask",
-                                     (mask_id, 3, pieces)), path)
-    session = onnx_model.session(path)
-    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, features)))
+    session, run = _written(tmp_path, config, task_files["fill_mask"], "fill_mask",
+                            (mask_id, 3, pieces))
+    got = run(features)
     got["tokens"] = np.vectorize(str.encode, otypes=[object])(got["tokens"])  # (str there)
     assert expected["num_masks"].tolist() == [2, 0, 1, 0]
     for outputs in (got, onnx_model.run_rows(session, features)):
